@@ -1,0 +1,110 @@
+//! Configuration from the environment, read once at init (see README "Configuration").
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_dynamodb::config::Credentials;
+
+use crate::identity::Authenticator;
+
+pub const DEFAULT_LOCAL_JWT_SECRET: &str = "local-dev-secret";
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub chat_table: String,
+    pub connections_table: String,
+    pub event_stream: String,
+    pub dynamodb_endpoint: Option<String>,
+    pub kinesis_endpoint: Option<String>,
+    /// Management API endpoint of the WebSocket API (`https://{api}.execute-api.{region}.amazonaws.com/{stage}`).
+    pub ws_management_endpoint: Option<String>,
+    pub auth: Authenticator,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config, String> {
+        let auth = match var("CHAT_AUTH_MODE").as_deref() {
+            None | Some("apigw") => Authenticator::ApiGateway,
+            Some("local") => Authenticator::LocalHs256 {
+                secret: var("CHAT_LOCAL_JWT_SECRET")
+                    .unwrap_or_else(|| DEFAULT_LOCAL_JWT_SECRET.to_owned())
+                    .into_bytes(),
+            },
+            Some(other) => {
+                return Err(format!(
+                    "CHAT_AUTH_MODE must be 'apigw' or 'local', not {other:?}"
+                ))
+            }
+        };
+        Ok(Config {
+            chat_table: var("CHAT_TABLE").unwrap_or_else(|| "ChatTable".into()),
+            connections_table: var("CONNECTIONS_TABLE")
+                .unwrap_or_else(|| "ConnectionsTable".into()),
+            event_stream: var("EVENT_STREAM").unwrap_or_else(|| "EventStream".into()),
+            dynamodb_endpoint: var("DYNAMODB_ENDPOINT"),
+            kinesis_endpoint: var("KINESIS_ENDPOINT"),
+            ws_management_endpoint: var("WS_MANAGEMENT_ENDPOINT"),
+            auth,
+        })
+    }
+
+    /// Shared AWS settings. With a local endpoint and no credentials in the environment, dummy
+    /// credentials and `us-east-1` are used so the local stack needs no AWS account.
+    pub async fn sdk_config(&self) -> SdkConfig {
+        let https = aws_smithy_http_client::Builder::new()
+            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(https);
+        let local = self.dynamodb_endpoint.is_some() || self.kinesis_endpoint.is_some();
+        if local && var("AWS_REGION").is_none() && var("AWS_DEFAULT_REGION").is_none() {
+            loader = loader.region(Region::new("us-east-1"));
+        }
+        if local && var("AWS_ACCESS_KEY_ID").is_none() {
+            loader = loader
+                .credentials_provider(Credentials::new("local", "local", None, None, "local"));
+        }
+        loader.load().await
+    }
+
+    pub fn dynamodb_client(&self, sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
+        let mut b = aws_sdk_dynamodb::config::Builder::from(sdk);
+        if let Some(url) = &self.dynamodb_endpoint {
+            b = b.endpoint_url(url);
+        }
+        aws_sdk_dynamodb::Client::from_conf(b.build())
+    }
+
+    pub fn kinesis_client(&self, sdk: &SdkConfig) -> aws_sdk_kinesis::Client {
+        let mut b = aws_sdk_kinesis::config::Builder::from(sdk);
+        if let Some(url) = &self.kinesis_endpoint {
+            b = b.endpoint_url(url);
+        }
+        aws_sdk_kinesis::Client::from_conf(b.build())
+    }
+
+    pub fn management_client(
+        &self,
+        sdk: &SdkConfig,
+    ) -> Option<aws_sdk_apigatewaymanagement::Client> {
+        let url = self.ws_management_endpoint.as_ref()?;
+        let conf = aws_sdk_apigatewaymanagement::config::Builder::from(sdk)
+            .endpoint_url(url)
+            .build();
+        Some(aws_sdk_apigatewaymanagement::Client::from_conf(conf))
+    }
+}
+
+/// Logs to stdout (CloudWatch) at `RUST_LOG` level, default `info`. Call once per process.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .without_time()
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,106 @@
+//! The one error type of the API and its mapping to HTTP status and error code (SPEC §4).
+
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ChatError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    /// Unknown conversation, or the caller is not a member: deliberately indistinguishable.
+    #[error("conversation not found")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// Contention or DynamoDB throttling that did not clear within the bounded retries.
+    #[error("too many concurrent requests, retry later")]
+    Throttled,
+    /// Details are logged, never returned to the client.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ChatError {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        ChatError::InvalidRequest(msg.into())
+    }
+
+    pub fn internal(msg: impl std::fmt::Display) -> Self {
+        ChatError::Internal(msg.to_string())
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            ChatError::InvalidRequest(_) => 400,
+            ChatError::Unauthorized(_) => 401,
+            ChatError::Forbidden(_) => 403,
+            ChatError::NotFound => 404,
+            ChatError::Conflict(_) => 409,
+            ChatError::PayloadTooLarge(_) => 413,
+            ChatError::Throttled => 429,
+            ChatError::Internal(_) => 500,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ChatError::InvalidRequest(_) => "invalid_request",
+            ChatError::Unauthorized(_) => "unauthorized",
+            ChatError::Forbidden(_) => "forbidden",
+            ChatError::NotFound => "not_found",
+            ChatError::Conflict(_) => "conflict",
+            ChatError::PayloadTooLarge(_) => "payload_too_large",
+            ChatError::Throttled => "throttled",
+            ChatError::Internal(_) => "internal",
+        }
+    }
+
+    /// The client-facing message; internal details stay in the logs.
+    pub fn public_message(&self) -> String {
+        self.to_string()
+    }
+
+    /// `{"error":{"code":..,"message":..}}`
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"error": {"code": self.code(), "message": self.public_message()}})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_details_are_not_leaked() {
+        let e = ChatError::internal("dynamodb: table ChatTable missing");
+        assert_eq!(e.status(), 500);
+        let body = e.to_json().to_string();
+        assert!(!body.contains("ChatTable"), "{body}");
+        assert!(body.contains("\"code\":\"internal\""));
+    }
+
+    #[test]
+    fn codes_match_spec() {
+        let cases = [
+            (ChatError::invalid("x"), 400, "invalid_request"),
+            (ChatError::Unauthorized("x".into()), 401, "unauthorized"),
+            (ChatError::Forbidden("x".into()), 403, "forbidden"),
+            (ChatError::NotFound, 404, "not_found"),
+            (ChatError::Conflict("x".into()), 409, "conflict"),
+            (
+                ChatError::PayloadTooLarge("x".into()),
+                413,
+                "payload_too_large",
+            ),
+            (ChatError::Throttled, 429, "throttled"),
+        ];
+        for (e, status, code) in cases {
+            assert_eq!((e.status(), e.code()), (status, code));
+        }
+    }
+}

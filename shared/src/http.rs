@@ -1,0 +1,200 @@
+//! HTTP plumbing for the REST functions: who is calling, path and query parameters, JSON
+//! responses, and the one place where `ChatError` becomes an HTTP response.
+
+use lambda_http::http::{header, StatusCode};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::error::ChatError;
+use crate::identity::{user_from_sub, verify_hs256, Authenticator, UserId};
+use crate::requests::{QueryParams, MAX_REQUEST_BYTES};
+use crate::store::ChatStore;
+
+/// What every REST function builds once at init: storage and the authenticator.
+#[derive(Clone, Debug)]
+pub struct App {
+    pub store: ChatStore,
+    pub auth: Authenticator,
+}
+
+impl App {
+    pub async fn from_env() -> Result<App, lambda_http::Error> {
+        let config = Config::from_env()?;
+        let sdk = config.sdk_config().await;
+        Ok(App {
+            store: ChatStore::new(config.dynamodb_client(&sdk), config.chat_table.clone()),
+            auth: config.auth.clone(),
+        })
+    }
+
+    /// The caller, from the authorizer's claims (deployed) or a verified local token.
+    pub fn caller(&self, req: &Request) -> Result<UserId, ChatError> {
+        match &self.auth {
+            Authenticator::ApiGateway => {
+                let sub = match req.request_context_ref() {
+                    Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+                        .authorizer
+                        .as_ref()
+                        .and_then(|a| a.jwt.as_ref())
+                        .and_then(|jwt| jwt.claims.get("sub"))
+                        .map(String::as_str),
+                    _ => None,
+                };
+                user_from_sub(sub)
+            }
+            Authenticator::LocalHs256 { secret } => {
+                let token = bearer_token(req)?;
+                verify_hs256(token, secret, crate::time::unix_seconds(crate::time::now()))
+            }
+        }
+    }
+}
+
+fn bearer_token(req: &Request) -> Result<&str, ChatError> {
+    let value = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| ChatError::Unauthorized("missing Authorization header".into()))?
+        .to_str()
+        .map_err(|_| ChatError::Unauthorized("malformed Authorization header".into()))?;
+    match value.split_once(' ') {
+        Some((scheme, token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+        {
+            Ok(token.trim())
+        }
+        _ => Err(ChatError::Unauthorized(
+            "Authorization must be `Bearer <token>`".into(),
+        )),
+    }
+}
+
+/// The request body, refused past 64 KiB.
+pub fn body(req: &Request) -> Result<&[u8], ChatError> {
+    let bytes: &[u8] = req.body().as_ref();
+    if bytes.len() > MAX_REQUEST_BYTES {
+        return Err(ChatError::PayloadTooLarge(format!(
+            "request body is larger than {MAX_REQUEST_BYTES} bytes"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// A path parameter, from API Gateway's `pathParameters` or, failing that, from the path itself
+/// (`/conversations/{conversationId}/members/{userId}`).
+pub fn path_param(req: &Request, name: &str) -> Option<String> {
+    if let Some(v) = req.path_parameters_ref().and_then(|p| p.first(name)) {
+        return Some(v.to_owned());
+    }
+    let segments: Vec<&str> = req
+        .uri()
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let index = match name {
+        "conversationId" => 1,
+        "userId" => 3,
+        _ => return None,
+    };
+    segments.get(index).map(|s| percent_decode(s))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Query-string parameters of a request.
+pub struct Query<'a>(&'a Request);
+
+impl<'a> Query<'a> {
+    pub fn of(req: &'a Request) -> Self {
+        Query(req)
+    }
+}
+
+impl QueryParams for Query<'_> {
+    fn first(&self, name: &str) -> Option<&str> {
+        self.0
+            .query_string_parameters_ref()
+            .and_then(|q| q.first(name))
+    }
+}
+
+pub fn json<T: Serialize>(status: u16, value: &T) -> Response<Body> {
+    match serde_json::to_string(value) {
+        Ok(text) => Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::Text(text))
+            .unwrap_or_default(),
+        Err(e) => error(&ChatError::internal(e)),
+    }
+}
+
+pub fn no_content() -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .body(Body::Empty)
+        .unwrap_or_default()
+}
+
+/// `ChatError` → `{"error":{"code","message"}}` with its status (and `Retry-After` on 429).
+pub fn error(e: &ChatError) -> Response<Body> {
+    if let ChatError::Internal(detail) = e {
+        tracing::error!(detail, "internal error");
+    }
+    let mut builder = Response::builder()
+        .status(e.status())
+        .header(header::CONTENT_TYPE, "application/json");
+    if matches!(e, ChatError::Throttled) {
+        builder = builder.header(header::RETRY_AFTER, "1");
+    }
+    builder
+        .body(Body::Text(e.to_json().to_string()))
+        .unwrap_or_default()
+}
+
+/// Runs a REST function: builds the `App` once, then serves requests with `handler`.
+pub async fn serve<F, Fut>(handler: F) -> Result<(), lambda_http::Error>
+where
+    F: Fn(App, Request) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Body>> + Send,
+{
+    crate::config::init_tracing();
+    let app = App::from_env().await?;
+    lambda_http::run(lambda_http::service_fn(move |req: Request| {
+        let fut = handler(app.clone(), req);
+        async move { Ok::<_, lambda_http::Error>(fut.await) }
+    }))
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_percent_escapes() {
+        assert_eq!(percent_decode("a%40b%3Ac"), "a@b:c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%4"), "%4");
+    }
+}

@@ -1,0 +1,466 @@
+//! Parsing and validating what clients send (SPEC §4, §8). Every rejection names the offending
+//! field; nothing here touches storage.
+
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+use crate::error::ChatError;
+use crate::identity::UserId;
+
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+pub const MAX_MESSAGE_CHARS: usize = 4_000;
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+pub const MAX_MEMBERS: usize = 1_000;
+pub const MAX_TITLE_CHARS: usize = 200;
+pub const MAX_PAGE_LIMIT: u32 = 100;
+pub const DEFAULT_HISTORY_LIMIT: u32 = 50;
+pub const DEFAULT_INBOX_LIMIT: u32 = 20;
+
+fn invalid(msg: impl Into<String>) -> ChatError {
+    ChatError::invalid(msg)
+}
+
+/// A JSON object request body.
+pub struct Fields(Map<String, Value>);
+
+impl Fields {
+    pub fn parse(body: &[u8]) -> Result<Fields, ChatError> {
+        if body.len() > MAX_REQUEST_BYTES {
+            return Err(ChatError::PayloadTooLarge(format!(
+                "request body is larger than {MAX_REQUEST_BYTES} bytes"
+            )));
+        }
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Err(invalid("request body is required (a JSON object)"));
+        }
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(map)) => Ok(Fields(map)),
+            Ok(_) => Err(invalid("request body must be a JSON object")),
+            Err(e) => Err(invalid(format!("request body is not valid JSON: {e}"))),
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    pub fn required_str(&self, name: &str) -> Result<&str, ChatError> {
+        match self.get(name) {
+            None => Err(invalid(format!("missing field `{name}`"))),
+            Some(Value::String(s)) => Ok(s),
+            Some(_) => Err(invalid(format!("field `{name}` must be a string"))),
+        }
+    }
+
+    pub fn optional_str(&self, name: &str) -> Result<Option<&str>, ChatError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(_) => self.required_str(name).map(Some),
+        }
+    }
+
+    pub fn required_seq(&self, name: &str) -> Result<u64, ChatError> {
+        match self.get(name) {
+            None => Err(invalid(format!("missing field `{name}`"))),
+            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or_default()),
+            Some(_) => Err(invalid(format!(
+                "field `{name}` must be a non-negative integer"
+            ))),
+        }
+    }
+
+    /// An array of user ids, deduplicated, order kept.
+    pub fn user_ids(&self, name: &str, required: bool) -> Result<Vec<UserId>, ChatError> {
+        let items = match self.get(name) {
+            None if required => return Err(invalid(format!("missing field `{name}`"))),
+            None => return Ok(Vec::new()),
+            Some(Value::Array(items)) => items,
+            Some(_) => {
+                return Err(invalid(format!(
+                    "field `{name}` must be an array of user ids"
+                )))
+            }
+        };
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for item in items {
+            let id = item
+                .as_str()
+                .and_then(UserId::parse)
+                .ok_or_else(|| invalid(format!("field `{name}` contains an invalid user id")))?;
+            if seen.insert(id.clone()) {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A client-generated id: a UUID in its canonical 36-character form, compared case-insensitively.
+pub fn parse_uuid(field: &str, s: &str) -> Result<String, ChatError> {
+    let ok = s.len() == 36 && uuid::Uuid::try_parse(s).is_ok();
+    if ok {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err(invalid(format!("field `{field}` must be a UUID")))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateConversation {
+    Direct {
+        peer: UserId,
+    },
+    Group {
+        title: String,
+        /// Other members; the caller is added as owner.
+        members: Vec<UserId>,
+        client_request_id: Option<String>,
+    },
+}
+
+impl CreateConversation {
+    pub fn parse(body: &[u8], caller: &UserId) -> Result<Self, ChatError> {
+        let f = Fields::parse(body)?;
+        match f.required_str("type")? {
+            "direct" => {
+                let peer = UserId::parse(f.required_str("peerId")?)
+                    .ok_or_else(|| invalid("field `peerId` is not a valid user id"))?;
+                if &peer == caller {
+                    return Err(invalid("field `peerId` must not be the caller"));
+                }
+                Ok(CreateConversation::Direct { peer })
+            }
+            "group" => {
+                let title = f.required_str("title")?;
+                let chars = title.chars().count();
+                if chars == 0 || chars > MAX_TITLE_CHARS {
+                    return Err(invalid(format!(
+                        "field `title` must be 1-{MAX_TITLE_CHARS} characters"
+                    )));
+                }
+                let mut members = f.user_ids("memberIds", false)?;
+                members.retain(|m| m != caller);
+                if members.len() + 1 > MAX_MEMBERS {
+                    return Err(ChatError::Conflict(format!(
+                        "a group has at most {MAX_MEMBERS} members"
+                    )));
+                }
+                let client_request_id = f
+                    .optional_str("clientRequestId")?
+                    .map(|s| parse_uuid("clientRequestId", s))
+                    .transpose()?;
+                Ok(CreateConversation::Group {
+                    title: title.to_owned(),
+                    members,
+                    client_request_id,
+                })
+            }
+            _ => Err(invalid("field `type` must be \"direct\" or \"group\"")),
+        }
+    }
+}
+
+pub fn parse_add_members(body: &[u8]) -> Result<Vec<UserId>, ChatError> {
+    let ids = Fields::parse(body)?.user_ids("userIds", true)?;
+    if ids.is_empty() {
+        return Err(invalid("field `userIds` must not be empty"));
+    }
+    if ids.len() > MAX_MEMBERS {
+        return Err(ChatError::Conflict(format!(
+            "a group has at most {MAX_MEMBERS} members"
+        )));
+    }
+    Ok(ids)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendMessage {
+    /// As the client wrote it (returned unchanged).
+    pub client_msg_id: String,
+    /// Lower-case form: the idempotency key.
+    pub client_msg_key: String,
+    pub body: String,
+}
+
+impl SendMessage {
+    pub fn parse(body: &[u8]) -> Result<Self, ChatError> {
+        let f = Fields::parse(body)?;
+        let client_msg_id = f.required_str("clientMsgId")?;
+        let client_msg_key = parse_uuid("clientMsgId", client_msg_id)?;
+        let text = f.required_str("body")?;
+        if text.is_empty() {
+            return Err(invalid("field `body` must not be empty"));
+        }
+        if text.len() > MAX_MESSAGE_BYTES || text.chars().count() > MAX_MESSAGE_CHARS {
+            return Err(ChatError::PayloadTooLarge(format!(
+                "field `body` is limited to {MAX_MESSAGE_CHARS} characters and {MAX_MESSAGE_BYTES} bytes of UTF-8"
+            )));
+        }
+        Ok(SendMessage {
+            client_msg_id: client_msg_id.to_owned(),
+            client_msg_key,
+            body: text.to_owned(),
+        })
+    }
+}
+
+pub fn parse_mark_read(body: &[u8]) -> Result<u64, ChatError> {
+    Fields::parse(body)?.required_seq("seq")
+}
+
+/// Query-string access, first value wins.
+pub trait QueryParams {
+    fn first(&self, name: &str) -> Option<&str>;
+}
+
+fn seq_param(q: &dyn QueryParams, name: &str) -> Result<Option<u64>, ChatError> {
+    match q.first(name) {
+        None => Ok(None),
+        Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| invalid(format!("query parameter `{name}` is too large"))),
+        Some(_) => Err(invalid(format!(
+            "query parameter `{name}` must be a non-negative integer"
+        ))),
+    }
+}
+
+pub fn page_limit(q: &dyn QueryParams, default: u32) -> Result<u32, ChatError> {
+    match q.first("limit") {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE_LIMIT).contains(l))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "query parameter `limit` must be an integer from 1 to {MAX_PAGE_LIMIT}"
+                ))
+            }),
+    }
+}
+
+/// Where a history page starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryCursor {
+    Newest,
+    Before(u64),
+    After(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryQuery {
+    pub cursor: HistoryCursor,
+    pub limit: u32,
+}
+
+impl HistoryQuery {
+    pub fn parse(q: &dyn QueryParams) -> Result<Self, ChatError> {
+        let cursor = match (seq_param(q, "beforeSeq")?, seq_param(q, "afterSeq")?) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "query parameters `beforeSeq` and `afterSeq` cannot be combined",
+                ))
+            }
+            (Some(b), None) => HistoryCursor::Before(b),
+            (None, Some(a)) => HistoryCursor::After(a),
+            (None, None) => HistoryCursor::Newest,
+        };
+        Ok(HistoryQuery {
+            cursor,
+            limit: page_limit(q, DEFAULT_HISTORY_LIMIT)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    impl QueryParams for HashMap<&str, &str> {
+        fn first(&self, name: &str) -> Option<&str> {
+            self.get(name).copied()
+        }
+    }
+
+    fn caller() -> UserId {
+        UserId::parse("u1").unwrap()
+    }
+
+    fn err_msg<T: std::fmt::Debug>(r: Result<T, ChatError>) -> (u16, String) {
+        let e = r.unwrap_err();
+        (e.status(), e.to_string())
+    }
+
+    #[test]
+    fn send_message_bounds() {
+        let id = "6f1c2a1e-98c1-4d6b-9a51-0e4b7c1d2e3f";
+        let ok = |body: &str| {
+            SendMessage::parse(
+                serde_json::json!({"clientMsgId": id, "body": body})
+                    .to_string()
+                    .as_bytes(),
+            )
+        };
+        assert!(ok(&"x".repeat(4000)).is_ok());
+        assert_eq!(ok(&"x".repeat(4001)).unwrap_err().status(), 413);
+        // 4,000 four-byte characters are 16,000 bytes: within both limits.
+        assert!(ok(&"😀".repeat(4000)).is_ok());
+        // (Characters are at most 4 bytes, so 4,000 of them never pass 16 KiB: both limits hold.)
+        assert_eq!(ok(&"日".repeat(4001)).unwrap_err().status(), 413);
+        assert_eq!(ok("").unwrap_err().status(), 400);
+        assert_eq!(ok(" \n<script>").unwrap().body, " \n<script>");
+    }
+
+    #[test]
+    fn send_message_fields_named() {
+        let (s, m) = err_msg(SendMessage::parse(br#"{"clientMsgId":"nope","body":"x"}"#));
+        assert_eq!(s, 400);
+        assert!(m.contains("clientMsgId"), "{m}");
+        let (_, m) = err_msg(SendMessage::parse(
+            br#"{"clientMsgId":"6f1c2a1e-98c1-4d6b-9a51-0e4b7c1d2e3f","body":5}"#,
+        ));
+        assert!(m.contains("body"), "{m}");
+        let (_, m) = err_msg(SendMessage::parse(br#"{"body":"x"}"#));
+        assert!(m.contains("clientMsgId"), "{m}");
+        assert_eq!(err_msg(SendMessage::parse(b"")).0, 400);
+        assert_eq!(err_msg(SendMessage::parse(b"{not json")).0, 400);
+        assert_eq!(err_msg(SendMessage::parse(b"[1]")).0, 400);
+        let upper = SendMessage::parse(
+            br#"{"clientMsgId":"6F1C2A1E-98C1-4D6B-9A51-0E4B7C1D2E3F","body":"x"}"#,
+        )
+        .unwrap();
+        assert_eq!(upper.client_msg_key, "6f1c2a1e-98c1-4d6b-9a51-0e4b7c1d2e3f");
+        assert_eq!(upper.client_msg_id, "6F1C2A1E-98C1-4D6B-9A51-0E4B7C1D2E3F");
+        // Simple (unhyphenated) form is not the canonical UUID text.
+        assert_eq!(
+            err_msg(SendMessage::parse(
+                br#"{"clientMsgId":"6f1c2a1e98c14d6b9a510e4b7c1d2e3f","body":"x"}"#
+            ))
+            .0,
+            400
+        );
+    }
+
+    #[test]
+    fn request_body_limit() {
+        let big = format!(r#"{{"seq":1,"pad":"{}"}}"#, "x".repeat(MAX_REQUEST_BYTES));
+        assert_eq!(err_msg(parse_mark_read(big.as_bytes())).0, 413);
+    }
+
+    #[test]
+    fn mark_read_seq() {
+        assert_eq!(parse_mark_read(br#"{"seq":120}"#).unwrap(), 120);
+        for bad in [
+            r#"{"seq":-1}"#,
+            r#"{"seq":1.5}"#,
+            r#"{"seq":"3"}"#,
+            r#"{}"#,
+            r#"{"seq":null}"#,
+        ] {
+            let (s, m) = err_msg(parse_mark_read(bad.as_bytes()));
+            assert_eq!(s, 400, "{bad}");
+            assert!(m.contains("seq"), "{m}");
+        }
+    }
+
+    #[test]
+    fn create_conversation() {
+        let c = caller();
+        assert_eq!(
+            CreateConversation::parse(br#"{"type":"direct","peerId":"u2"}"#, &c).unwrap(),
+            CreateConversation::Direct {
+                peer: UserId::parse("u2").unwrap()
+            }
+        );
+        assert_eq!(
+            err_msg(CreateConversation::parse(
+                br#"{"type":"direct","peerId":"u1"}"#,
+                &c
+            ))
+            .0,
+            400
+        );
+        assert_eq!(
+            err_msg(CreateConversation::parse(
+                br#"{"type":"direct","peerId":"a b"}"#,
+                &c
+            ))
+            .0,
+            400
+        );
+        assert_eq!(
+            err_msg(CreateConversation::parse(br#"{"type":"channel"}"#, &c)).0,
+            400
+        );
+        let g = CreateConversation::parse(
+            br#"{"type":"group","title":"T","memberIds":["u2","u1","u2"]}"#,
+            &c,
+        )
+        .unwrap();
+        let CreateConversation::Group { members, .. } = g else {
+            panic!()
+        };
+        assert_eq!(members, vec![UserId::parse("u2").unwrap()]);
+        let long = format!(
+            r#"{{"type":"group","title":"{}","memberIds":[]}}"#,
+            "t".repeat(201)
+        );
+        assert_eq!(
+            err_msg(CreateConversation::parse(long.as_bytes(), &c)).0,
+            400
+        );
+        assert_eq!(
+            err_msg(CreateConversation::parse(
+                br#"{"type":"group","title":"","memberIds":[]}"#,
+                &c
+            ))
+            .0,
+            400
+        );
+        let ids: Vec<String> = (0..1000).map(|i| format!("m{i}")).collect();
+        let too_many = serde_json::json!({"type":"group","title":"T","memberIds": ids}).to_string();
+        assert_eq!(
+            err_msg(CreateConversation::parse(too_many.as_bytes(), &c)).0,
+            409
+        );
+        let ids: Vec<String> = (0..999).map(|i| format!("m{i}")).collect();
+        let max = serde_json::json!({"type":"group","title":"T","memberIds": ids}).to_string();
+        assert!(CreateConversation::parse(max.as_bytes(), &c).is_ok());
+    }
+
+    #[test]
+    fn history_query() {
+        let q = |pairs: &[(&'static str, &'static str)]| {
+            HistoryQuery::parse(&pairs.iter().copied().collect::<HashMap<_, _>>())
+        };
+        assert_eq!(
+            q(&[]).unwrap(),
+            HistoryQuery {
+                cursor: HistoryCursor::Newest,
+                limit: 50
+            }
+        );
+        assert_eq!(
+            q(&[("beforeSeq", "10"), ("limit", "5")]).unwrap().cursor,
+            HistoryCursor::Before(10)
+        );
+        assert_eq!(
+            q(&[("afterSeq", "0")]).unwrap().cursor,
+            HistoryCursor::After(0)
+        );
+        for bad in [
+            vec![("beforeSeq", "1"), ("afterSeq", "2")],
+            vec![("beforeSeq", "-1")],
+            vec![("afterSeq", "x")],
+            vec![("limit", "0")],
+            vec![("limit", "101")],
+            vec![("limit", "")],
+        ] {
+            assert_eq!(q(&bad).unwrap_err().status(), 400, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Conversations and membership: create (direct, group), get, add and remove members.
+
+use std::collections::HashSet;
+
+use super::attrs::{get_s, n, s, Item};
+use super::{reason_failed, sdk_error, tx, ChatStore, ConversationItem, MemberItem, TxOutcome};
+use crate::domain::{
+    direct_conversation_id, group_conversation_id, group_fingerprint, is_conversation_id,
+};
+use crate::error::ChatError;
+use crate::identity::UserId;
+use crate::keys;
+use crate::model::{Conversation, ConversationType};
+use crate::requests::MAX_MEMBERS;
+use crate::retry::{pause, MAX_ATTEMPTS};
+
+/// Member items per transaction next to the conversation item (TransactWriteItems takes 100).
+const MEMBERS_PER_TX: usize = 99;
+
+fn members_change(kind: &str, user_ids: &[&str]) -> aws_sdk_dynamodb::types::AttributeValue {
+    aws_sdk_dynamodb::types::AttributeValue::M(Item::from([
+        ("kind".to_owned(), s(kind)),
+        (
+            "userIds".to_owned(),
+            super::attrs::list_s(user_ids.iter().copied()),
+        ),
+    ]))
+}
+
+fn new_member_item(conversation_id: &str, user: &str, last_read_seq: u64, now: &str) -> Item {
+    let mut item = ChatStore::key(
+        keys::conversation_pk(conversation_id),
+        keys::member_sk(user),
+    );
+    item.insert(keys::MEMBER_INDEX_KEY.into(), s(user));
+    item.insert("conversationId".into(), s(conversation_id));
+    item.insert("lastReadSeq".into(), n(last_read_seq));
+    item.insert("joinedAt".into(), s(now));
+    item
+}
+
+impl ChatStore {
+    pub(super) fn conversation_key(&self, id: &str) -> Item {
+        Self::key(keys::conversation_pk(id), keys::CONVERSATION_SK)
+    }
+
+    pub(super) fn member_key(&self, id: &str, user: &str) -> Item {
+        Self::key(keys::conversation_pk(id), keys::member_sk(user))
+    }
+
+    /// Runs one transaction, retrying while it loses to concurrent transactions.
+    async fn transact_retrying(
+        &self,
+        parts: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    ) -> Result<TxOutcome, ChatError> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            pause(attempt).await;
+            match self.transact(parts.clone()).await? {
+                TxOutcome::Contended => continue,
+                done => return Ok(done),
+            }
+        }
+        Err(ChatError::Throttled)
+    }
+
+    /// A conversation and all its members. DynamoDB: 1 strongly consistent Query (`sk BETWEEN
+    /// "C" AND "M$"`), more pages only past 1 MB (several hundred members).
+    pub async fn load_conversation(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ConversationItem, Vec<MemberItem>)>, ChatError> {
+        if !is_conversation_id(id) {
+            return Ok(None);
+        }
+        let mut conversation = None;
+        let mut members = Vec::new();
+        let mut start = None;
+        loop {
+            let resp = self
+                .db
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :c AND :m")
+                .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
+                .expression_attribute_values(":c", s(keys::CONVERSATION_SK))
+                .expression_attribute_values(":m", s(keys::MEMBERS_END_SK))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| sdk_error("Query", e))?;
+            for item in resp.items() {
+                if get_s(item, keys::SK) == Some(keys::CONVERSATION_SK) {
+                    conversation = Some(ConversationItem::from_item(item)?);
+                } else {
+                    members.push(MemberItem::from_item(item)?);
+                }
+            }
+            match resp.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(conversation.map(|c| (c, members)))
+    }
+
+    /// `GET /conversations/{id}`: 1 Query.
+    pub async fn get_conversation(
+        &self,
+        caller: &UserId,
+        id: &str,
+    ) -> Result<Conversation, ChatError> {
+        let (conversation, members) = self
+            .load_conversation(id)
+            .await?
+            .ok_or(ChatError::NotFound)?;
+        if !members.iter().any(|m| m.user_id == caller.as_str()) {
+            return Err(ChatError::NotFound);
+        }
+        Ok(conversation.to_conversation(members.into_iter().map(|m| m.user_id).collect()))
+    }
+
+    /// `POST /conversations` (direct). The id is derived from the pair and the conversation item is
+    /// put only if absent, so simultaneous creations make one conversation. Returns `(conversation,
+    /// created)`. DynamoDB: 1 TransactWriteItems (+1 Query when it already exists).
+    pub async fn create_direct(
+        &self,
+        caller: &UserId,
+        peer: &UserId,
+    ) -> Result<(Conversation, bool), ChatError> {
+        let id = direct_conversation_id(caller, peer);
+        let now = crate::time::now_rfc3339();
+        let mut pair = vec![caller.to_string(), peer.to_string()];
+        pair.sort();
+        let conversation = ConversationItem {
+            conversation_id: id.clone(),
+            kind: ConversationType::Direct,
+            title: None,
+            owner_id: None,
+            direct_members: pair.clone(),
+            member_count: 2,
+            last_seq: 0,
+            created_at: now.clone(),
+            last_message_at: None,
+            last_message: None,
+            members_version: 0,
+            members_change: None,
+        };
+        let mut parts = vec![tx::put(
+            &self.table,
+            conversation.to_item(),
+            Some("attribute_not_exists(pk)"),
+            &[],
+        )?];
+        for user in &pair {
+            parts.push(tx::put(
+                &self.table,
+                new_member_item(&id, user, 0, &now),
+                None,
+                &[],
+            )?);
+        }
+        match self.transact_retrying(parts).await? {
+            TxOutcome::Committed => Ok((conversation.to_conversation(pair), true)),
+            TxOutcome::Cancelled(r) if reason_failed(&r, 0).is_some() => {
+                Ok((self.get_conversation(caller, &id).await?, false))
+            }
+            _ => Err(ChatError::internal(
+                "direct conversation creation was cancelled",
+            )),
+        }
+    }
+
+    /// `POST /conversations` (group). Members are written first, in transactions of 99 that each
+    /// check the conversation item is still absent; the conversation item, put last, is the commit
+    /// point (until then nothing of the group is visible). A retry with the same `clientRequestId`
+    /// lands on the same id and returns the existing group. DynamoDB: ⌈members/99⌉
+    /// TransactWriteItems (1 for groups under 99), +1 Query when it already exists.
+    pub async fn create_group(
+        &self,
+        caller: &UserId,
+        title: &str,
+        others: &[UserId],
+        client_request_id: Option<&str>,
+    ) -> Result<(Conversation, bool), ChatError> {
+        let id = group_conversation_id(caller, client_request_id);
+        let mut all: Vec<UserId> = Vec::with_capacity(others.len() + 1);
+        all.push(caller.clone());
+        all.extend(others.iter().filter(|u| *u != caller).cloned());
+        if all.len() > MAX_MEMBERS {
+            return Err(ChatError::Conflict(format!(
+                "a group has at most {MAX_MEMBERS} members"
+            )));
+        }
+        let fingerprint = group_fingerprint(title, &all);
+        let now = crate::time::now_rfc3339();
+        let conversation = ConversationItem {
+            conversation_id: id.clone(),
+            kind: ConversationType::Group,
+            title: Some(title.to_owned()),
+            owner_id: Some(caller.to_string()),
+            direct_members: vec![],
+            member_count: all.len() as u32,
+            last_seq: 0,
+            created_at: now.clone(),
+            last_message_at: None,
+            last_message: None,
+            members_version: 0,
+            members_change: None,
+        };
+        let chunks: Vec<&[UserId]> = all.chunks(MEMBERS_PER_TX).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let absent = "attribute_not_exists(pk)";
+            let mut parts = vec![if i + 1 == chunks.len() {
+                tx::put(&self.table, conversation.to_item(), Some(absent), &[])?
+            } else {
+                tx::check(&self.table, self.conversation_key(&id), absent, &[])?
+            }];
+            for user in chunk.iter() {
+                // Same request id + same content = the same group: writing its members again is
+                // harmless; different content under the same request id is a conflict.
+                parts.push(tx::update(
+                    &self.table,
+                    self.member_key(&id, user.as_str()),
+                    "SET memberId = :u, conversationId = :c, lastReadSeq = if_not_exists(lastReadSeq, :zero), \
+                     joinedAt = if_not_exists(joinedAt, :now), createFp = :fp",
+                    Some("attribute_not_exists(pk) OR createFp = :fp"),
+                    &[
+                        (":u", s(user.as_str())),
+                        (":c", s(&id)),
+                        (":zero", n(0)),
+                        (":now", s(&now)),
+                        (":fp", s(&fingerprint)),
+                    ],
+                )?);
+            }
+            match self.transact_retrying(parts).await? {
+                TxOutcome::Committed => {}
+                TxOutcome::Cancelled(r) if reason_failed(&r, 0).is_some() => {
+                    return Ok((self.get_conversation(caller, &id).await?, false));
+                }
+                _ => {
+                    return Err(ChatError::Conflict(
+                        "clientRequestId was already used for a different group".into(),
+                    ))
+                }
+            }
+        }
+        let mut ids: Vec<String> = all.iter().map(|u| u.to_string()).collect();
+        ids.sort();
+        Ok((conversation.to_conversation(ids), true))
+    }
+
+    /// `POST /conversations/{id}/members`. Each transaction of up to 99 new members raises
+    /// `memberCount` on condition that it and `lastSeq` are what was read, so the 1,000 bound holds
+    /// under concurrent adds and each new member starts exactly at `lastSeq`. DynamoDB per round:
+    /// 1 Query + 1 TransactWriteItems.
+    pub async fn add_members(
+        &self,
+        caller: &UserId,
+        id: &str,
+        users: &[UserId],
+    ) -> Result<Conversation, ChatError> {
+        let mut losses = 0;
+        loop {
+            let (conversation, members) = self
+                .load_conversation(id)
+                .await?
+                .ok_or(ChatError::NotFound)?;
+            if !members.iter().any(|m| m.user_id == caller.as_str()) {
+                return Err(ChatError::NotFound);
+            }
+            if conversation.kind == ConversationType::Direct {
+                return Err(ChatError::Conflict(
+                    "members of a direct conversation cannot change".into(),
+                ));
+            }
+            let existing: HashSet<&str> = members.iter().map(|m| m.user_id.as_str()).collect();
+            let new: Vec<&str> = users
+                .iter()
+                .map(UserId::as_str)
+                .filter(|u| !existing.contains(u))
+                .collect();
+            let mut ids: Vec<String> = existing.iter().map(|u| u.to_string()).collect();
+            if new.is_empty() {
+                ids.sort();
+                return Ok(conversation.to_conversation(ids));
+            }
+            if members.len() + new.len() > MAX_MEMBERS {
+                return Err(ChatError::Conflict(format!(
+                    "a group has at most {MAX_MEMBERS} members"
+                )));
+            }
+            let chunk = &new[..new.len().min(MEMBERS_PER_TX)];
+            let now = crate::time::now_rfc3339();
+            let mut parts = vec![tx::update(
+                &self.table,
+                self.conversation_key(id),
+                "SET memberCount = memberCount + :k, membersVersion = membersVersion + :one, membersChange = :change",
+                Some("lastSeq = :seen AND memberCount = :count"),
+                &[
+                    (":k", n(chunk.len() as u64)),
+                    (":one", n(1)),
+                    (":change", members_change("added", chunk)),
+                    (":seen", n(conversation.last_seq)),
+                    (":count", n(members.len() as u64)),
+                ],
+            )?];
+            for user in chunk {
+                parts.push(tx::put(
+                    &self.table,
+                    new_member_item(id, user, conversation.last_seq, &now),
+                    Some("attribute_not_exists(pk)"),
+                    &[],
+                )?);
+            }
+            match self.transact(parts).await? {
+                TxOutcome::Committed if chunk.len() == new.len() => {
+                    ids.extend(chunk.iter().map(|u| u.to_string()));
+                    ids.sort();
+                    let mut done = conversation.to_conversation(ids);
+                    done.member_count = (members.len() + chunk.len()) as u32;
+                    return Ok(done);
+                }
+                TxOutcome::Committed => continue,
+                // Lost to a send, another add or a removal: read again and retry.
+                TxOutcome::Cancelled(_) | TxOutcome::Contended => {
+                    losses += 1;
+                    if losses >= MAX_ATTEMPTS {
+                        return Err(ChatError::Throttled);
+                    }
+                    pause(losses + 1).await;
+                }
+            }
+        }
+    }
+
+    /// `DELETE /conversations/{id}/members/{userId}`: a member may remove itself, the owner anyone.
+    /// DynamoDB: 1 BatchGetItem (conversation, caller, target) + 1 TransactWriteItems.
+    pub async fn remove_member(
+        &self,
+        caller: &UserId,
+        id: &str,
+        target: &str,
+    ) -> Result<(), ChatError> {
+        if !is_conversation_id(id) {
+            return Err(ChatError::NotFound);
+        }
+        let mut keys = vec![
+            self.conversation_key(id),
+            self.member_key(id, caller.as_str()),
+        ];
+        if target != caller.as_str() {
+            // BatchGetItem refuses duplicate keys.
+            keys.push(self.member_key(id, target));
+        }
+        let found = self.batch_get(keys, true).await?;
+        let by_sk = |sk: &str| found.iter().find(|i| get_s(i, keys::SK) == Some(sk));
+        let conversation = by_sk(keys::CONVERSATION_SK)
+            .map(ConversationItem::from_item)
+            .transpose()?
+            .ok_or(ChatError::NotFound)?;
+        if by_sk(&keys::member_sk(caller.as_str())).is_none() {
+            return Err(ChatError::NotFound);
+        }
+        if conversation.kind == ConversationType::Direct {
+            return Err(ChatError::Conflict(
+                "members of a direct conversation cannot change".into(),
+            ));
+        }
+        if target != caller.as_str() && conversation.owner_id.as_deref() != Some(caller.as_str()) {
+            return Err(ChatError::Forbidden(
+                "only the group's owner may remove other members".into(),
+            ));
+        }
+        if by_sk(&keys::member_sk(target)).is_none() {
+            return Err(ChatError::NotFound);
+        }
+        let parts = vec![
+            tx::delete(&self.table, self.member_key(id, target), "attribute_exists(pk)")?,
+            tx::update(
+                &self.table,
+                self.conversation_key(id),
+                "SET memberCount = memberCount - :one, membersVersion = membersVersion + :one, membersChange = :change",
+                Some("attribute_exists(pk)"),
+                &[(":one", n(1)), (":change", members_change("removed", &[target]))],
+            )?,
+        ];
+        match self.transact_retrying(parts).await? {
+            TxOutcome::Committed => Ok(()),
+            // Removed meanwhile by someone else.
+            _ => Err(ChatError::NotFound),
+        }
+    }
+}

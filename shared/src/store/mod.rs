@@ -1,0 +1,177 @@
+//! DynamoDB storage of the chat (docs/data-model.md): one module per concern, each operation
+//! commented with the DynamoDB calls it makes.
+
+mod attrs;
+mod conversations;
+mod inbox;
+mod items;
+mod messages;
+mod reads;
+mod tx;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem};
+use aws_sdk_dynamodb::Client;
+use std::collections::HashMap;
+
+use crate::error::ChatError;
+use crate::keys;
+
+pub use attrs::Item;
+pub use items::{ConversationItem, MemberItem};
+
+/// The chat table, reached through one DynamoDB client built at init.
+#[derive(Clone, Debug)]
+pub struct ChatStore {
+    db: Client,
+    table: String,
+}
+
+/// Result of a TransactWriteItems: committed, or cancelled with one reason per item (in request
+/// order), or lost to a concurrent transaction.
+enum TxOutcome {
+    Committed,
+    Cancelled(Vec<CancelReason>),
+    Contended,
+}
+
+struct CancelReason {
+    code: Option<String>,
+    /// The item as it was, where ReturnValuesOnConditionCheckFailure = ALL_OLD asked for it.
+    item: Option<Item>,
+}
+
+impl CancelReason {
+    fn failed_condition(&self) -> bool {
+        self.code.as_deref() == Some("ConditionalCheckFailed")
+    }
+}
+
+fn reason_failed(reasons: &[CancelReason], i: usize) -> Option<&CancelReason> {
+    reasons.get(i).filter(|r| r.failed_condition())
+}
+
+const THROTTLING: [&str; 5] = [
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "ThrottlingException",
+    "TransactionInProgressException",
+    "TransactionConflictException",
+];
+
+/// Maps an SDK error: throttling to `Throttled`, the rest to `Internal` (logged, not shown).
+fn sdk_error<E, R>(op: &str, err: SdkError<E, R>) -> ChatError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let code = err.code().unwrap_or_default().to_owned();
+    if THROTTLING.contains(&code.as_str()) {
+        return ChatError::Throttled;
+    }
+    let detail = aws_sdk_dynamodb::error::DisplayErrorContext(&err).to_string();
+    tracing::error!(op, code, detail, "dynamodb call failed");
+    ChatError::internal(format!("{op}: {detail}"))
+}
+
+impl ChatStore {
+    pub fn new(db: Client, table: impl Into<String>) -> Self {
+        ChatStore {
+            db,
+            table: table.into(),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.db
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn key(pk: String, sk: impl Into<String>) -> Item {
+        HashMap::from([
+            (keys::PK.to_owned(), AttributeValue::S(pk)),
+            (keys::SK.to_owned(), AttributeValue::S(sk.into())),
+        ])
+    }
+
+    /// One TransactWriteItems call.
+    async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<TxOutcome, ChatError> {
+        match self
+            .db
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(TxOutcome::Committed),
+            Err(err) => {
+                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError as E;
+                match err.as_service_error() {
+                    Some(E::TransactionCanceledException(e)) => {
+                        let reasons: Vec<CancelReason> = e
+                            .cancellation_reasons()
+                            .iter()
+                            .map(|r| CancelReason {
+                                code: r.code().map(str::to_owned),
+                                item: r.item().cloned(),
+                            })
+                            .collect();
+                        let contended = reasons.iter().any(|r| {
+                            matches!(
+                                r.code.as_deref(),
+                                Some("TransactionConflict" | "ThrottlingError")
+                            )
+                        });
+                        Ok(if contended {
+                            TxOutcome::Contended
+                        } else {
+                            TxOutcome::Cancelled(reasons)
+                        })
+                    }
+                    Some(E::TransactionInProgressException(_)) => Ok(TxOutcome::Contended),
+                    _ => Err(sdk_error("TransactWriteItems", err)),
+                }
+            }
+        }
+    }
+
+    /// Strongly consistent BatchGetItem of up to 100 keys, retrying unprocessed keys.
+    async fn batch_get(&self, keys: Vec<Item>, consistent: bool) -> Result<Vec<Item>, ChatError> {
+        let mut out = Vec::with_capacity(keys.len());
+        let mut pending = keys;
+        for attempt in 1..=crate::retry::MAX_ATTEMPTS {
+            if pending.is_empty() {
+                return Ok(out);
+            }
+            crate::retry::pause(attempt).await;
+            let request = KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut pending)))
+                .consistent_read(consistent)
+                .build()
+                .map_err(ChatError::internal)?;
+            let resp = self
+                .db
+                .batch_get_item()
+                .request_items(&self.table, request)
+                .send()
+                .await
+                .map_err(|e| sdk_error("BatchGetItem", e))?;
+            if let Some(mut found) = resp.responses {
+                out.extend(found.remove(&self.table).unwrap_or_default());
+            }
+            if let Some(mut unprocessed) = resp.unprocessed_keys {
+                if let Some(left) = unprocessed.remove(&self.table) {
+                    pending = left.keys;
+                }
+            }
+        }
+        if pending.is_empty() {
+            Ok(out)
+        } else {
+            Err(ChatError::Throttled)
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Wall-clock times: display only (`seq` is the order), RFC 3339 UTC with milliseconds.
+
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+pub fn now() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
+}
+
+/// `2026-11-30T03:44:07.123Z`: fixed width, so the strings also sort by time.
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+pub fn now_rfc3339() -> String {
+    rfc3339(now())
+}
+
+pub fn unix_seconds(t: OffsetDateTime) -> i64 {
+    t.unix_timestamp()
+}
+
+pub fn parse_rfc3339(s: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(s, &Rfc3339).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_fixed_width_utc() {
+        let t = OffsetDateTime::from_unix_timestamp_nanos(1_764_474_247_123_456_789).unwrap();
+        let s = rfc3339(t);
+        assert_eq!(s, "2025-11-30T03:44:07.123Z");
+        assert_eq!(
+            parse_rfc3339(&s).unwrap().unix_timestamp(),
+            t.unix_timestamp()
+        );
+    }
+}

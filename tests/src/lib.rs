@@ -1,0 +1,353 @@
+//! Test harness: starts our DynamoDB/Kinesis emulator (infra/moto_server.py, tables created from
+//! template.yaml) once per test binary, or uses `DYNAMODB_ENDPOINT` when set, and calls the real
+//! function handlers with API Gateway v2 (HTTP API) events routed like `cargo lambda watch` does.
+
+pub mod server;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use chat_shared::http::App;
+use chat_shared::identity::{mint_hs256, Authenticator};
+use chat_shared::{ChatStore, Config};
+use serde_json::{json, Value};
+
+pub const TEST_SECRET: &str = "test-secret";
+
+/// Counts DynamoDB round trips (HTTP requests, retries included) by operation name.
+#[derive(Debug, Default)]
+pub struct CallLog {
+    total: AtomicUsize,
+    names: Mutex<Vec<String>>,
+}
+
+impl CallLog {
+    pub fn take(&self) -> Vec<String> {
+        self.total.store(0, Ordering::SeqCst);
+        std::mem::take(&mut *self.names.lock().unwrap())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Counter(Arc<CallLog>);
+
+impl Intercept for Counter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    /// Every HTTP attempt, named by its `X-Amz-Target` (`DynamoDB_20120810.GetItem` → `GetItem`).
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let name = ctx
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .and_then(|t| t.rsplit('.').next())
+            .unwrap_or_default()
+            .to_owned();
+        self.0.total.fetch_add(1, Ordering::SeqCst);
+        self.0.names.lock().unwrap().push(name);
+        Ok(())
+    }
+}
+
+/// The functions of the HTTP API, by the names the router and template.yaml use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Function {
+    Conversations,
+    Send,
+    History,
+    Read,
+    Reads,
+    Inbox,
+}
+
+impl Function {
+    pub fn by_name(name: &str) -> Option<Function> {
+        Some(match name {
+            "conversations" => Function::Conversations,
+            "send" => Function::Send,
+            "history" => Function::History,
+            "read" => Function::Read,
+            "reads" => Function::Reads,
+            "inbox" => Function::Inbox,
+            _ => return None,
+        })
+    }
+}
+
+/// `(method, path template, function)` from `[workspace.metadata.lambda.watch.router]`.
+pub fn router() -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(server::workspace_root().join("Cargo.toml")).unwrap();
+    let doc: toml::Value = toml::from_str(&text).unwrap();
+    let routes = doc["workspace"]["metadata"]["lambda"]["watch"]["router"]
+        .as_table()
+        .unwrap();
+    let mut out = Vec::new();
+    for (path, targets) in routes {
+        for t in targets.as_array().unwrap() {
+            out.push((
+                t["method"].as_str().unwrap().to_owned(),
+                path.clone(),
+                t["function"].as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    out
+}
+
+fn match_route(template: &str, path: &str) -> Option<HashMap<String, String>> {
+    let t: Vec<&str> = template.trim_matches('/').split('/').collect();
+    let p: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if t.len() != p.len() {
+        return None;
+    }
+    let mut params = HashMap::new();
+    for (a, b) in t.iter().zip(&p) {
+        if let Some(name) = a.strip_prefix('{').and_then(|n| n.strip_suffix('}')) {
+            params.insert(name.to_owned(), decode(b));
+        } else if a != b {
+            return None;
+        }
+    }
+    Some(params)
+}
+
+fn decode(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap_or(b'?'));
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub body: Value,
+    pub headers: HashMap<String, String>,
+}
+
+impl Resp {
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+/// The handlers over a store on the test server, with call counting.
+pub struct TestApp {
+    pub app: App,
+    pub calls: Arc<CallLog>,
+    routes: Vec<(String, String, String)>,
+}
+
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+pub fn new_uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+pub fn token(user: &str) -> String {
+    mint_hs256(user, 4_000_000_000, TEST_SECRET.as_bytes())
+}
+
+impl TestApp {
+    pub async fn new() -> TestApp {
+        Self::with_auth(Authenticator::LocalHs256 {
+            secret: TEST_SECRET.as_bytes().to_vec(),
+        })
+        .await
+    }
+
+    pub async fn with_auth(auth: Authenticator) -> TestApp {
+        let endpoint = server::dynamodb_endpoint();
+        let config = Config {
+            dynamodb_endpoint: Some(endpoint.clone()),
+            ..Config::from_env().unwrap()
+        };
+        let sdk = config.sdk_config().await;
+        let calls = Arc::new(CallLog::default());
+        let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .endpoint_url(endpoint)
+            .interceptor(Counter(calls.clone()))
+            .build();
+        let store = ChatStore::new(
+            aws_sdk_dynamodb::Client::from_conf(conf),
+            config.chat_table.clone(),
+        );
+        TestApp {
+            app: App { store, auth },
+            calls,
+            routes: router(),
+        }
+    }
+
+    /// An API Gateway v2 event as the HTTP API (or `cargo lambda watch`) sends it.
+    pub fn event(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        user: Option<&str>,
+        body: Option<&str>,
+    ) -> (Value, Option<Function>) {
+        let (path, query) = path_and_query
+            .split_once('?')
+            .unwrap_or((path_and_query, ""));
+        let mut headers = json!({"content-type": "application/json", "host": "localhost"});
+        if let Some(u) = user {
+            headers["authorization"] = json!(format!("Bearer {}", token(u)));
+        }
+        let mut qs = serde_json::Map::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            qs.entry(decode(k)).or_insert(json!(decode(v)));
+        }
+        let mut function = None;
+        let mut path_params = HashMap::new();
+        let mut route_key = "$default".to_owned();
+        for (m, template, f) in &self.routes {
+            if m.eq_ignore_ascii_case(method) {
+                if let Some(p) = match_route(template, path) {
+                    function = Function::by_name(f);
+                    path_params = p;
+                    route_key = format!("{m} {template}");
+                }
+            }
+        }
+        let event = json!({
+            "version": "2.0",
+            "routeKey": route_key,
+            "rawPath": path,
+            "rawQueryString": query,
+            "headers": headers,
+            "queryStringParameters": if qs.is_empty() { Value::Null } else { Value::Object(qs) },
+            "pathParameters": if path_params.is_empty() { Value::Null } else { json!(path_params) },
+            "requestContext": {
+                "accountId": "123456789012", "apiId": "local", "domainName": "localhost",
+                "domainPrefix": "localhost", "requestId": new_uuid(), "routeKey": route_key,
+                "stage": "$default", "time": "30/Nov/2026:00:00:00 +0000", "timeEpoch": 0,
+                "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
+                         "sourceIp": "127.0.0.1", "userAgent": "chat-tests"}
+            },
+            "body": body,
+            "isBase64Encoded": false
+        });
+        (event, function)
+    }
+
+    /// Sends one request through the routed function's real handler.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        user: Option<&str>,
+        body: Option<&str>,
+    ) -> Resp {
+        let (event, function) = self.event(method, path, user, body);
+        self.invoke(event, function).await
+    }
+
+    pub async fn invoke(&self, event: Value, function: Option<Function>) -> Resp {
+        let req =
+            lambda_http::request::from_str(&event.to_string()).expect("valid API Gateway v2 event");
+        let app = self.app.clone();
+        let resp = match function {
+            Some(Function::Conversations) => conversations_fn::handle(app, req).await,
+            Some(Function::Send) => send_fn::handle(app, req).await,
+            Some(Function::History) => history_fn::handle(app, req).await,
+            Some(Function::Read) => read_fn::handle(app, req).await,
+            Some(Function::Reads) => reads_fn::handle(app, req).await,
+            Some(Function::Inbox) => inbox_fn::handle(app, req).await,
+            // What the router answers for an unknown route.
+            None => {
+                return Resp {
+                    status: 404,
+                    body: Value::Null,
+                    headers: HashMap::new(),
+                }
+            }
+        };
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+        let bytes: &[u8] = resp.body().as_ref();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(bytes).expect("JSON response")
+        };
+        Resp {
+            status,
+            body,
+            headers,
+        }
+    }
+
+    pub async fn post(&self, path: &str, user: &str, body: Value) -> Resp {
+        self.call("POST", path, Some(user), Some(&body.to_string()))
+            .await
+    }
+
+    pub async fn get(&self, path: &str, user: &str) -> Resp {
+        self.call("GET", path, Some(user), None).await
+    }
+
+    pub async fn direct(&self, a: &str, b: &str) -> String {
+        let r = self
+            .post("/conversations", a, json!({"type": "direct", "peerId": b}))
+            .await;
+        assert!(r.status == 201 || r.status == 200, "{r:?}");
+        r.body["conversationId"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn group(&self, owner: &str, members: &[&str]) -> String {
+        let r = self
+            .post(
+                "/conversations",
+                owner,
+                json!({"type": "group", "title": "Team", "memberIds": members}),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{r:?}");
+        r.body["conversationId"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn send(&self, conversation: &str, user: &str, body: &str) -> Resp {
+        self.post(
+            &format!("/conversations/{conversation}/messages"),
+            user,
+            json!({"clientMsgId": new_uuid(), "body": body}),
+        )
+        .await
+    }
+}

@@ -1,0 +1,16 @@
+//! The REST API end to end: real handlers, real DynamoDB-API server (one per test binary).
+
+#[path = "api/auth.rs"]
+mod auth;
+#[path = "api/conversations.rs"]
+mod conversations;
+#[path = "api/inbox.rs"]
+mod inbox;
+#[path = "api/messages.rs"]
+mod messages;
+#[path = "api/non_members.rs"]
+mod non_members;
+#[path = "api/reads.rs"]
+mod reads;
+#[path = "api/round_trips.rs"]
+mod round_trips;

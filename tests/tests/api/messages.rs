@@ -1,0 +1,323 @@
+//! Sending and history: gap-free seq, idempotency, bounds, paging.
+
+use chat_tests::{new_uuid, unique, TestApp};
+use serde_json::json;
+use std::sync::Arc;
+
+#[tokio::test]
+async fn send_returns_message_and_replay_returns_the_same() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    let id = new_uuid();
+    let body = json!({"clientMsgId": id, "body": "hello"});
+    let first = t
+        .post(&format!("/conversations/{c}/messages"), &a, body.clone())
+        .await;
+    assert_eq!(first.status, 201, "{first:?}");
+    assert_eq!(first.body["seq"], 1);
+    assert_eq!(first.body["conversationId"], c.as_str());
+    assert_eq!(first.body["senderId"], a.as_str());
+    assert_eq!(first.body["clientMsgId"], id.as_str());
+    assert_eq!(first.body["body"], "hello");
+    assert!(first.body["createdAt"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(first.headers["content-type"], "application/json");
+
+    let replay = t
+        .post(&format!("/conversations/{c}/messages"), &a, body)
+        .await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(
+        replay.body, first.body,
+        "a replay returns the identical message"
+    );
+
+    let other = t
+        .post(
+            &format!("/conversations/{c}/messages"),
+            &a,
+            json!({"clientMsgId": id, "body": "changed"}),
+        )
+        .await;
+    assert_eq!((other.status, other.code()), (409, "conflict"));
+    // The peer reusing the id is a conflict too, and creates nothing.
+    let peer = t
+        .post(
+            &format!("/conversations/{c}/messages"),
+            &b,
+            json!({"clientMsgId": id, "body": "hello"}),
+        )
+        .await;
+    assert_eq!((peer.status, peer.code()), (409, "conflict"));
+
+    let next = t.send(&c, &b, "second").await;
+    assert_eq!(next.body["seq"], 2, "nothing was created by the replays");
+    let h = t.get(&format!("/conversations/{c}/messages"), &a).await;
+    assert_eq!(h.body["lastSeq"], 2);
+    assert_eq!(h.body["messages"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn sending_marks_read_for_the_sender() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    t.send(&c, &a, "one").await;
+    t.send(&c, &a, "two").await;
+    let r = t.get(&format!("/conversations/{c}/reads"), &b).await;
+    let members = r.body["members"].as_array().unwrap();
+    let of = |u: &str| {
+        members.iter().find(|m| m["userId"] == u).unwrap()["lastReadSeq"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(of(&a), 2);
+    assert_eq!(of(&b), 0);
+}
+
+#[tokio::test]
+async fn concurrent_senders_get_exactly_one_to_n() {
+    let t = Arc::new(TestApp::new().await);
+    let owner = unique("o");
+    let members: Vec<String> = (0..7).map(|i| unique(&format!("m{i}"))).collect();
+    let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+    let c = t.group(&owner, &refs).await;
+    let senders: Vec<String> = std::iter::once(owner.clone())
+        .chain(members.clone())
+        .collect();
+    const PER_SENDER: usize = 3;
+    let tasks = senders.iter().map(|s| {
+        let (t, s, c) = (t.clone(), s.clone(), c.clone());
+        tokio::spawn(async move {
+            let mut seqs = vec![];
+            for i in 0..PER_SENDER {
+                let r = t.send(&c, &s, &format!("{s} {i}")).await;
+                assert_eq!(r.status, 201, "{r:?}");
+                seqs.push(r.body["seq"].as_u64().unwrap());
+            }
+            seqs
+        })
+    });
+    let mut all: Vec<u64> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect();
+    all.sort();
+    let n = (senders.len() * PER_SENDER) as u64;
+    assert_eq!(all, (1..=n).collect::<Vec<_>>(), "gap-free, no duplicates");
+    let h = t
+        .get(&format!("/conversations/{c}/messages?limit=100"), &owner)
+        .await;
+    let seqs: Vec<u64> = h.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=n).collect::<Vec<_>>(),
+        "history holds every message once, in order"
+    );
+    assert_eq!(h.body["lastSeq"], n);
+}
+
+#[tokio::test]
+async fn concurrent_replays_create_one_message() {
+    let t = Arc::new(TestApp::new().await);
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    t.send(&c, &b, "before").await;
+    let body = json!({"clientMsgId": new_uuid(), "body": "once"});
+    let tasks = (0..10).map(|_| {
+        let (t, a, c, body) = (t.clone(), a.clone(), c.clone(), body.clone());
+        tokio::spawn(async move {
+            t.post(&format!("/conversations/{c}/messages"), &a, body)
+                .await
+        })
+    });
+    let results: Vec<_> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(results.iter().all(|r| r.body["seq"] == 2), "{results:?}");
+    assert_eq!(results.iter().filter(|r| r.status == 201).count(), 1);
+    assert_eq!(results.iter().filter(|r| r.status == 200).count(), 9);
+    let h = t.get(&format!("/conversations/{c}/messages"), &a).await;
+    assert_eq!(h.body["lastSeq"], 2);
+    assert_eq!(h.body["messages"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn bodies_are_stored_byte_for_byte_within_bounds() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    let samples = [
+        "  leading and trailing  ".to_owned(),
+        "quotes \" ' ` and \\ backslash".to_owned(),
+        "emoji 😀👍🏽 and 日本語のテキスト".to_owned(),
+        "line1\nline2\r\n\ttab".to_owned(),
+        "<script>alert(1)</script>".to_owned(),
+        "x".repeat(4000),
+        "😀".repeat(4000),
+    ];
+    for s in &samples {
+        let r = t.send(&c, &a, s).await;
+        assert_eq!(r.status, 201, "{}", s.len());
+        assert_eq!(r.body["body"].as_str().unwrap(), s);
+    }
+    let h = t
+        .get(&format!("/conversations/{c}/messages?limit=100"), &b)
+        .await;
+    let bodies: Vec<&str> = h.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        bodies,
+        samples.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn bad_sends_get_4xx_and_change_nothing() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    t.send(&c, &a, "kept").await;
+    let path = format!("/conversations/{c}/messages");
+    let id = new_uuid();
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("".into(), 400, "invalid_request"),
+        ("{".into(), 400, "invalid_request"),
+        ("[]".into(), 400, "invalid_request"),
+        (json!({"body": "x"}).to_string(), 400, "invalid_request"),
+        (
+            json!({"clientMsgId": id}).to_string(),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"clientMsgId": "not-a-uuid", "body": "x"}).to_string(),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"clientMsgId": 42, "body": "x"}).to_string(),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"clientMsgId": id, "body": 42}).to_string(),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"clientMsgId": id, "body": ""}).to_string(),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"clientMsgId": id, "body": "x".repeat(4001)}).to_string(),
+            413,
+            "payload_too_large",
+        ),
+        (
+            json!({"clientMsgId": id, "body": "x", "pad": "y".repeat(70_000)}).to_string(),
+            413,
+            "payload_too_large",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let r = t.call("POST", &path, Some(&a), Some(&body)).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (status, code),
+            "{}",
+            &body[..body.len().min(80)]
+        );
+        assert!(r.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    let h = t.get(&path, &a).await;
+    assert_eq!(h.body["lastSeq"], 1);
+    assert_eq!(h.body["messages"].as_array().unwrap().len(), 1);
+    // The id rejected with an over-long body is still free.
+    let ok = t
+        .post(&path, &a, json!({"clientMsgId": id, "body": "fine"}))
+        .await;
+    assert_eq!((ok.status, ok.body["seq"].as_u64()), (201, Some(2)));
+}
+
+#[tokio::test]
+async fn history_pages_in_both_directions() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    for i in 1..=12 {
+        assert_eq!(
+            t.send(&c, if i % 2 == 0 { &a } else { &b }, &format!("m{i}"))
+                .await
+                .body["seq"],
+            i
+        );
+    }
+    let page = |q: &str| {
+        let (t, c, a) = (&t, &c, &a);
+        let q = q.to_owned();
+        async move {
+            let r = t.get(&format!("/conversations/{c}/messages{q}"), a).await;
+            assert_eq!(r.status, 200, "{q}: {r:?}");
+            let seqs: Vec<u64> = r.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["seq"].as_u64().unwrap())
+                .collect();
+            assert_eq!(r.body["lastSeq"], 12);
+            (seqs, r.body["hasMore"].as_bool().unwrap())
+        }
+    };
+    assert_eq!(page("").await, ((1..=12).collect(), false));
+    assert_eq!(page("?limit=5").await, ((8..=12).collect(), true));
+    assert_eq!(
+        page("?beforeSeq=8&limit=5").await,
+        ((3..=7).collect(), true)
+    );
+    assert_eq!(page("?beforeSeq=3&limit=5").await, (vec![1, 2], false));
+    assert_eq!(page("?beforeSeq=1").await, (vec![], false));
+    assert_eq!(page("?afterSeq=0&limit=5").await, ((1..=5).collect(), true));
+    assert_eq!(
+        page("?afterSeq=5&limit=5").await,
+        ((6..=10).collect(), true)
+    );
+    assert_eq!(page("?afterSeq=10&limit=5").await, (vec![11, 12], false));
+    assert_eq!(page("?afterSeq=12").await, (vec![], false));
+    assert_eq!(
+        page("?afterSeq=7&limit=5").await,
+        ((8..=12).collect(), false)
+    );
+    assert_eq!(page("?limit=100").await.0.len(), 12);
+    assert_eq!(page("?limit=1").await, (vec![12], true));
+
+    for bad in [
+        "?beforeSeq=3&afterSeq=1",
+        "?beforeSeq=-1",
+        "?afterSeq=abc",
+        "?limit=0",
+        "?limit=101",
+        "?limit=x",
+        "?afterSeq=1.5",
+    ] {
+        let r = t
+            .get(&format!("/conversations/{c}/messages{bad}"), &a)
+            .await;
+        assert_eq!((r.status, r.code()), (400, "invalid_request"), "{bad}");
+    }
+}

@@ -1,0 +1,135 @@
+//! Read state: the monotonic, clamped watermark.
+
+use chat_tests::{unique, TestApp};
+use serde_json::json;
+use std::sync::Arc;
+
+#[tokio::test]
+async fn watermark_moves_forward_only_and_clamps() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    for i in 0..5 {
+        t.send(&c, &a, &format!("{i}")).await;
+    }
+    let read = |seq: serde_json::Value| {
+        let (t, c, b) = (&t, c.clone(), b.clone());
+        async move {
+            t.post(
+                &format!("/conversations/{c}/read"),
+                &b,
+                json!({ "seq": seq }),
+            )
+            .await
+        }
+    };
+    let r = read(json!(3)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body,
+        json!({"conversationId": c, "lastReadSeq": 3, "advanced": true})
+    );
+    let r = read(json!(2)).await;
+    assert_eq!(
+        r.body,
+        json!({"conversationId": c, "lastReadSeq": 3, "advanced": false}),
+        "a late older request"
+    );
+    let r = read(json!(3)).await;
+    assert_eq!(r.body["advanced"], false);
+    let r = read(json!(120)).await;
+    assert_eq!(
+        r.body,
+        json!({"conversationId": c, "lastReadSeq": 5, "advanced": true}),
+        "clamped to lastSeq"
+    );
+    let r = read(json!(121)).await;
+    assert_eq!(
+        (r.body["lastReadSeq"].as_u64(), r.body["advanced"].as_bool()),
+        (Some(5), Some(false))
+    );
+    let r = read(json!(0)).await;
+    assert_eq!(
+        (r.body["lastReadSeq"].as_u64(), r.body["advanced"].as_bool()),
+        (Some(5), Some(false))
+    );
+
+    for bad in [json!(-1), json!(1.5), json!("4"), json!(null)] {
+        let r = read(bad.clone()).await;
+        assert_eq!((r.status, r.code()), (400, "invalid_request"), "{bad}");
+    }
+    let states = t.get(&format!("/conversations/{c}/reads"), &a).await;
+    assert_eq!(states.status, 200);
+    assert_eq!(states.body["lastSeq"], 5);
+    let mut members = states.body["members"].as_array().unwrap().clone();
+    members.sort_by_key(|m| m["userId"].as_str().unwrap().to_owned());
+    let mut expected = vec![
+        json!({"userId": a, "lastReadSeq": 5}),
+        json!({"userId": b, "lastReadSeq": 5}),
+    ];
+    expected.sort_by_key(|m| m["userId"].as_str().unwrap().to_owned());
+    assert_eq!(members, expected);
+}
+
+#[tokio::test]
+async fn empty_conversation_read_stays_at_zero() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    let r = t
+        .post(&format!("/conversations/{c}/read"), &a, json!({"seq": 10}))
+        .await;
+    assert_eq!(
+        r.body,
+        json!({"conversationId": c, "lastReadSeq": 0, "advanced": false})
+    );
+}
+
+#[tokio::test]
+async fn concurrent_out_of_order_reads_end_at_the_maximum() {
+    let t = Arc::new(TestApp::new().await);
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    for i in 0..20 {
+        t.send(&c, &a, &format!("{i}")).await;
+    }
+    let mut seqs: Vec<u64> = (1..=20).collect();
+    seqs.reverse();
+    seqs.rotate_left(7);
+    let tasks = seqs.into_iter().map(|s| {
+        let (t, b, c) = (t.clone(), b.clone(), c.clone());
+        tokio::spawn(async move {
+            t.post(&format!("/conversations/{c}/read"), &b, json!({ "seq": s }))
+                .await
+        })
+    });
+    let results: Vec<_> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(results.iter().all(|r| r.status == 200));
+    // Every answer is a watermark that existed, and the advancing ones are strictly increasing.
+    let mut advanced: Vec<u64> = results
+        .iter()
+        .filter(|r| r.body["advanced"] == true)
+        .map(|r| r.body["lastReadSeq"].as_u64().unwrap())
+        .collect();
+    let n = advanced.len();
+    advanced.sort();
+    advanced.dedup();
+    assert_eq!(
+        advanced.len(),
+        n,
+        "no two requests advanced to the same value"
+    );
+    let states = t.get(&format!("/conversations/{c}/reads"), &a).await;
+    let b_state = states.body["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["userId"] == b.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(b_state["lastReadSeq"], 20);
+}

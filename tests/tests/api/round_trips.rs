@@ -1,0 +1,61 @@
+//! DynamoDB calls per operation (the budget of the data model, docs/data-model.md).
+
+use chat_tests::{unique, TestApp};
+use serde_json::json;
+
+#[tokio::test]
+async fn operations_stay_within_their_round_trip_budget() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    t.calls.take();
+
+    let r = t.send(&c, &a, "hello").await;
+    assert_eq!(r.status, 201);
+    assert_eq!(t.calls.take(), ["GetItem", "TransactWriteItems"], "send");
+
+    let body = r.body.clone();
+    let replay = t
+        .post(
+            &format!("/conversations/{c}/messages"),
+            &a,
+            json!({"clientMsgId": body["clientMsgId"], "body": "hello"}),
+        )
+        .await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(t.calls.take().len(), 2, "replay");
+
+    t.post(&format!("/conversations/{c}/read"), &b, json!({"seq": 1}))
+        .await;
+    assert_eq!(t.calls.take(), ["TransactWriteItems"], "read");
+    t.post(&format!("/conversations/{c}/read"), &b, json!({"seq": 1}))
+        .await;
+    assert_eq!(t.calls.take().len(), 1, "read that does not advance");
+
+    t.get(&format!("/conversations/{c}/messages?limit=10"), &a)
+        .await;
+    let mut calls = t.calls.take();
+    calls.sort();
+    assert_eq!(calls, ["BatchGetItem", "Query"], "history");
+
+    t.get(&format!("/conversations/{c}/reads"), &a).await;
+    assert_eq!(t.calls.take(), ["Query"], "read states");
+
+    t.get("/inbox", &a).await;
+    assert_eq!(
+        t.calls.take(),
+        ["Query", "BatchGetItem"],
+        "inbox with 1 membership"
+    );
+    for i in 0..101 {
+        t.direct(&a, &format!("{a}-peer{i}")).await;
+    }
+    t.calls.take();
+    let r = t.get("/inbox?limit=5", &a).await;
+    assert_eq!(r.body["conversations"].as_array().unwrap().len(), 5);
+    assert_eq!(
+        t.calls.take().len(),
+        1 + 2,
+        "inbox with 102 memberships: 1 + ceil(102/100)"
+    );
+}

@@ -178,3 +178,42 @@ mod tests {
         assert!(verify_hs256(&no_exp, b"k", NOW).is_err());
     }
 }
+
+/// Verifies the `?token=` of a WebSocket `$connect`: HS256 in local mode; deployed, RS256 with the
+/// JWT issuer's published keys (the same tokens the HTTP API's JWT authorizer accepts).
+#[derive(Debug, Clone)]
+pub enum TokenVerifier {
+    LocalHs256 { secret: Vec<u8> },
+    Jwks(std::sync::Arc<crate::jwks::Jwks>),
+}
+
+impl TokenVerifier {
+    /// Local mode from `CHAT_AUTH_MODE=local`; otherwise keys of `JWT_ISSUER` for the comma
+    /// separated `JWT_AUDIENCE`.
+    pub async fn from_config(config: &crate::config::Config) -> Result<TokenVerifier, String> {
+        match &config.auth {
+            Authenticator::LocalHs256 { secret } => Ok(TokenVerifier::LocalHs256 {
+                secret: secret.clone(),
+            }),
+            Authenticator::ApiGateway => {
+                let issuer =
+                    std::env::var("JWT_ISSUER").map_err(|_| "JWT_ISSUER is not set".to_owned())?;
+                let audiences = std::env::var("JWT_AUDIENCE")
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|a| a.trim().to_owned())
+                    .filter(|a| !a.is_empty())
+                    .collect();
+                let jwks = crate::jwks::Jwks::fetch(&issuer, audiences).await?;
+                Ok(TokenVerifier::Jwks(std::sync::Arc::new(jwks)))
+            }
+        }
+    }
+
+    pub fn verify(&self, token: &str, now_unix: i64) -> Result<UserId, ChatError> {
+        match self {
+            TokenVerifier::LocalHs256 { secret } => verify_hs256(token, secret, now_unix),
+            TokenVerifier::Jwks(jwks) => jwks.verify(token, now_unix),
+        }
+    }
+}

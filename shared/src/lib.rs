@@ -3,11 +3,13 @@
 //! module that speaks `lambda_http`.
 
 pub mod config;
+pub mod connections;
 pub mod domain;
 pub mod error;
 pub mod events;
 pub mod http;
 pub mod identity;
+pub mod jwks;
 pub mod keys;
 pub mod model;
 pub mod requests;

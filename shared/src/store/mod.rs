@@ -60,7 +60,7 @@ const THROTTLING: [&str; 5] = [
 ];
 
 /// Maps an SDK error: throttling to `Throttled`, the rest to `Internal` (logged, not shown).
-fn sdk_error<E, R>(op: &str, err: SdkError<E, R>) -> ChatError
+pub(crate) fn sdk_error<E, R>(op: &str, err: SdkError<E, R>) -> ChatError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
@@ -138,40 +138,48 @@ impl ChatStore {
         }
     }
 
-    /// Strongly consistent BatchGetItem of up to 100 keys, retrying unprocessed keys.
     async fn batch_get(&self, keys: Vec<Item>, consistent: bool) -> Result<Vec<Item>, ChatError> {
-        let mut out = Vec::with_capacity(keys.len());
-        let mut pending = keys;
-        for attempt in 1..=crate::retry::MAX_ATTEMPTS {
-            if pending.is_empty() {
-                return Ok(out);
-            }
-            crate::retry::pause(attempt).await;
-            let request = KeysAndAttributes::builder()
-                .set_keys(Some(std::mem::take(&mut pending)))
-                .consistent_read(consistent)
-                .build()
-                .map_err(ChatError::internal)?;
-            let resp = self
-                .db
-                .batch_get_item()
-                .request_items(&self.table, request)
-                .send()
-                .await
-                .map_err(|e| sdk_error("BatchGetItem", e))?;
-            if let Some(mut found) = resp.responses {
-                out.extend(found.remove(&self.table).unwrap_or_default());
-            }
-            if let Some(mut unprocessed) = resp.unprocessed_keys {
-                if let Some(left) = unprocessed.remove(&self.table) {
-                    pending = left.keys;
-                }
-            }
-        }
+        batch_get(&self.db, &self.table, keys, consistent).await
+    }
+}
+
+/// BatchGetItem of up to 100 keys of one table, retrying unprocessed keys with backoff.
+pub(crate) async fn batch_get(
+    db: &Client,
+    table: &str,
+    keys: Vec<Item>,
+    consistent: bool,
+) -> Result<Vec<Item>, ChatError> {
+    let mut out = Vec::with_capacity(keys.len());
+    let mut pending = keys;
+    for attempt in 1..=crate::retry::MAX_ATTEMPTS {
         if pending.is_empty() {
-            Ok(out)
-        } else {
-            Err(ChatError::Throttled)
+            return Ok(out);
         }
+        crate::retry::pause(attempt).await;
+        let request = KeysAndAttributes::builder()
+            .set_keys(Some(std::mem::take(&mut pending)))
+            .consistent_read(consistent)
+            .build()
+            .map_err(ChatError::internal)?;
+        let resp = db
+            .batch_get_item()
+            .request_items(table, request)
+            .send()
+            .await
+            .map_err(|e| sdk_error("BatchGetItem", e))?;
+        if let Some(mut found) = resp.responses {
+            out.extend(found.remove(table).unwrap_or_default());
+        }
+        if let Some(mut unprocessed) = resp.unprocessed_keys {
+            if let Some(left) = unprocessed.remove(table) {
+                pending = left.keys;
+            }
+        }
+    }
+    if pending.is_empty() {
+        Ok(out)
+    } else {
+        Err(ChatError::Throttled)
     }
 }

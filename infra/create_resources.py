@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""Create the DynamoDB tables and Kinesis streams of a SAM/CloudFormation template locally.
+
+    python infra/create_resources.py --endpoint http://127.0.0.1:4566 --template template.yaml
+
+Every `AWS::DynamoDB::Table` and `AWS::Kinesis::Stream` resource is created under its logical id
+(e.g. `ChatTable`), so local code can use the logical ids as physical names. Other resources are
+ignored. Existing tables/streams are left alone (idempotent). Only documented DynamoDB and Kinesis
+API calls are used, so this works against any DynamoDB-API endpoint (moto, DynamoDB Local, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any, Callable
+
+import boto3
+import yaml
+from botocore.exceptions import ClientError
+
+TABLE_TYPE = "AWS::DynamoDB::Table"
+STREAM_TYPE = "AWS::Kinesis::Stream"
+# The properties used locally; only these are resolved, so intrinsic functions elsewhere (tags,
+# KMS keys, ...) need no local value.
+USED_PROPERTIES = {
+    TABLE_TYPE: ("AttributeDefinitions", "KeySchema", "BillingMode", "ProvisionedThroughput",
+                 "GlobalSecondaryIndexes", "LocalSecondaryIndexes", "StreamSpecification",
+                 "TimeToLiveSpecification", "PointInTimeRecoverySpecification"),
+    STREAM_TYPE: ("StreamModeDetails", "ShardCount", "RetentionPeriodHours"),
+}
+
+
+# --- template reading -------------------------------------------------------------------------
+
+class _CfnLoader(yaml.SafeLoader):
+    """SafeLoader that accepts every tag: `!Ref X` -> {"Ref": X}, `!Sub s` -> {"Fn::Sub": s}, ..."""
+
+
+def _construct_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):  # short form `!GetAtt A.B`
+        value = value.split(".", 1)
+    if suffix == "Condition":
+        return {"Condition": value}
+    return {"Fn::" + suffix: value}
+
+
+_CfnLoader.add_multi_constructor("!", _construct_tag)
+
+
+def load_template(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return yaml.load(f, Loader=_CfnLoader) or {}  # noqa: S506 - SafeLoader subclass
+
+
+class _NoValue:
+    """Marker for AWS::NoValue: the property is dropped."""
+
+
+class Resolver:
+    """Evaluates the few intrinsic functions that make sense for local table/stream properties
+    (Ref to parameters and pseudo parameters, Sub, Join, Select, If and the condition functions).
+    Parameters take their Default unless given in `parameters`."""
+
+    def __init__(self, template: dict[str, Any], region: str, parameters: dict[str, str] | None = None):
+        self.template = template
+        self.refs: dict[str, Any] = {
+            "AWS::Region": region,
+            "AWS::AccountId": "123456789012",
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::StackName": "local",
+            "AWS::NoValue": _NoValue,
+        }
+        for name, spec in (template.get("Parameters") or {}).items():
+            if "Default" in (spec or {}):
+                self.refs[name] = spec["Default"]
+        self.refs.update(parameters or {})
+
+    def ref(self, name: str) -> Any:
+        if name not in self.refs:
+            raise ValueError(f"cannot resolve Ref {name!r} locally (parameter without Default?)")
+        return self.refs[name]
+
+    def condition(self, name: str) -> bool:
+        return bool(self.resolve((self.template.get("Conditions") or {})[name]))
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [v for v in (self.resolve(v) for v in value) if v is not _NoValue]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            (fn, arg), = value.items()
+            handler: Callable[[Any], Any] | None = getattr(self, "_" + fn.replace("::", "_"), None)
+            if handler is not None:
+                return handler(arg)
+            if fn.startswith("Fn::"):
+                raise ValueError(f"intrinsic function {fn} is not supported locally")
+        resolved = {k: self.resolve(v) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not _NoValue}
+
+    def _Ref(self, arg: Any) -> Any:
+        return self.ref(arg)
+
+    def _Condition(self, arg: Any) -> bool:
+        return self.condition(arg)
+
+    def _Fn_Sub(self, arg: Any) -> str:
+        text, extra = (arg, {}) if isinstance(arg, str) else (arg[0], self.resolve(arg[1]))
+
+        def var(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name.startswith("!"):  # ${!Literal}
+                return "${" + name[1:] + "}"
+            return str(extra[name] if name in extra else self.ref(name))
+
+        return re.sub(r"\$\{([^}]+)\}", var, text)
+
+    def _Fn_Join(self, arg: Any) -> str:
+        sep, parts = arg
+        return str(sep).join(str(p) for p in self.resolve(parts))
+
+    def _Fn_Select(self, arg: Any) -> Any:
+        index, items = self.resolve(arg)
+        return items[int(index)]
+
+    def _Fn_If(self, arg: Any) -> Any:
+        name, then, otherwise = arg
+        return self.resolve(then if self.condition(name) else otherwise)
+
+    def _Fn_Equals(self, arg: Any) -> bool:
+        a, b = self.resolve(arg)
+        return str(a) == str(b)
+
+    def _Fn_Not(self, arg: Any) -> bool:
+        return not self.resolve(arg)[0]
+
+    def _Fn_And(self, arg: Any) -> bool:
+        return all(self.resolve(arg))
+
+    def _Fn_Or(self, arg: Any) -> bool:
+        return any(self.resolve(arg))
+
+
+# --- resource creation ------------------------------------------------------------------------
+
+def _client(service: str, endpoint: str, region: str) -> Any:
+    # Dummy credentials unless real ones are in the environment: this also keeps botocore's
+    # credential chain from probing config files or an instance metadata service.
+    creds = {}
+    if not os.environ.get("AWS_ACCESS_KEY_ID"):
+        creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
+    return boto3.client(service, endpoint_url=endpoint, region_name=region, **creds)
+
+
+def _error_code(e: ClientError) -> str:
+    return e.response.get("Error", {}).get("Code", "")
+
+
+def _table_request(name: str, props: dict[str, Any]) -> dict[str, Any]:
+    """CreateTable parameters from the CloudFormation properties (CFN-only keys dropped)."""
+    index_keys = ("IndexName", "KeySchema", "Projection", "ProvisionedThroughput", "OnDemandThroughput")
+    req: dict[str, Any] = {
+        "TableName": name,
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "BillingMode": props.get("BillingMode", "PROVISIONED"),
+    }
+    if req["BillingMode"] == "PROVISIONED":
+        req["ProvisionedThroughput"] = props.get(
+            "ProvisionedThroughput", {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5})
+    for kind in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes"):
+        if props.get(kind):
+            req[kind] = [{k: v for k, v in ix.items() if k in index_keys} for ix in props[kind]]
+    view_type = (props.get("StreamSpecification") or {}).get("StreamViewType")
+    if view_type:
+        req["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": view_type}
+    return req
+
+
+def create_table(ddb: Any, name: str, props: dict[str, Any], log: Callable[[str], None]) -> bool:
+    """Creates the table unless it exists; returns True when it was created."""
+    try:
+        ddb.describe_table(TableName=name)
+        return False
+    except ClientError as e:
+        if _error_code(e) != "ResourceNotFoundException":
+            raise
+    try:
+        ddb.create_table(**_table_request(name, props))
+    except ClientError as e:
+        if _error_code(e) == "ResourceInUseException":  # created concurrently
+            return False
+        raise
+    ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+
+    ttl = props.get("TimeToLiveSpecification")
+    if ttl and ttl.get("Enabled"):
+        ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={
+            "AttributeName": ttl["AttributeName"], "Enabled": True})
+    pitr = props.get("PointInTimeRecoverySpecification") or {}
+    if pitr.get("PointInTimeRecoveryEnabled"):
+        try:
+            ddb.update_continuous_backups(TableName=name, PointInTimeRecoverySpecification={
+                "PointInTimeRecoveryEnabled": True})
+        except ClientError as e:  # optional locally; some emulators lack it
+            log(f"note: point-in-time recovery not enabled on {name}: {_error_code(e)}")
+    log(f"created table {name}")
+    return True
+
+
+def create_stream(kinesis: Any, name: str, props: dict[str, Any], log: Callable[[str], None]) -> bool:
+    """Creates the Kinesis stream unless it exists; returns True when it was created."""
+    try:
+        kinesis.describe_stream_summary(StreamName=name)
+        return False
+    except ClientError as e:
+        if _error_code(e) != "ResourceNotFoundException":
+            raise
+    mode = (props.get("StreamModeDetails") or {}).get("StreamMode", "PROVISIONED")
+    try:
+        if "ShardCount" in props or mode != "ON_DEMAND":
+            kinesis.create_stream(StreamName=name, ShardCount=int(props.get("ShardCount", 1)))
+        else:
+            try:
+                kinesis.create_stream(StreamName=name, StreamModeDetails={"StreamMode": "ON_DEMAND"})
+            except ClientError as e:
+                if _error_code(e) == "ResourceInUseException":
+                    raise
+                log(f"note: ON_DEMAND not accepted for {name} ({_error_code(e)}), using 4 shards")
+                kinesis.create_stream(StreamName=name, ShardCount=4)
+    except ClientError as e:
+        if _error_code(e) == "ResourceInUseException":
+            return False
+        raise
+    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+
+    hours = int(props.get("RetentionPeriodHours", 24))
+    if hours > 24:
+        kinesis.increase_stream_retention_period(StreamName=name, RetentionPeriodHours=hours)
+        kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    shards = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["OpenShardCount"]
+    log(f"created stream {name} ({mode}, {shards} shards)")
+    return True
+
+
+def create_resources(
+    endpoint: str,
+    template_path: str,
+    region: str = "us-east-1",
+    kinesis_endpoint: str | None = None,
+    log: Callable[[str], None] = print,
+) -> list[str]:
+    """Creates the template's tables and streams; returns the logical ids it created.
+    `kinesis_endpoint` defaults to `endpoint`; an empty string skips the Kinesis streams."""
+    template = load_template(template_path)
+    resolver = Resolver(template, region)
+    ddb = _client("dynamodb", endpoint, region)
+    kinesis_endpoint = endpoint if kinesis_endpoint is None else kinesis_endpoint
+    kinesis = _client("kinesis", kinesis_endpoint, region) if kinesis_endpoint else None
+    created = []
+    for name, res in (template.get("Resources") or {}).items():
+        kind = (res or {}).get("Type")
+        if kind not in (TABLE_TYPE, STREAM_TYPE):
+            continue
+        if res.get("Condition") and not resolver.condition(res["Condition"]):
+            continue
+        raw = res.get("Properties") or {}
+        props = resolver.resolve({k: raw[k] for k in USED_PROPERTIES[kind] if k in raw})
+        if kind == TABLE_TYPE:
+            done = create_table(ddb, name, props, log)
+        elif kinesis is not None:
+            done = create_stream(kinesis, name, props, log)
+        else:
+            continue
+        if done:
+            created.append(name)
+    return created
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--endpoint", required=True, help="DynamoDB (and Kinesis) endpoint URL")
+    parser.add_argument("--template", required=True, help="SAM/CloudFormation template (YAML)")
+    parser.add_argument("--region", default=os.environ.get("AWS_REGION", "us-east-1"))
+    parser.add_argument("--kinesis-endpoint", default=None,
+                        help="Kinesis endpoint URL if not --endpoint; '' skips the streams")
+    args = parser.parse_args(argv)
+    created = create_resources(args.endpoint, args.template, args.region, args.kinesis_endpoint)
+    if not created:
+        print("all tables and streams already exist")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Checks that template.yaml and the Cargo workspace describe the same system.
+
+    .venv/bin/python -m unittest infra/test_template.py      (from the repository root)
+
+(a) The HTTP API routes of template.yaml, (METHOD, path) -> function binary, are exactly the
+    `[workspace.metadata.lambda.watch.router]` table of Cargo.toml (the local router).
+(b) Every function is built from the workspace root by Cargo Lambda and its
+    BuildProperties.Binary is a `[[bin]]` of a crate under functions/ (and every such binary is
+    deployed).
+(c) `cfn-lint template.yaml` passes (skipped only when cfn-lint is not installed).
+
+Needs only the standard library and PyYAML.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import unittest
+from typing import Any
+
+import yaml
+
+INFRA = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(INFRA)
+TEMPLATE = os.path.join(REPO, "template.yaml")
+CARGO_TOML = os.path.join(REPO, "Cargo.toml")
+
+FUNCTION = "AWS::Serverless::Function"
+HTTP_API = "AWS::Serverless::HttpApi"
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """SafeLoader that accepts the CloudFormation short tags: `!Ref X` -> {"Ref": X},
+    `!GetAtt A.B` -> {"Fn::GetAtt": ["A", "B"]}, `!Sub s` -> {"Fn::Sub": s}, ..."""
+
+
+def _construct_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix in ("Ref", "Condition"):
+        return {suffix: value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {"Fn::" + suffix: value}
+
+
+_CfnLoader.add_multi_constructor("!", _construct_tag)
+
+
+def load_template() -> dict[str, Any]:
+    with open(TEMPLATE, encoding="utf-8") as f:
+        return yaml.load(f, Loader=_CfnLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def functions(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v.get("Type") == FUNCTION}
+
+
+def binary_of(resource: dict[str, Any]) -> str | None:
+    return ((resource.get("Metadata") or {}).get("BuildProperties") or {}).get("Binary")
+
+
+def template_routes(template: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(METHOD, path) -> binary of every HttpApi event; a route defined twice fails."""
+    routes: dict[tuple[str, str], str] = {}
+    for name, fn in functions(template).items():
+        for event_name, event in ((fn.get("Properties") or {}).get("Events") or {}).items():
+            if event.get("Type") != "HttpApi":
+                continue
+            props = event.get("Properties") or {}
+            key = (str(props.get("Method", "ANY")).upper(), props.get("Path", "/"))
+            if key in routes:
+                raise AssertionError(f"{name}.{event_name}: route {key} is defined twice")
+            routes[key] = binary_of(fn) or f"<{name} has no BuildProperties.Binary>"
+    return routes
+
+
+def router_routes(cargo: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(METHOD, path) -> function of the cargo-lambda watch router. An entry is a function name
+    (any method), one `{ method, function }` table or a list of them."""
+    router = cargo["workspace"]["metadata"]["lambda"]["watch"]["router"]
+    routes: dict[tuple[str, str], str] = {}
+    for path, entry in router.items():
+        targets = entry if isinstance(entry, list) else [entry]
+        for target in targets:
+            if isinstance(target, str):
+                method, function = "ANY", target
+            else:
+                method, function = str(target.get("method", "ANY")).upper(), target["function"]
+            if (method, path) in routes:
+                raise AssertionError(f"Cargo.toml router: {(method, path)} is defined twice")
+            routes[(method, path)] = function
+    return routes
+
+
+def function_crate_binaries() -> dict[str, str]:
+    """Binary name -> Cargo.toml of the crates under functions/ (explicit `[[bin]]`, else
+    cargo's automatic targets src/main.rs and src/bin/*.rs)."""
+    bins: dict[str, str] = {}
+    for manifest in sorted(glob.glob(os.path.join(REPO, "functions", "*", "Cargo.toml"))):
+        crate = load_toml(manifest)
+        crate_dir = os.path.dirname(manifest)
+        names = [b["name"] for b in crate.get("bin", []) if "name" in b]
+        package = crate.get("package", {})
+        if package.get("autobins", True):
+            if os.path.isfile(os.path.join(crate_dir, "src", "main.rs")):
+                names.append(package.get("name", os.path.basename(crate_dir)))
+            names += [os.path.splitext(os.path.basename(p))[0]
+                      for p in glob.glob(os.path.join(crate_dir, "src", "bin", "*.rs"))]
+        for name in dict.fromkeys(names):
+            if name in bins and bins[name] != manifest:
+                raise AssertionError(f"binary {name!r} is declared by {bins[name]} and {manifest}")
+            bins[name] = os.path.relpath(manifest, REPO)
+    return bins
+
+
+class TemplateTest(unittest.TestCase):
+    template: dict[str, Any]
+    cargo: dict[str, Any]
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.template = load_template()
+        cls.cargo = load_toml(CARGO_TOML)
+
+    # (a) ------------------------------------------------------------------------------------
+
+    def test_http_routes_match_cargo_lambda_router(self) -> None:
+        deployed = template_routes(self.template)
+        local = router_routes(self.cargo)
+        self.assertTrue(deployed, "template.yaml has no HttpApi events")
+        only_deployed = {k: v for k, v in deployed.items() if local.get(k) != v}
+        only_local = {k: v for k, v in local.items() if deployed.get(k) != v}
+        self.assertEqual(
+            deployed, local,
+            "template.yaml HttpApi events and Cargo.toml [workspace.metadata.lambda.watch.router] "
+            f"differ.\n  in template.yaml only (or another binary): {sorted(only_deployed.items())}"
+            f"\n  in Cargo.toml only (or another function): {sorted(only_local.items())}")
+
+    def test_http_routes_are_on_the_one_jwt_protected_api(self) -> None:
+        apis = [k for k, v in self.template["Resources"].items() if v.get("Type") == HTTP_API]
+        self.assertEqual(len(apis), 1, f"expected one {HTTP_API}, found {apis}")
+        api = self.template["Resources"][apis[0]]["Properties"]
+        auth = api.get("Auth") or {}
+        default = auth.get("DefaultAuthorizer")
+        self.assertIn(default, auth.get("Authorizers") or {}, "the HTTP API needs a DefaultAuthorizer")
+        self.assertIn("JwtConfiguration", auth["Authorizers"][default])
+        for name, fn in functions(self.template).items():
+            for event_name, event in ((fn["Properties"].get("Events")) or {}).items():
+                if event.get("Type") != "HttpApi":
+                    continue
+                props = event.get("Properties") or {}
+                self.assertEqual(props.get("ApiId"), {"Ref": apis[0]},
+                                 f"{name}.{event_name} must be on {apis[0]}")
+                authorizer = (props.get("Auth") or {}).get("Authorizer", default)
+                self.assertEqual(authorizer, default,
+                                 f"{name}.{event_name} opts out of the JWT authorizer")
+
+    def test_no_function_runs_in_local_auth_mode(self) -> None:
+        globals_env = (((self.template.get("Globals") or {}).get("Function") or {})
+                       .get("Environment") or {}).get("Variables") or {}
+        self.assertNotIn("CHAT_AUTH_MODE", globals_env)
+        for name, fn in functions(self.template).items():
+            env = ((fn["Properties"].get("Environment") or {}).get("Variables")) or {}
+            self.assertNotIn("CHAT_AUTH_MODE", env,
+                             f"{name}: deployed functions trust only the API Gateway authorizer")
+
+    # (b) ------------------------------------------------------------------------------------
+
+    def test_function_binaries_are_workspace_binaries(self) -> None:
+        crate_bins = function_crate_binaries()
+        self.assertTrue(crate_bins, "no crates found under functions/")
+        global_code_uri = ((self.template.get("Globals") or {}).get("Function") or {}).get("CodeUri")
+        deployed: dict[str, str] = {}
+        for name, fn in functions(self.template).items():
+            metadata = fn.get("Metadata") or {}
+            self.assertEqual(metadata.get("BuildMethod"), "rust-cargolambda", name)
+            binary = binary_of(fn)
+            self.assertIsInstance(binary, str, f"{name}: Metadata.BuildProperties.Binary is missing")
+            self.assertIn(binary, crate_bins,
+                          f"{name}: Binary {binary!r} is no [[bin]] of a crate under functions/ "
+                          f"(known: {sorted(crate_bins)})")
+            self.assertNotIn(binary, deployed, f"{name} and {deployed.get(binary)} deploy one binary")
+            deployed[binary] = name
+            # Cargo Lambda builds in CodeUri: it must hold the workspace Cargo.toml.
+            code_uri = fn["Properties"].get("CodeUri", global_code_uri)
+            self.assertIsInstance(code_uri, str, f"{name}: CodeUri must be a local path")
+            self.assertEqual(os.path.realpath(os.path.join(REPO, code_uri)), os.path.realpath(REPO),
+                             f"{name}: CodeUri must be the workspace root")
+        self.assertEqual(sorted(deployed), sorted(crate_bins),
+                         "every binary under functions/ should be deployed by exactly one function")
+
+    # (c) ------------------------------------------------------------------------------------
+
+    def test_cfn_lint_passes(self) -> None:
+        exe_name = "cfn-lint.exe" if os.name == "nt" else "cfn-lint"
+        beside_python = os.path.join(os.path.dirname(sys.executable), exe_name)
+        cfn_lint = beside_python if os.path.isfile(beside_python) else shutil.which("cfn-lint")
+        if not cfn_lint:
+            self.skipTest("cfn-lint is not installed (pip install -r infra/requirements.txt)")
+        env = dict(os.environ)
+        env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        result = subprocess.run([cfn_lint, "template.yaml"], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.returncode, 0,
+                         f"cfn-lint template.yaml failed (exit {result.returncode}):\n"
+                         f"{result.stdout}{result.stderr}")
+
+
+    def test_sam_validate_lint_passes(self) -> None:
+        beside_python = os.path.join(os.path.dirname(sys.executable), "sam")
+        sam = beside_python if os.path.isfile(beside_python) else shutil.which("sam")
+        if not sam:
+            self.skipTest("aws-sam-cli is not installed (pip install -r infra/requirements.txt)")
+        # Offline: a region, dummy credentials and no telemetry are all it needs.
+        env = dict(os.environ, SAM_CLI_TELEMETRY="0", AWS_ACCESS_KEY_ID="local", AWS_SECRET_ACCESS_KEY="local")
+        env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        result = subprocess.run([sam, "validate", "--lint", "--template", "template.yaml"], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.returncode, 0,
+                         f"sam validate --lint failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
+
+if __name__ == "__main__":
+    unittest.main()

@@ -45,14 +45,10 @@ pub fn client_msg_sk(client_msg_id: &str) -> String {
     format!("X#{client_msg_id}")
 }
 
-/// Connections table: `pk = U#<userId>, sk = W#<connectionId>` (a user's live connections) and
-/// `pk = W#<connectionId>, sk = U` (who owns a connection, for $disconnect).
+/// Connections table (see `connections`): `pk = U#<userId>, sk = P` (a user's live connections)
+/// and `pk = W#<connectionId>, sk = U` (who owns a connection, for $disconnect).
 pub fn user_connections_pk(user_id: &str) -> String {
     format!("U#{user_id}")
-}
-
-pub fn connection_sk(connection_id: &str) -> String {
-    format!("W#{connection_id}")
 }
 
 pub fn connection_pk(connection_id: &str) -> String {
@@ -68,7 +64,7 @@ mod tests {
     #[test]
     fn message_keys_sort_by_seq() {
         assert!(message_sk(9) < message_sk(10));
-        assert!(message_sk(u64::MAX) <= LAST_MESSAGE_SK.to_owned());
+        assert!(message_sk(u64::MAX).as_str() <= LAST_MESSAGE_SK);
         assert!(FIRST_MESSAGE_SK < message_sk(1).as_str());
     }
 

@@ -44,7 +44,7 @@ fn start_emulator() -> String {
     let root = workspace_root();
     let mut child = Command::new(python())
         .arg(root.join("infra/moto_server.py"))
-        .args(["--port", "0", "--template"])
+        .args(["--exit-with-stdin", "--port", "0", "--template"])
         .arg(root.join("template.yaml"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

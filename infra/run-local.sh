@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs the whole system locally (SPEC §7), in the foreground; Ctrl-C stops everything it started.
+#   REST API        http://127.0.0.1:9000  (cargo lambda watch, the API's own paths)
+#   WebSocket API   ws://127.0.0.1:9001/?token=...   (+ Management API on :9002)
+#   DynamoDB, DynamoDB Streams, Kinesis: our moto launcher on :4566, unless DYNAMODB_ENDPOINT is set
+#   stream -> relay -> Kinesis -> fanout pollers (the same handler code as in AWS)
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+REST_PORT="${CHAT_REST_PORT:-9000}"
+WS_PORT="${CHAT_WS_PORT:-9001}"
+MANAGEMENT_PORT="${CHAT_MANAGEMENT_PORT:-9002}"
+EMULATOR_PORT="${CHAT_EMULATOR_PORT:-4566}"
+
+bash infra/setup.sh
+export PATH="$repo/.venv/bin:$PATH"
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  echo
+  echo "run-local: stopping"
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+if [[ -n "${DYNAMODB_ENDPOINT:-}" ]]; then
+  echo "run-local: using DYNAMODB_ENDPOINT=$DYNAMODB_ENDPOINT"
+  python infra/create_resources.py --endpoint "${KINESIS_ENDPOINT:-$DYNAMODB_ENDPOINT}" --template template.yaml
+else
+  log="$repo/.local/emulator.log"
+  mkdir -p "$repo/.local"
+  python infra/moto_server.py --port "$EMULATOR_PORT" --template template.yaml >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    grep -q '^READY' "$log" 2>/dev/null && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { cat "$log"; echo "run-local: emulator failed to start" >&2; exit 1; }
+    sleep 0.2
+  done
+  export DYNAMODB_ENDPOINT="http://127.0.0.1:$EMULATOR_PORT"
+fi
+export KINESIS_ENDPOINT="${KINESIS_ENDPOINT:-$DYNAMODB_ENDPOINT}"
+export CHAT_AUTH_MODE=local
+export CHAT_LOCAL_JWT_SECRET="${CHAT_LOCAL_JWT_SECRET:-local-dev-secret}"
+export CHAT_TABLE="${CHAT_TABLE:-ChatTable}" CONNECTIONS_TABLE="${CONNECTIONS_TABLE:-ConnectionsTable}"
+export EVENT_STREAM="${EVENT_STREAM:-EventStream}"
+export WS_MANAGEMENT_ENDPOINT="http://127.0.0.1:$MANAGEMENT_PORT"
+export CHAT_WS_PORT="$WS_PORT" CHAT_MANAGEMENT_PORT="$MANAGEMENT_PORT"
+export RUST_LOG="${RUST_LOG:-info}"
+
+# Build once up front so the first request does not wait for a compile.
+echo "run-local: building (the first build takes a few minutes)"
+cargo build --workspace --bins --quiet
+
+target/debug/local-gateway &
+pids+=($!)
+
+cargo lambda watch -A 127.0.0.1 -P "$REST_PORT" &
+pids+=($!)
+for _ in $(seq 1 150); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$REST_PORT") 2>/dev/null && break
+  sleep 0.2
+done
+
+cat <<EOT
+
+Chat backend running locally
+  REST API         http://127.0.0.1:$REST_PORT
+  WebSocket        ws://127.0.0.1:$WS_PORT/?token=<token>
+  Management API   $WS_MANAGEMENT_ENDPOINT
+  DynamoDB/Kinesis $DYNAMODB_ENDPOINT  (tables $CHAT_TABLE, $CONNECTIONS_TABLE; stream $EVENT_STREAM)
+Mint a token:      TOKEN=\$(python3 infra/mint_token.py u1)
+Try:               curl -s http://127.0.0.1:$REST_PORT/inbox -H "Authorization: Bearer \$TOKEN"
+Ctrl-C stops everything.
+EOT
+
+wait -n "${pids[@]}"

@@ -18,7 +18,8 @@ impl ChatStore {
     /// update `lastReadSeq = seq` on condition `lastReadSeq < seq`. Either condition failing returns
     /// the item as it was, which is all that is needed to answer: a late, older request changes
     /// nothing (and so emits no event), a seq beyond `lastSeq` is retried once clamped to it.
-    /// DynamoDB: 1 TransactWriteItems (2 when the seq had to be clamped).
+    /// DynamoDB: 1 TransactWriteItems (2 when the seq had to be clamped; GetItem + UpdateItem
+    /// instead when the conversation item is contended, see `mark_read_plain`).
     pub async fn mark_read(
         &self,
         caller: &UserId,
@@ -53,7 +54,8 @@ impl ChatStore {
             ];
             let reasons = match self.transact(parts).await? {
                 TxOutcome::Committed => return Ok(result(target, true)),
-                TxOutcome::Contended => continue,
+                // A hot conversation item (sends, other receipts): stop competing for it.
+                TxOutcome::Contended => return self.mark_read_plain(caller, id, target).await,
                 TxOutcome::Cancelled(reasons) => reasons,
             };
             if let Some(member) = reason_failed(&reasons, READ_MEMBER) {
@@ -63,9 +65,6 @@ impl ChatStore {
                     .as_ref()
                     .and_then(|i| get_n(i, "lastReadSeq"))
                     .ok_or(ChatError::NotFound)?;
-                if reason_failed(&reasons, READ_CONVERSATION).is_some_and(|c| c.item.is_none()) {
-                    return Err(ChatError::NotFound);
-                }
                 return Ok(result(current, false));
             }
             let conversation = reason_failed(&reasons, READ_CONVERSATION).ok_or_else(|| {
@@ -80,6 +79,67 @@ impl ChatStore {
             target = last_seq;
         }
         Err(ChatError::Throttled)
+    }
+
+    /// The same effect without a transaction, for a contended conversation item: a strongly
+    /// consistent read of `lastSeq`, then a plain conditional update of the member's watermark.
+    /// `lastSeq` only grows, so the clamp read first still holds when the update lands.
+    /// DynamoDB: 1 GetItem + 1 UpdateItem.
+    pub async fn mark_read_plain(
+        &self,
+        caller: &UserId,
+        id: &str,
+        seq: u64,
+    ) -> Result<ReadResult, ChatError> {
+        let conversation = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(self.conversation_key(id)))
+            .consistent_read(true)
+            .projection_expression("lastSeq")
+            .send()
+            .await
+            .map_err(|e| super::sdk_error("GetItem", e))?;
+        let last_seq = conversation
+            .item()
+            .and_then(|i| get_n(i, "lastSeq"))
+            .ok_or(ChatError::NotFound)?;
+        let target = seq.min(last_seq);
+        let update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.member_key(id, caller.as_str())))
+            .update_expression("SET lastReadSeq = :seq")
+            .condition_expression("attribute_exists(pk) AND lastReadSeq < :seq")
+            .expression_attribute_values(":seq", super::attrs::n(target))
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+            .send()
+            .await;
+        let result = |last_read_seq, advanced| ReadResult {
+            conversation_id: id.to_owned(),
+            last_read_seq,
+            advanced,
+        };
+        match update {
+            Ok(_) => Ok(result(target, true)),
+            Err(e) => {
+                use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+                match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                        let current = failed
+                            .item()
+                            .and_then(|i| get_n(i, "lastReadSeq"))
+                            .ok_or(ChatError::NotFound)?;
+                        Ok(result(current, false))
+                    }
+                    _ => Err(super::sdk_error("UpdateItem", e)),
+                }
+            }
+        }
     }
 
     /// `GET /conversations/{id}/reads`: every member's watermark. DynamoDB: 1 Query.

@@ -133,3 +133,39 @@ async fn concurrent_out_of_order_reads_end_at_the_maximum() {
         .clone();
     assert_eq!(b_state["lastReadSeq"], 20);
 }
+
+#[tokio::test]
+async fn contended_fallback_keeps_the_same_rules() {
+    // The path mark_read takes when DynamoDB reports a transaction conflict (which the emulator
+    // never does): called directly.
+    let t = TestApp::new().await;
+    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
+    let c = t.direct(&a, &b).await;
+    for i in 0..3 {
+        t.send(&c, &a, &format!("{i}")).await;
+    }
+    let bob = chat_shared::UserId::parse(&b).unwrap();
+    let store = &t.app.store;
+    let r = store.mark_read_plain(&bob, &c, 2).await.unwrap();
+    assert_eq!((r.last_read_seq, r.advanced), (2, true));
+    let r = store.mark_read_plain(&bob, &c, 1).await.unwrap();
+    assert_eq!((r.last_read_seq, r.advanced), (2, false));
+    let r = store.mark_read_plain(&bob, &c, 99).await.unwrap();
+    assert_eq!(
+        (r.last_read_seq, r.advanced),
+        (3, true),
+        "clamped to lastSeq"
+    );
+    let s = chat_shared::UserId::parse(&stranger).unwrap();
+    assert_eq!(
+        store.mark_read_plain(&s, &c, 1).await.unwrap_err(),
+        chat_shared::ChatError::NotFound
+    );
+    assert_eq!(
+        store
+            .mark_read_plain(&bob, "g-0123456789abcdef0123456789abcdef", 1)
+            .await
+            .unwrap_err(),
+        chat_shared::ChatError::NotFound
+    );
+}

@@ -74,7 +74,8 @@ impl ConnectionStore {
             .send()
             .await
             .map_err(|e| sdk_error("PutItem", e))?;
-        for _ in 0..crate::retry::MAX_ATTEMPTS {
+        let mut retry = crate::retry::Retry::new();
+        while retry.next().await {
             // Add to the existing map, or create the map; the conditions make the two race-free.
             let add = self
                 .db

@@ -12,7 +12,7 @@ use crate::identity::UserId;
 use crate::keys;
 use crate::model::{Conversation, ConversationType};
 use crate::requests::MAX_MEMBERS;
-use crate::retry::{pause, MAX_ATTEMPTS};
+use crate::retry::Retry;
 
 /// Member items per transaction next to the conversation item (TransactWriteItems takes 100).
 const MEMBERS_PER_TX: usize = 99;
@@ -53,8 +53,8 @@ impl ChatStore {
         &self,
         parts: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
     ) -> Result<TxOutcome, ChatError> {
-        for attempt in 1..=MAX_ATTEMPTS {
-            pause(attempt).await;
+        let mut retry = Retry::new();
+        while retry.next().await {
             match self.transact(parts.clone()).await? {
                 TxOutcome::Contended => continue,
                 done => return Ok(done),
@@ -262,8 +262,8 @@ impl ChatStore {
         id: &str,
         users: &[UserId],
     ) -> Result<Conversation, ChatError> {
-        let mut losses = 0;
-        loop {
+        let mut retry = Retry::new();
+        while retry.next().await {
             let (conversation, members) = self
                 .load_conversation(id)
                 .await?
@@ -323,17 +323,13 @@ impl ChatStore {
                     done.member_count = (members.len() + chunk.len()) as u32;
                     return Ok(done);
                 }
-                TxOutcome::Committed => continue,
+                // Progress: the next chunk starts with a fresh retry budget.
+                TxOutcome::Committed => retry = Retry::new(),
                 // Lost to a send, another add or a removal: read again and retry.
-                TxOutcome::Cancelled(_) | TxOutcome::Contended => {
-                    losses += 1;
-                    if losses >= MAX_ATTEMPTS {
-                        return Err(ChatError::Throttled);
-                    }
-                    pause(losses + 1).await;
-                }
+                TxOutcome::Cancelled(_) | TxOutcome::Contended => {}
             }
         }
+        Err(ChatError::Throttled)
     }
 
     /// `DELETE /conversations/{id}/members/{userId}`: a member may remove itself, the owner anyone.

@@ -11,7 +11,7 @@ use crate::identity::UserId;
 use crate::keys;
 use crate::model::{HistoryPage, Message};
 use crate::requests::{HistoryCursor, HistoryQuery, SendMessage};
-use crate::retry::{pause, MAX_ATTEMPTS};
+use crate::retry::Retry;
 
 /// Positions of the parts of the send transaction (their cancellation reasons come in this order).
 const SEND_CONVERSATION: usize = 0;
@@ -55,8 +55,8 @@ impl ChatStore {
             .and_then(|i| get_n(i, "lastSeq"))
             .ok_or(ChatError::NotFound)?;
 
-        for attempt in 1..=MAX_ATTEMPTS {
-            pause(attempt).await;
+        let mut retry = Retry::new();
+        while retry.next().await {
             let message = Message {
                 conversation_id: id.to_owned(),
                 seq: seen + 1,

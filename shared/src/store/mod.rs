@@ -152,11 +152,11 @@ pub(crate) async fn batch_get(
 ) -> Result<Vec<Item>, ChatError> {
     let mut out = Vec::with_capacity(keys.len());
     let mut pending = keys;
-    for attempt in 1..=crate::retry::MAX_ATTEMPTS {
+    let mut retry = crate::retry::Retry::new();
+    while retry.next().await {
         if pending.is_empty() {
             return Ok(out);
         }
-        crate::retry::pause(attempt).await;
         let request = KeysAndAttributes::builder()
             .set_keys(Some(std::mem::take(&mut pending)))
             .consistent_read(consistent)

@@ -6,7 +6,7 @@ use crate::domain::is_conversation_id;
 use crate::error::ChatError;
 use crate::identity::UserId;
 use crate::model::{MemberReadState, ReadResult, ReadStates};
-use crate::retry::{pause, MAX_ATTEMPTS};
+use crate::retry::Retry;
 
 const READ_CONVERSATION: usize = 0;
 const READ_MEMBER: usize = 1;
@@ -35,8 +35,8 @@ impl ChatStore {
             advanced,
         };
         let mut target = seq;
-        for attempt in 1..=MAX_ATTEMPTS {
-            pause(attempt).await;
+        let mut retry = Retry::new();
+        while retry.next().await {
             let parts = vec![
                 tx::check(
                     &self.table,

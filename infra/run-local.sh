@@ -18,11 +18,17 @@ bash infra/setup.sh
 export PATH="$repo/.venv/bin:$PATH"
 
 pids=()
+# cargo lambda watch runs each function as a child process: stop whole trees.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
 cleanup() {
   trap - INT TERM EXIT
   echo
   echo "run-local: stopping"
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do kill_tree "$pid"; done
   wait 2>/dev/null || true
 }
 trap cleanup INT TERM EXIT

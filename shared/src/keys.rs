@@ -30,10 +30,6 @@ pub fn member_sk(user_id: &str) -> String {
     format!("M#{user_id}")
 }
 
-pub fn user_of_member_sk(sk: &str) -> Option<&str> {
-    sk.strip_prefix("M#")
-}
-
 pub fn message_sk(seq: u64) -> String {
     format!("S#{seq:020}")
 }

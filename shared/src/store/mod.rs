@@ -82,14 +82,6 @@ impl ChatStore {
         }
     }
 
-    pub fn client(&self) -> &Client {
-        &self.db
-    }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
     fn key(pk: String, sk: impl Into<String>) -> Item {
         HashMap::from([
             (keys::PK.to_owned(), AttributeValue::S(pk)),

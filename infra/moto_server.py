@@ -40,6 +40,7 @@ import types
 from typing import Any, Callable, Iterable
 
 import moto
+from moto.dynamodbstreams.models import DynamoDBStreamsBackend
 import moto.backends
 import moto.dynamodb.models as ddb_models
 from moto.dynamodb.models import DynamoDBBackend
@@ -193,6 +194,13 @@ def patch_moto() -> None:
     ddb_models.copy = copy_shim  # type: ignore[attr-defined]
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
     DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
+    # moto keeps every DynamoDB Streams iterator forever (~2 KB per poll, ~70 MB/h at 10 polls/s).
+    # Each GetRecords answer carries the next iterator, so a used one is dropped; AWS would keep it
+    # 15 minutes, which only matters to a client that re-reads from an old iterator.
+    def get_records(self, iterator_arn: str, limit: int) -> dict:
+        return self.shard_iterators.pop(iterator_arn).get(limit)
+
+    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
     # moto lists its package directory to route every request: a quarter of its time per request.
     list_modules = moto.backends.list_of_moto_modules
     moto.backends.list_of_moto_modules = functools.lru_cache(maxsize=None)(lambda: tuple(list_modules()))

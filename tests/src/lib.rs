@@ -2,6 +2,7 @@
 //! template.yaml) once per test binary, or uses `DYNAMODB_ENDPOINT` when set, and calls the real
 //! function handlers with API Gateway v2 (HTTP API) events routed like `cargo lambda watch` does.
 
+pub mod push;
 pub mod server;
 
 use std::collections::HashMap;

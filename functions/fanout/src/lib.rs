@@ -81,7 +81,7 @@ impl Fanout {
                 match self.deliver(&conversation, events).await {
                     Ok(()) => None,
                     Err(e) => {
-                        tracing::warn!(conversation, error = %e, "fanout failed; batch will be retried");
+                        tracing::warn!(conversation, error = ?e, "fanout failed; batch will be retried");
                         Some(first)
                     }
                 }
@@ -127,7 +127,9 @@ impl Fanout {
                             // Gone for good: forget it, and do not fail the batch.
                             return self.connections.remove(&user, &connection).await;
                         }
-                        Push::Failed => return Err(ChatError::Throttled),
+                        Push::Failed => {
+                            return Err(ChatError::internal(format!("push to {connection} failed")))
+                        }
                     }
                 }
                 Ok(())

@@ -62,7 +62,7 @@ impl Relay {
                 Err(e) => {
                     // Not ours to skip: report it (and so everything after it) for retry; after the
                     // retries it goes to the on-failure destination, never silently away.
-                    tracing::error!(error = %e, event_id = record.event_id, "undecodable stream record");
+                    tracing::error!(error = ?e, event_id = record.event_id, "undecodable stream record");
                     failed = Some(i);
                     break;
                 }

@@ -1,0 +1,65 @@
+//! The Lambda handlers, called in-process the way Lambda calls them: with the event as JSON
+//! (deserialized into the same `aws_lambda_events` types, which also proves the event's shape),
+//! and with the response read back as JSON.
+
+use aws_config::SdkConfig;
+use aws_lambda_events::event::apigw::ApiGatewayWebsocketProxyRequest;
+use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use chat_shared::connections::ConnectionStore;
+use chat_shared::identity::TokenVerifier;
+use chat_shared::{ChatStore, Config};
+use fanout_fn::Fanout;
+use relay_fn::Relay;
+use serde_json::{json, Value};
+use ws_connection_fn::WsConnection;
+
+use crate::Error;
+
+#[derive(Clone)]
+pub(crate) struct Handlers {
+    ws: WsConnection,
+    relay: Relay,
+    fanout: Fanout,
+}
+
+impl Handlers {
+    /// Builds the handlers like their `from_env`, from `config` (with its endpoints filled in).
+    pub(crate) async fn new(config: &Config, sdk: &SdkConfig) -> Result<Handlers, Error> {
+        let verifier = TokenVerifier::from_config(config).await.map_err(|e| {
+            format!("{e} (set CHAT_AUTH_MODE=local to verify HS256 tokens locally)")
+        })?;
+        let db = config.dynamodb_client(sdk);
+        let connections = ConnectionStore::new(db.clone(), config.connections_table.clone());
+        let management = config
+            .management_client(sdk)
+            .ok_or("no Management API endpoint")?;
+        Ok(Handlers {
+            ws: WsConnection::new(connections.clone(), verifier),
+            relay: Relay::new(config.kinesis_client(sdk), config.event_stream.clone()),
+            fanout: Fanout::new(
+                ChatStore::new(db, config.chat_table.clone()),
+                connections,
+                management,
+            ),
+        })
+    }
+
+    /// A WebSocket route event → the response's `statusCode`.
+    pub(crate) async fn websocket(&self, event: Value) -> Result<i64, Error> {
+        let event: ApiGatewayWebsocketProxyRequest = serde_json::from_value(event)?;
+        Ok(self.ws.handle(event).await.status_code)
+    }
+
+    /// DynamoDB stream records → the relay's response (`batchItemFailures`).
+    pub(crate) async fn relay(&self, records: Vec<Value>) -> Result<Value, Error> {
+        let event: DynamoDbEvent = serde_json::from_value(json!({ "Records": records }))?;
+        Ok(serde_json::to_value(self.relay.handle(event).await)?)
+    }
+
+    /// Kinesis records → the fanout's response (`batchItemFailures`).
+    pub(crate) async fn fanout(&self, records: Vec<Value>) -> Result<Value, Error> {
+        let event: KinesisEvent = serde_json::from_value(json!({ "Records": records }))?;
+        Ok(serde_json::to_value(self.fanout.handle(event).await)?)
+    }
+}

@@ -1,0 +1,240 @@
+//! Local stand-in for what AWS runs around the push functions (SPEC §5–§7):
+//!
+//! * the API Gateway **WebSocket API** (`ws://127.0.0.1:9001/?token=…`), which calls the
+//!   ws-connection handler with `$connect` / `$disconnect` / `$default` events (`websocket.rs`);
+//! * its **Management API** (`POST|GET|DELETE /@connections/{id}`, also under `/{stage}`), through
+//!   which the fanout pushes (`management.rs`);
+//! * the **Lambda event source mappings**: the chat table's DynamoDB stream → relay, and every shard
+//!   of the Kinesis stream → fanout, with ReportBatchItemFailures semantics (`mapping.rs`).
+//!
+//! The handlers are the same objects that run in Lambda (`handlers.rs`), called in-process with
+//! Lambda-format JSON events. Run one gateway per emulator: two gateways would each relay and fan
+//! out every event, and each would answer `410 Gone` for the other's connections (so their fanouts
+//! delete each other's connection records).
+
+mod dynamodb_stream;
+mod handlers;
+mod http;
+mod kinesis;
+mod management;
+mod mapping;
+mod pipeline;
+mod registry;
+mod shutdown;
+mod websocket;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chat_shared::Config;
+use tokio::net::TcpListener;
+
+pub use mapping::{MappingStats, StartingPosition, Stats};
+
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// An SDK error with its whole chain of causes (the SDK's own Display is terse, e.g. "dispatch
+/// failure"), named by the operation.
+pub(crate) fn sdk_error<E: std::error::Error>(operation: &'static str) -> impl Fn(E) -> Error {
+    move |e| {
+        format!(
+            "{operation}: {}",
+            aws_sdk_kinesis::error::DisplayErrorContext(&e)
+        )
+        .into()
+    }
+}
+
+/// What to serve and where. Port 0 picks a free port (see [`RunningGateway`] for the URLs).
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// WebSocket API address (default `127.0.0.1:9001`).
+    pub ws_addr: SocketAddr,
+    /// Management API address (default `127.0.0.1:9002`).
+    pub management_addr: SocketAddr,
+    /// The API's stage: `requestContext.stage`, and the optional Management API path prefix.
+    pub stage: String,
+    /// Tables, stream, endpoints and authentication of the handlers. `KINESIS_ENDPOINT` unset
+    /// means the Kinesis API is at `DYNAMODB_ENDPOINT` (our moto serves DynamoDB, DynamoDB
+    /// Streams and Kinesis on one port); the handlers' Management API endpoint is always this
+    /// gateway's.
+    pub chat: Config,
+    /// The stream → relay → Kinesis → fanout pollers; `None` serves the two APIs only.
+    pub pipeline: Option<PipelineConfig>,
+}
+
+/// The two event source mappings (template.yaml: RelayEventSource, FanoutEventSource).
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Where the mappings start reading the shards they find at start-up.
+    pub starting_position: StartingPosition,
+    /// Records per handler invocation (template: 100).
+    pub batch_size: usize,
+    /// Idle wait between GetRecords calls on the DynamoDB stream.
+    pub poll_interval: Duration,
+    /// Idle wait between GetRecords calls on a Kinesis shard. Each batch the relay delivers wakes
+    /// the Kinesis pollers at once, so this only bounds the delay for records put by others.
+    pub kinesis_poll_interval: Duration,
+    /// Retries of a failing record before it is logged as sent to the on-failure destination
+    /// (template: MaximumRetryAttempts 10).
+    pub max_retries: u32,
+    /// First wait before a retry; doubles per retry of the same record, at most 2 s.
+    pub retry_backoff: Duration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            starting_position: StartingPosition::TrimHorizon,
+            batch_size: 100,
+            poll_interval: Duration::from_millis(100),
+            kinesis_poll_interval: Duration::from_millis(500),
+            max_retries: 10,
+            retry_backoff: Duration::from_millis(100),
+        }
+    }
+}
+
+pub const DEFAULT_WS_PORT: u16 = 9001;
+pub const DEFAULT_MANAGEMENT_PORT: u16 = 9002;
+
+impl GatewayConfig {
+    /// Default addresses and pipeline for these handler settings.
+    pub fn new(chat: Config) -> GatewayConfig {
+        GatewayConfig {
+            ws_addr: SocketAddr::from(([127, 0, 0, 1], DEFAULT_WS_PORT)),
+            management_addr: SocketAddr::from(([127, 0, 0, 1], DEFAULT_MANAGEMENT_PORT)),
+            stage: "local".into(),
+            chat,
+            pipeline: Some(PipelineConfig::default()),
+        }
+    }
+
+    /// `Config::from_env` plus `CHAT_WS_PORT` (9001), `CHAT_MANAGEMENT_PORT` (9002) and
+    /// `CHAT_GATEWAY_START` (`TRIM_HORIZON`, the default, or `LATEST`).
+    pub fn from_env() -> Result<GatewayConfig, String> {
+        let mut config = GatewayConfig::new(Config::from_env()?);
+        let port = |name: &str, default: u16| match std::env::var(name) {
+            Ok(v) if !v.trim().is_empty() => v
+                .trim()
+                .parse::<u16>()
+                .map_err(|_| format!("{name} must be a port number, not {v:?}")),
+            _ => Ok(default),
+        };
+        config
+            .ws_addr
+            .set_port(port("CHAT_WS_PORT", DEFAULT_WS_PORT)?);
+        config
+            .management_addr
+            .set_port(port("CHAT_MANAGEMENT_PORT", DEFAULT_MANAGEMENT_PORT)?);
+        if let Ok(start) = std::env::var("CHAT_GATEWAY_START") {
+            let position = match start.trim() {
+                "" | "TRIM_HORIZON" => StartingPosition::TrimHorizon,
+                "LATEST" => StartingPosition::Latest,
+                other => {
+                    return Err(format!(
+                        "CHAT_GATEWAY_START must be TRIM_HORIZON or LATEST, not {other:?}"
+                    ))
+                }
+            };
+            if let Some(p) = config.pipeline.as_mut() {
+                p.starting_position = position;
+            }
+        }
+        Ok(config)
+    }
+}
+
+/// Starts gateways.
+pub struct Gateway;
+
+/// A started gateway. Runs until [`RunningGateway::shutdown`]; dropping it also stops everything
+/// (without waiting), as does the end of its runtime.
+pub struct RunningGateway {
+    /// `ws://HOST:PORT/`; connect with `?token=<JWT>`.
+    pub ws_url: String,
+    /// `http://HOST:PORT/{stage}`, what `WS_MANAGEMENT_ENDPOINT` would be deployed (the paths also
+    /// work without the stage prefix).
+    pub management_url: String,
+    registry: registry::Registry,
+    stats: Arc<Stats>,
+    trigger: shutdown::Trigger,
+}
+
+impl Gateway {
+    /// Binds both ports, builds the handlers, and (with a pipeline) returns once the pollers hold
+    /// their first shard iterators, so a write made after `start` returns is always seen.
+    pub async fn start(config: GatewayConfig) -> Result<RunningGateway, Error> {
+        let ws_listener = TcpListener::bind(config.ws_addr).await?;
+        let management_listener = TcpListener::bind(config.management_addr).await?;
+        let ws_addr = ws_listener.local_addr()?;
+        let management_addr = management_listener.local_addr()?;
+        let management_url = format!("http://{management_addr}/{}", config.stage);
+
+        let mut chat = config.chat.clone();
+        // moto serves DynamoDB, DynamoDB Streams and Kinesis on one port: without an explicit
+        // KINESIS_ENDPOINT, Kinesis is wherever DynamoDB is.
+        if chat.kinesis_endpoint.is_none() {
+            chat.kinesis_endpoint = chat.dynamodb_endpoint.clone();
+        }
+        chat.ws_management_endpoint = Some(management_url.clone());
+        let sdk = chat.sdk_config().await;
+        let handlers = handlers::Handlers::new(&chat, &sdk).await?;
+
+        let (trigger, shutdown) = shutdown::Shutdown::new();
+        let registry = registry::Registry::default();
+        let stats = Arc::new(Stats::default());
+
+        if let Some(pipeline) = &config.pipeline {
+            pipeline::start(&chat, &sdk, pipeline, &handlers, &stats, &shutdown).await?;
+        }
+        let ws = Arc::new(websocket::WebSocketApi {
+            handlers,
+            registry: registry.clone(),
+            stage: config.stage.clone(),
+            domain: ws_addr.to_string(),
+            shutdown: shutdown.clone(),
+        });
+        http::serve(ws_listener, shutdown.clone(), move |req, peer| {
+            let ws = ws.clone();
+            async move { ws.handle(req, peer).await }
+        });
+        let management = registry.clone();
+        http::serve(management_listener, shutdown.clone(), move |req, _| {
+            let registry = management.clone();
+            async move { management::handle(req, &registry).await }
+        });
+        Ok(RunningGateway {
+            ws_url: format!("ws://{ws_addr}/"),
+            management_url,
+            registry,
+            stats,
+            trigger,
+        })
+    }
+}
+
+impl RunningGateway {
+    /// Counters of the two mappings (invocations, redeliveries, records given up).
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Test hook: the next `times` `POST /@connections/{connection_id}` answer `status` (e.g. 500)
+    /// instead of delivering.
+    pub fn inject_post_failures(&self, connection_id: &str, status: u16, times: u32) {
+        self.registry.inject_failures(connection_id, status, times);
+    }
+
+    /// How many injected failures for this connection have not been served yet.
+    pub fn pending_post_failures(&self, connection_id: &str) -> u32 {
+        self.registry.pending_failures(connection_id)
+    }
+
+    /// Stops accepting, closes every WebSocket (each gets its `$disconnect`), stops the pollers,
+    /// and waits (at most 10 s) for all of it.
+    pub async fn shutdown(self) {
+        self.trigger.fire(Duration::from_secs(10)).await;
+    }
+}

@@ -1,0 +1,230 @@
+//! Push test harness: the local gateway (WebSocket API, Management API, stream → relay → Kinesis
+//! → fanout pollers) in-process against the test emulator, and a WebSocket client.
+//!
+//! One gateway per test binary, like the emulator, shared by its tests (which use their own user
+//! ids): gateways do not share their connections, so two gateways on one emulator would each fan
+//! out every event and answer 410 for (and so delete) each other's connections. It runs on its own
+//! runtime thread, since each `#[tokio::test]` has a runtime that ends with the test.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use chat_shared::connections::ConnectionStore;
+use chat_shared::identity::Authenticator;
+use chat_shared::Config;
+use futures::{SinkExt, StreamExt};
+use local_gateway::{Gateway, GatewayConfig, PipelineConfig, RunningGateway, StartingPosition};
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::{server, token, TEST_SECRET};
+
+/// The handlers' settings for the test emulator (local HS256 auth with the tests' secret).
+pub fn chat_config() -> Config {
+    Config {
+        dynamodb_endpoint: Some(server::dynamodb_endpoint()),
+        auth: Authenticator::LocalHs256 {
+            secret: TEST_SECRET.as_bytes().to_vec(),
+        },
+        ..Config::from_env().unwrap()
+    }
+}
+
+/// Free ports; the pipeline from LATEST (the emulator may hold other tests' history) and with
+/// short retry backoffs.
+pub fn gateway_config() -> GatewayConfig {
+    let mut config = GatewayConfig::new(chat_config());
+    config.ws_addr.set_port(0);
+    config.management_addr.set_port(0);
+    config.pipeline = Some(PipelineConfig {
+        starting_position: StartingPosition::Latest,
+        retry_backoff: Duration::from_millis(50),
+        ..PipelineConfig::default()
+    });
+    config
+}
+
+/// The test binary's gateway, started on first use.
+pub fn gateway() -> &'static RunningGateway {
+    static GATEWAY: OnceLock<RunningGateway> = OnceLock::new();
+    GATEWAY.get_or_init(|| {
+        let config = gateway_config();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("local-gateway".into())
+            .spawn(move || {
+                if std::env::var_os("RUST_LOG").is_some() {
+                    chat_shared::config::init_tracing();
+                }
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    let started = Gateway::start(config).await.map_err(|e| e.to_string());
+                    tx.send(started).unwrap();
+                    std::future::pending::<()>().await
+                })
+            })
+            .unwrap();
+        rx.recv().unwrap().expect("local gateway starts")
+    })
+}
+
+/// The connection records (what `$connect` writes and the fanout reads).
+pub async fn connection_store() -> ConnectionStore {
+    let config = chat_config();
+    let sdk = config.sdk_config().await;
+    ConnectionStore::new(
+        config.dynamodb_client(&sdk),
+        config.connections_table.clone(),
+    )
+}
+
+/// The user's live connection ids, as the fanout sees them.
+pub async fn connection_ids(store: &ConnectionStore, user: &str) -> Vec<String> {
+    let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+    store
+        .live_connections(&[user.to_owned()], now)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect()
+}
+
+pub fn now_unix() -> i64 {
+    chat_shared::time::unix_seconds(chat_shared::time::now())
+}
+
+/// A WebSocket client of the gateway.
+pub struct WsClient {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub closed: bool,
+}
+
+impl WsClient {
+    /// Connects to the shared gateway as `user`.
+    pub async fn connect(user: &str) -> WsClient {
+        let url = format!("{}?token={}", gateway().ws_url, token(user));
+        Self::connect_url(&url)
+            .await
+            .unwrap_or_else(|status| panic!("handshake refused: {status}"))
+    }
+
+    /// Connects; a refused handshake gives its HTTP status.
+    pub async fn connect_url(url: &str) -> Result<WsClient, u16> {
+        match tokio_tungstenite::connect_async(url).await {
+            Ok((socket, _)) => Ok(WsClient {
+                socket,
+                closed: false,
+            }),
+            Err(tungstenite::Error::Http(response)) => Err(response.status().as_u16()),
+            Err(e) => panic!("WebSocket connect to {url} failed: {e}"),
+        }
+    }
+
+    /// The next event (JSON text frame) within `within`; None on timeout or close.
+    pub async fn next_event(&mut self, within: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.closed {
+            let frame = tokio::time::timeout_at(deadline, self.socket.next())
+                .await
+                .ok()?;
+            match frame {
+                Some(Ok(Message::Text(text))) => {
+                    return Some(serde_json::from_str(&text).expect("JSON event"))
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => self.closed = true,
+                Some(Ok(_)) => {}
+            }
+        }
+        None
+    }
+
+    /// Raw text of the next text frame within `within`.
+    pub async fn next_text(&mut self, within: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.socket.next())
+                .await
+                .ok()??
+            {
+                Ok(Message::Text(text)) => return Some(text.to_string()),
+                Ok(Message::Close(_)) | Err(_) => {
+                    self.closed = true;
+                    return None;
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Events until `done(events so far)`; panics with what arrived when `within` runs out.
+    pub async fn until(&mut self, within: Duration, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut events = Vec::new();
+        while !done(&events) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_event(left).await {
+                Some(e) => events.push(e),
+                None => panic!("timed out (closed: {}); got {events:#?}", self.closed),
+            }
+        }
+        events
+    }
+
+    /// Everything that arrives within `period`.
+    pub async fn drain(&mut self, period: Duration) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + period;
+        let mut events = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_event(left).await {
+                Some(e) => events.push(e),
+                None => return events,
+            }
+        }
+    }
+
+    /// Waits for the server to close the socket.
+    pub async fn closed_within(&mut self, within: Duration) -> bool {
+        while !self.closed {
+            if self.next_event(within).await.is_none() && !self.closed {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.socket.send(Message::text(text)).await.unwrap();
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+}
+
+/// Whether `events` has an event of `kind` in `conversation` (with `seq`, if given).
+pub fn has(events: &[Value], kind: &str, conversation: &str, seq: Option<u64>) -> bool {
+    events.iter().any(|e| {
+        e["type"] == kind
+            && e["conversationId"] == conversation
+            && seq.is_none_or(|s| e["seq"] == s)
+    })
+}
+
+/// `message.new` seqs of a conversation in arrival order, each only at its first arrival.
+pub fn first_seqs(events: &[Value], conversation: &str) -> Vec<u64> {
+    let mut seen = std::collections::HashSet::new();
+    events
+        .iter()
+        .filter(|e| e["type"] == "message.new" && e["conversationId"] == conversation)
+        .filter_map(|e| e["seq"].as_u64())
+        .filter(|s| seen.insert(*s))
+        .collect()
+}

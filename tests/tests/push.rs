@@ -1,0 +1,467 @@
+//! Push end to end (SPEC §5–§7): REST handlers write, the local gateway's pollers run the real
+//! relay and fanout, and WebSocket clients of the local gateway receive the events.
+
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
+use aws_sdk_apigatewaymanagement::operation::post_to_connection::PostToConnectionError;
+use aws_sdk_apigatewaymanagement::primitives::Blob;
+use chat_shared::identity::mint_hs256;
+use chat_tests::push::{
+    chat_config, connection_ids, connection_store, first_seqs, gateway, gateway_config, has,
+    now_unix, WsClient,
+};
+use chat_tests::{token, unique, TestApp, TEST_SECRET};
+use local_gateway::Gateway;
+use serde_json::{json, Value};
+
+/// Time for one event to travel stream → relay → Kinesis → fanout → client (typically < 1 s).
+const EVENT: Duration = Duration::from_secs(10);
+/// How long to listen for an event that must not come, after the events that did came.
+const QUIET: Duration = Duration::from_millis(400);
+
+async fn bounded<F: std::future::Future>(limit: u64, test: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(limit), test)
+        .await
+        .expect("test took too long")
+}
+
+#[tokio::test]
+async fn members_receive_message_and_read_events_and_outsiders_nothing() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (a, b, outsider) = (unique("a"), unique("b"), unique("c"));
+        let conv = t.direct(&a, &b).await;
+        let mut wa = WsClient::connect(&a).await;
+        let mut wb = WsClient::connect(&b).await;
+        let mut wc = WsClient::connect(&outsider).await;
+        let other = t.direct(&outsider, &unique("d")).await;
+
+        let started = Instant::now();
+        let sent = t.send(&conv, &b, "hello <b>\"☃\"</b>\n日本語").await;
+        assert_eq!(sent.status, 201, "{sent:?}");
+        let events = wa
+            .until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
+            .await;
+        println!(
+            "message.new reached the member after {:?}",
+            started.elapsed()
+        );
+        let message = events.iter().find(|e| e["type"] == "message.new").unwrap();
+        assert_eq!(
+            message,
+            &json!({
+                "type": "message.new", "conversationId": conv, "seq": 1, "senderId": b,
+                "clientMsgId": sent.body["clientMsgId"], "body": "hello <b>\"☃\"</b>\n日本語",
+                "createdAt": sent.body["createdAt"],
+            }),
+            "the full message, as the REST response has it"
+        );
+        let sender_events = wb
+            .until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
+            .await;
+        assert!(
+            sender_events.contains(message),
+            "the sender's connection too"
+        );
+
+        let read = t
+            .post(
+                &format!("/conversations/{conv}/read"),
+                &a,
+                json!({"seq": 1}),
+            )
+            .await;
+        assert_eq!(
+            (read.status, read.body["advanced"].clone()),
+            (200, json!(true))
+        );
+        let expected =
+            json!({"type": "read.updated", "conversationId": conv, "userId": a, "lastReadSeq": 1});
+        let events = wa.until(EVENT, |e| e.contains(&expected)).await;
+        assert!(events.iter().all(|e| e["conversationId"] == conv.as_str()));
+        wb.until(EVENT, |e| e.contains(&expected)).await;
+
+        // The outsider's own conversation reaches it, the other one never does.
+        t.send(&other, &outsider, "mine").await;
+        let seen = wc
+            .until(EVENT, |e| has(e, "message.new", &other, Some(1)))
+            .await;
+        let seen = [seen, wc.drain(QUIET).await].concat();
+        assert!(
+            seen.iter().all(|e| e["conversationId"] == other.as_str()),
+            "an outsider got events of a conversation it is not in: {seen:#?}"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn forty_quick_messages_all_arrive_in_seq_order() {
+    bounded(90, async {
+        let t = TestApp::new().await;
+        let (a, b) = (unique("a"), unique("b"));
+        let conv = t.direct(&a, &b).await;
+        let mut wa = WsClient::connect(&a).await;
+        for i in 1..=40 {
+            let r = t.send(&conv, &b, &format!("m{i}")).await;
+            assert_eq!((r.status, r.body["seq"].clone()), (201, json!(i)), "{r:?}");
+        }
+        let events = wa
+            .until(Duration::from_secs(60), |e| {
+                first_seqs(e, &conv).len() == 40
+            })
+            .await;
+        assert_eq!(
+            first_seqs(&events, &conv),
+            (1..=40).collect::<Vec<u64>>(),
+            "every seq, first seen in order"
+        );
+        for e in events.iter().filter(|e| e["type"] == "message.new") {
+            assert_eq!(e["body"], format!("m{}", e["seq"]), "{e}");
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_group_over_200_members_gets_the_light_message() {
+    bounded(120, async {
+        let t = TestApp::new().await;
+        let owner = unique("owner");
+        let first: Vec<String> = (0..199).map(|i| unique(&format!("m{i}"))).collect();
+        let more: Vec<String> = (0..50).map(|i| unique(&format!("n{i}"))).collect();
+        let refs: Vec<&str> = first.iter().map(String::as_str).collect();
+        let conv = t.group(&owner, &refs).await;
+        let mut member = WsClient::connect(&first[7]).await;
+
+        let added = t
+            .post(
+                &format!("/conversations/{conv}/members"),
+                &owner,
+                json!({ "userIds": more }),
+            )
+            .await;
+        assert_eq!(
+            (added.status, added.body["memberCount"].clone()),
+            (200, json!(250))
+        );
+        let sent = t.send(&conv, &owner, "for 250 people").await;
+        assert_eq!(sent.status, 201, "{sent:?}");
+
+        let events = member
+            .until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
+            .await;
+        let message = events.iter().find(|e| e["type"] == "message.new").unwrap();
+        assert_eq!(
+            message,
+            &json!({"type": "message.new", "conversationId": conv, "seq": 1}),
+            "only the light form above 200 members"
+        );
+        let added = events.iter().find(|e| e["type"] == "member.added");
+        assert_eq!(
+            added.map(|e| e["userIds"].as_array().unwrap().len()),
+            Some(50),
+            "{events:#?}"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_stale_connection_is_removed_after_410() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let store = connection_store().await;
+        let (a, b) = (unique("a"), unique("b"));
+        let conv = t.direct(&a, &b).await;
+        let mut live = WsClient::connect(&a).await;
+        let stale = format!("{}=", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        store.register(&a, &stale, now_unix()).await.unwrap();
+        assert_eq!(connection_ids(&store, &a).await.len(), 2);
+
+        t.send(&conv, &b, "hi").await;
+        live.until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
+            .await;
+        let deadline = Instant::now() + EVENT;
+        loop {
+            let ids = connection_ids(&store, &a).await;
+            if !ids.contains(&stale) {
+                assert_eq!(ids.len(), 1, "the live connection stays");
+                break;
+            }
+            assert!(Instant::now() < deadline, "stale connection still recorded");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// A member item changing its read watermark, as a Lambda DynamoDB stream record.
+fn read_record(sequence: &str, conversation: &str, user: &str, from: u64, to: u64) -> Value {
+    let image = |seq: u64| {
+        json!({
+            "pk": {"S": format!("C#{conversation}")}, "sk": {"S": format!("M#{user}")},
+            "conversationId": {"S": conversation}, "memberId": {"S": user},
+            "lastReadSeq": {"N": seq.to_string()},
+        })
+    };
+    json!({
+        "eventID": uuid::Uuid::new_v4().simple().to_string(), "eventName": "MODIFY",
+        "eventVersion": "1.1", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": 1_700_000_000,
+            "Keys": {"pk": image(to)["pk"], "sk": image(to)["sk"]},
+            "NewImage": image(to), "OldImage": image(from),
+            "SequenceNumber": sequence, "SizeBytes": 100, "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+    })
+}
+
+#[tokio::test]
+async fn the_relay_reports_exactly_the_undecodable_record() {
+    bounded(30, async {
+        let mut config = chat_config();
+        config.kinesis_endpoint = config.dynamodb_endpoint.clone();
+        let sdk = config.sdk_config().await;
+        let relay = relay_fn::Relay::new(config.kinesis_client(&sdk), config.event_stream.clone());
+        // An id no fanout finds a conversation for.
+        let conv = format!("g-{}", uuid::Uuid::new_v4().simple());
+        let mut broken = read_record("2000000000000000000002", &conv, "u2", 0, 1);
+        broken["dynamodb"]["NewImage"]
+            .as_object_mut()
+            .unwrap()
+            .remove("conversationId");
+        let records = vec![
+            read_record("2000000000000000000001", &conv, "u1", 0, 1),
+            broken,
+            read_record("2000000000000000000003", &conv, "u3", 0, 1),
+        ];
+        let event: DynamoDbEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+        let response = serde_json::to_value(relay.handle(event).await).unwrap();
+        assert_eq!(
+            response,
+            json!({"batchItemFailures": [{"itemIdentifier": "2000000000000000000002"}]})
+        );
+
+        // Redelivered from there (as the gateway's mapping does) without the bad record's fault.
+        let retried: DynamoDbEvent = serde_json::from_value(json!({
+            "Records": [read_record("2000000000000000000002", &conv, "u2", 0, 1), records[2]]
+        }))
+        .unwrap();
+        let response = serde_json::to_value(relay.handle(retried).await).unwrap();
+        assert_eq!(response, json!({"batchItemFailures": []}));
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_failing_push_is_retried_and_the_client_gets_every_event_in_order() {
+    bounded(90, async {
+        let t = TestApp::new().await;
+        let store = connection_store().await;
+        let gw = gateway();
+        let (a, b) = (unique("a"), unique("b"));
+        let conv = t.direct(&a, &b).await;
+        let mut wa = WsClient::connect(&a).await;
+        let ids = connection_ids(&store, &a).await;
+        assert_eq!(ids.len(), 1);
+        // The SDK itself retries a 500 (3 attempts in all): fail all of them, so the fanout sees
+        // the failure and reports it.
+        gw.inject_post_failures(&ids[0], 500, 3);
+        let redeliveries = gw.stats().fanout.redeliveries();
+
+        for i in 1..=5 {
+            assert_eq!(t.send(&conv, &b, &format!("m{i}")).await.status, 201);
+        }
+        let events = wa
+            .until(Duration::from_secs(60), |e| first_seqs(e, &conv).len() == 5)
+            .await;
+        assert_eq!(first_seqs(&events, &conv), vec![1, 2, 3, 4, 5]);
+        assert_eq!(
+            gw.pending_post_failures(&ids[0]),
+            0,
+            "the failures were served"
+        );
+        assert!(
+            gw.stats().fanout.redeliveries() > redeliveries,
+            "the fanout reported the failure and the records were delivered again"
+        );
+        assert_eq!(gw.stats().fanout.given_up(), 0);
+        assert_eq!(connection_ids(&store, &a).await, ids, "a 500 is not a 410");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn connections_without_a_valid_token_are_refused_with_401() {
+    bounded(30, async {
+        let url = &gateway().ws_url;
+        let user = unique("a");
+        let cases = [
+            ("no token", url.clone()),
+            ("empty token", format!("{url}?token=")),
+            ("malformed", format!("{url}?token=abc")),
+            (
+                "bad signature",
+                format!(
+                    "{url}?token={}",
+                    mint_hs256(&user, now_unix() + 600, b"other")
+                ),
+            ),
+            (
+                "expired",
+                format!(
+                    "{url}?token={}",
+                    mint_hs256(&user, now_unix() - 5, TEST_SECRET.as_bytes())
+                ),
+            ),
+        ];
+        for (case, url) in cases {
+            assert_eq!(WsClient::connect_url(&url).await.err(), Some(401), "{case}");
+        }
+        assert!(connection_ids(&connection_store().await, &user)
+            .await
+            .is_empty());
+        let ok = WsClient::connect_url(&format!("{url}?token={}", token(&user))).await;
+        assert!(ok.is_ok(), "a valid token connects");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_management_api_answers_like_api_gateway() {
+    bounded(30, async {
+        let gw = gateway();
+        let store = connection_store().await;
+        let mut config = chat_config();
+        config.ws_management_endpoint = Some(gw.management_url.clone());
+        let sdk = config.sdk_config().await;
+        let management = config.management_client(&sdk).unwrap();
+
+        // Unknown connection: 410, surfaced by the SDK as GoneException (what the fanout matches).
+        let err = management
+            .post_to_connection()
+            .connection_id("unknownConn=")
+            .data(Blob::new("x"))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err.as_service_error(),
+                Some(PostToConnectionError::GoneException(_))
+            ),
+            "{err:?}"
+        );
+
+        let user = unique("a");
+        let mut client = WsClient::connect(&user).await;
+        let id = connection_ids(&store, &user).await.pop().unwrap();
+        assert!(id.ends_with('=') && id.len() == 13, "{id}");
+
+        let info = management
+            .get_connection()
+            .connection_id(&id)
+            .send()
+            .await
+            .unwrap();
+        let connected = info.connected_at().unwrap().secs();
+        assert!((connected - now_unix()).abs() < 60, "{info:?}");
+        let identity = info.identity().unwrap();
+        assert_eq!(identity.source_ip(), Some("127.0.0.1"));
+
+        management
+            .post_to_connection()
+            .connection_id(&id)
+            .data(Blob::new(r#"{"hello":"☃"}"#))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            client.next_text(EVENT).await.as_deref(),
+            Some(r#"{"hello":"☃"}"#)
+        );
+        // The same without the stage prefix, and a client frame is answered with nothing.
+        client.send_text("ping").await;
+        let bare = gw.management_url.rsplit_once('/').unwrap().0;
+        config.ws_management_endpoint = Some(bare.to_owned());
+        let bare_client = config.management_client(&sdk).unwrap();
+        bare_client
+            .post_to_connection()
+            .connection_id(&id)
+            .data(Blob::new("two"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(client.next_text(EVENT).await.as_deref(), Some("two"));
+
+        management
+            .delete_connection()
+            .connection_id(&id)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            client.closed_within(EVENT).await,
+            "DELETE closes the socket"
+        );
+        let err = management
+            .post_to_connection()
+            .connection_id(&id)
+            .data(Blob::new("x"))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            err.as_service_error(),
+            Some(PostToConnectionError::GoneException(_))
+        ));
+        // Its $disconnect removed the connection record.
+        let deadline = Instant::now() + EVENT;
+        while !connection_ids(&store, &user).await.is_empty() {
+            assert!(Instant::now() < deadline, "$disconnect did not unregister");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_client_closing_is_unregistered_by_disconnect() {
+    bounded(30, async {
+        let store = connection_store().await;
+        let user = unique("a");
+        let client = WsClient::connect(&user).await;
+        assert_eq!(connection_ids(&store, &user).await.len(), 1);
+        client.close().await;
+        let deadline = Instant::now() + EVENT;
+        while !connection_ids(&store, &user).await.is_empty() {
+            assert!(Instant::now() < deadline, "$disconnect did not unregister");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn shutdown_closes_connections_and_unregisters_them() {
+    bounded(30, async {
+        let store = connection_store().await;
+        let mut config = gateway_config();
+        config.pipeline = None;
+        let gw = Gateway::start(config).await.unwrap();
+        let user = unique("a");
+        let url = format!("{}?token={}", gw.ws_url, token(&user));
+        let mut client = WsClient::connect_url(&url).await.unwrap();
+        assert_eq!(connection_ids(&store, &user).await.len(), 1);
+        gw.shutdown().await;
+        assert!(client.closed_within(EVENT).await);
+        assert!(connection_ids(&store, &user).await.is_empty());
+        assert!(
+            tokio_tungstenite::connect_async(&url).await.is_err(),
+            "the port is closed"
+        );
+    })
+    .await
+}

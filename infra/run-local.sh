@@ -55,7 +55,6 @@ export CHAT_TABLE="${CHAT_TABLE:-ChatTable}" CONNECTIONS_TABLE="${CONNECTIONS_TA
 export EVENT_STREAM="${EVENT_STREAM:-EventStream}"
 export WS_MANAGEMENT_ENDPOINT="http://127.0.0.1:$MANAGEMENT_PORT"
 export CHAT_WS_PORT="$WS_PORT" CHAT_MANAGEMENT_PORT="$MANAGEMENT_PORT"
-export RUST_LOG="${RUST_LOG:-info}"
 
 # Build once up front so the first request does not wait for a compile.
 echo "run-local: building (the first build takes a few minutes)"

@@ -22,7 +22,8 @@ import tomllib
 import unittest
 from typing import Any
 
-import yaml
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import create_resources  # noqa: E402  (the same CloudFormation-aware YAML loader)
 
 INFRA = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(INFRA)
@@ -33,31 +34,8 @@ FUNCTION = "AWS::Serverless::Function"
 HTTP_API = "AWS::Serverless::HttpApi"
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """SafeLoader that accepts the CloudFormation short tags: `!Ref X` -> {"Ref": X},
-    `!GetAtt A.B` -> {"Fn::GetAtt": ["A", "B"]}, `!Sub s` -> {"Fn::Sub": s}, ..."""
-
-
-def _construct_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    if suffix in ("Ref", "Condition"):
-        return {suffix: value}
-    if suffix == "GetAtt" and isinstance(value, str):
-        value = value.split(".", 1)
-    return {"Fn::" + suffix: value}
-
-
-_CfnLoader.add_multi_constructor("!", _construct_tag)
-
-
 def load_template() -> dict[str, Any]:
-    with open(TEMPLATE, encoding="utf-8") as f:
-        return yaml.load(f, Loader=_CfnLoader)  # noqa: S506 - a SafeLoader subclass
+    return create_resources.load_template(TEMPLATE)
 
 
 def load_toml(path: str) -> dict[str, Any]:

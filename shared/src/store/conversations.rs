@@ -104,19 +104,28 @@ impl ChatStore {
         Ok(conversation.map(|c| (c, members)))
     }
 
+    /// A conversation and its members, if `caller` is one of them; otherwise `NotFound` (no hint
+    /// that it exists). 1 Query.
+    pub(super) async fn load_for_member(
+        &self,
+        caller: &UserId,
+        id: &str,
+    ) -> Result<(ConversationItem, Vec<MemberItem>), ChatError> {
+        match self.load_conversation(id).await? {
+            Some((c, members)) if members.iter().any(|m| m.user_id == caller.as_str()) => {
+                Ok((c, members))
+            }
+            _ => Err(ChatError::NotFound),
+        }
+    }
+
     /// `GET /conversations/{id}`: 1 Query.
     pub async fn get_conversation(
         &self,
         caller: &UserId,
         id: &str,
     ) -> Result<Conversation, ChatError> {
-        let (conversation, members) = self
-            .load_conversation(id)
-            .await?
-            .ok_or(ChatError::NotFound)?;
-        if !members.iter().any(|m| m.user_id == caller.as_str()) {
-            return Err(ChatError::NotFound);
-        }
+        let (conversation, members) = self.load_for_member(caller, id).await?;
         Ok(conversation.to_conversation(members.into_iter().map(|m| m.user_id).collect()))
     }
 
@@ -264,13 +273,7 @@ impl ChatStore {
     ) -> Result<Conversation, ChatError> {
         let mut retry = Retry::new();
         while retry.next().await {
-            let (conversation, members) = self
-                .load_conversation(id)
-                .await?
-                .ok_or(ChatError::NotFound)?;
-            if !members.iter().any(|m| m.user_id == caller.as_str()) {
-                return Err(ChatError::NotFound);
-            }
+            let (conversation, members) = self.load_for_member(caller, id).await?;
             if conversation.kind == ConversationType::Direct {
                 return Err(ChatError::Conflict(
                     "members of a direct conversation cannot change".into(),

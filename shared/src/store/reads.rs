@@ -144,13 +144,7 @@ impl ChatStore {
 
     /// `GET /conversations/{id}/reads`: every member's watermark. DynamoDB: 1 Query.
     pub async fn read_states(&self, caller: &UserId, id: &str) -> Result<ReadStates, ChatError> {
-        let (conversation, members) = self
-            .load_conversation(id)
-            .await?
-            .ok_or(ChatError::NotFound)?;
-        if !members.iter().any(|m| m.user_id == caller.as_str()) {
-            return Err(ChatError::NotFound);
-        }
+        let (conversation, members) = self.load_for_member(caller, id).await?;
         Ok(ReadStates {
             conversation_id: conversation.conversation_id,
             last_seq: conversation.last_seq,

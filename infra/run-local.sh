@@ -2,7 +2,7 @@
 # Runs the whole system locally (SPEC §7), in the foreground; Ctrl-C stops everything it started.
 #   REST API        http://127.0.0.1:9000  (cargo lambda watch, the API's own paths)
 #   WebSocket API   ws://127.0.0.1:9001/?token=...   (+ Management API on :9002)
-#   DynamoDB, DynamoDB Streams, Kinesis: our moto launcher on :4566, unless DYNAMODB_ENDPOINT is set
+#   DynamoDB, DynamoDB Streams, Kinesis: our moto launcher on :4566 (DynamoDB: DYNAMODB_ENDPOINT if set)
 #   stream -> relay -> Kinesis -> fanout pollers (the same handler code as in AWS)
 set -euo pipefail
 
@@ -33,22 +33,25 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
+# The emulator always runs: it serves Kinesis (DynamoDB Local has none), and DynamoDB too unless
+# DYNAMODB_ENDPOINT points elsewhere.
+log="$repo/.local/emulator.log"
+mkdir -p "$repo/.local"
+python infra/moto_server.py --port "$EMULATOR_PORT" --template template.yaml >"$log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+  grep -q '^READY' "$log" 2>/dev/null && break
+  kill -0 "${pids[-1]}" 2>/dev/null || { cat "$log"; echo "run-local: emulator failed to start" >&2; exit 1; }
+  sleep 0.2
+done
+emulator="http://127.0.0.1:$EMULATOR_PORT"
 if [[ -n "${DYNAMODB_ENDPOINT:-}" ]]; then
   echo "run-local: using DYNAMODB_ENDPOINT=$DYNAMODB_ENDPOINT"
-  python infra/create_resources.py --endpoint "${KINESIS_ENDPOINT:-$DYNAMODB_ENDPOINT}" --template template.yaml
+  python infra/create_resources.py --endpoint "$DYNAMODB_ENDPOINT" --kinesis-endpoint '' --template template.yaml
 else
-  log="$repo/.local/emulator.log"
-  mkdir -p "$repo/.local"
-  python infra/moto_server.py --port "$EMULATOR_PORT" --template template.yaml >"$log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 100); do
-    grep -q '^READY' "$log" 2>/dev/null && break
-    kill -0 "${pids[-1]}" 2>/dev/null || { cat "$log"; echo "run-local: emulator failed to start" >&2; exit 1; }
-    sleep 0.2
-  done
-  export DYNAMODB_ENDPOINT="http://127.0.0.1:$EMULATOR_PORT"
+  export DYNAMODB_ENDPOINT="$emulator"
 fi
-export KINESIS_ENDPOINT="${KINESIS_ENDPOINT:-$DYNAMODB_ENDPOINT}"
+export KINESIS_ENDPOINT="${KINESIS_ENDPOINT:-$emulator}"
 export CHAT_AUTH_MODE=local
 export CHAT_LOCAL_JWT_SECRET="${CHAT_LOCAL_JWT_SECRET:-local-dev-secret}"
 export CHAT_TABLE="${CHAT_TABLE:-ChatTable}" CONNECTIONS_TABLE="${CONNECTIONS_TABLE:-ConnectionsTable}"
@@ -76,7 +79,8 @@ Chat backend running locally
   REST API         http://127.0.0.1:$REST_PORT
   WebSocket        ws://127.0.0.1:$WS_PORT/?token=<token>
   Management API   $WS_MANAGEMENT_ENDPOINT
-  DynamoDB/Kinesis $DYNAMODB_ENDPOINT  (tables $CHAT_TABLE, $CONNECTIONS_TABLE; stream $EVENT_STREAM)
+  DynamoDB         $DYNAMODB_ENDPOINT  (tables $CHAT_TABLE, $CONNECTIONS_TABLE)
+  Kinesis          $KINESIS_ENDPOINT  (stream $EVENT_STREAM)
 Mint a token:      TOKEN=\$(python3 infra/mint_token.py u1)
 Try:               curl -s http://127.0.0.1:$REST_PORT/inbox -H "Authorization: Bearer \$TOKEN"
 Ctrl-C stops everything.

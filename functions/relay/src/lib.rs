@@ -33,6 +33,28 @@ struct Outgoing {
     first_record: usize,
 }
 
+/// Splits one conversation's events into records under the Kinesis size limit, in order.
+fn chunks(conversation_id: &str, events: Vec<(Event, usize)>) -> Vec<Outgoing> {
+    let mut out: Vec<Outgoing> = Vec::new();
+    let mut bytes = 0;
+    for (event, record) in events {
+        let size = serde_json::to_vec(&event).map_or(MAX_RECORD_BYTES, |v| v.len());
+        match out.last_mut() {
+            Some(last) if bytes + size <= MAX_RECORD_BYTES => last.events.push(event),
+            _ => {
+                bytes = 0;
+                out.push(Outgoing {
+                    conversation_id: conversation_id.to_owned(),
+                    events: vec![event],
+                    first_record: record,
+                });
+            }
+        }
+        bytes += size;
+    }
+    out
+}
+
 impl Relay {
     pub fn new(kinesis: aws_sdk_kinesis::Client, stream: impl Into<String>) -> Self {
         Relay {
@@ -51,9 +73,8 @@ impl Relay {
         let records = &event.records;
         let mut failed: Option<usize> = None;
 
-        // Events per conversation, in stream order; chunks keep records under the size limit.
-        let mut rounds: Vec<Vec<Outgoing>> = Vec::new();
-        let mut open: std::collections::HashMap<String, (usize, usize)> = Default::default(); // conv -> (round, bytes)
+        // Each conversation's events in stream order, with the record each one comes from.
+        let mut per_conversation: Vec<(String, Vec<(Event, usize)>)> = Vec::new();
         for (i, record) in records.iter().enumerate() {
             let old = sdk_item(&record.change.old_image);
             let new = sdk_item(&record.change.new_image);
@@ -68,41 +89,29 @@ impl Relay {
                 }
             };
             for event in events {
-                let size = serde_json::to_vec(&event)
-                    .map(|v| v.len())
-                    .unwrap_or(MAX_RECORD_BYTES);
-                let conv = event.conversation_id().to_owned();
-                let slot = match open.get(&conv) {
-                    Some(&(round, bytes)) if bytes + size <= MAX_RECORD_BYTES => Some(round),
-                    _ => None,
-                };
-                let round = match slot {
-                    Some(r) => r,
-                    None => {
-                        let next = open.get(&conv).map_or(0, |(r, _)| r + 1);
-                        if rounds.len() <= next {
-                            rounds.push(Vec::new());
-                        }
-                        rounds[next].push(Outgoing {
-                            conversation_id: conv.clone(),
-                            events: vec![],
-                            first_record: i,
-                        });
-                        open.insert(conv.clone(), (next, 0));
-                        next
-                    }
-                };
-                let out = rounds[round]
+                let conversation = event.conversation_id().to_owned();
+                match per_conversation
                     .iter_mut()
-                    .find(|o| o.conversation_id == conv)
-                    .expect("slot exists");
-                out.events.push(event);
-                open.get_mut(&conv).expect("slot exists").1 += size;
+                    .find(|(c, _)| *c == conversation)
+                {
+                    Some((_, list)) => list.push((event, i)),
+                    None => per_conversation.push((conversation, vec![(event, i)])),
+                }
+            }
+        }
+        // Round k holds the k-th chunk of every conversation.
+        let mut rounds: Vec<Vec<Outgoing>> = Vec::new();
+        for (conversation_id, events) in per_conversation {
+            for (k, chunk) in chunks(&conversation_id, events).into_iter().enumerate() {
+                if rounds.len() <= k {
+                    rounds.push(Vec::new());
+                }
+                rounds[k].push(chunk);
             }
         }
 
-        // Round k holds the k-th chunk of each conversation: a conversation whose chunk failed sends
-        // nothing more, so its events never enter Kinesis out of order.
+        // A conversation whose chunk failed sends nothing more, so its events never enter Kinesis
+        // out of order.
         let mut broken: std::collections::HashSet<String> = Default::default();
         for round in rounds {
             let pending: Vec<Outgoing> = round
@@ -175,5 +184,57 @@ impl Relay {
                 (0..batch.len()).collect()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(seq: u64, body_bytes: usize) -> Event {
+        Event::MessageNew {
+            conversation_id: "c".into(),
+            seq,
+            sender_id: Some("u".into()),
+            client_msg_id: Some("id".into()),
+            body: Some("x".repeat(body_bytes)),
+            created_at: Some("t".into()),
+        }
+    }
+
+    #[test]
+    fn chunks_keep_order_and_the_size_limit() {
+        let events = vec![
+            (message(1, 400_000), 0),
+            (message(2, 400_000), 3),
+            (message(3, 400_000), 7),
+            (message(4, 10), 8),
+        ];
+        let out = chunks("c", events);
+        let seqs: Vec<Vec<u64>> = out
+            .iter()
+            .map(|o| {
+                o.events
+                    .iter()
+                    .map(|e| match e {
+                        Event::MessageNew { seq, .. } => *seq,
+                        _ => 0,
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(seqs, vec![vec![1, 2], vec![3, 4]]);
+        assert_eq!(
+            out.iter().map(|o| o.first_record).collect::<Vec<_>>(),
+            vec![0, 7]
+        );
+        for o in &out {
+            let payload = EventBatch {
+                conversation_id: o.conversation_id.clone(),
+                events: o.events.clone(),
+            };
+            assert!(serde_json::to_vec(&payload).unwrap().len() < 1024 * 1024);
+        }
+        assert_eq!(chunks("c", vec![(message(1, 5), 2)]).len(), 1);
     }
 }

@@ -40,12 +40,44 @@ async fn operations_stay_within_their_round_trip_budget() {
 
     t.get(&format!("/conversations/{c}/reads"), &a).await;
     assert_eq!(t.calls.take(), ["Query"], "read states");
+    t.get(&format!("/conversations/{c}"), &a).await;
+    assert_eq!(t.calls.take(), ["Query"], "get conversation");
+
+    let g = t.group(&a, &[&b]).await;
+    assert_eq!(
+        t.calls.take(),
+        ["TransactWriteItems"],
+        "create a small group"
+    );
+    t.post(
+        &format!("/conversations/{g}/members"),
+        &a,
+        json!({"userIds": [format!("{a}-new")]}),
+    )
+    .await;
+    assert_eq!(
+        t.calls.take(),
+        ["Query", "TransactWriteItems"],
+        "add members"
+    );
+    t.call(
+        "DELETE",
+        &format!("/conversations/{g}/members/{b}"),
+        Some(&a),
+        None,
+    )
+    .await;
+    assert_eq!(
+        t.calls.take(),
+        ["BatchGetItem", "TransactWriteItems"],
+        "remove a member"
+    );
 
     t.get("/inbox", &a).await;
     assert_eq!(
         t.calls.take(),
         ["Query", "BatchGetItem"],
-        "inbox with 1 membership"
+        "inbox with 2 memberships"
     );
     for i in 0..101 {
         t.direct(&a, &format!("{a}-peer{i}")).await;
@@ -56,6 +88,6 @@ async fn operations_stay_within_their_round_trip_budget() {
     assert_eq!(
         t.calls.take().len(),
         1 + 2,
-        "inbox with 102 memberships: 1 + ceil(102/100)"
+        "inbox with 103 memberships: 1 + ceil(103/100)"
     );
 }

@@ -104,6 +104,21 @@ impl ChatStore {
         Ok(conversation.map(|c| (c, members)))
     }
 
+    /// The conversation's `lastSeq` (None: no such conversation). 1 strongly consistent GetItem.
+    pub(super) async fn last_seq(&self, id: &str) -> Result<Option<u64>, ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(self.conversation_key(id)))
+            .consistent_read(true)
+            .projection_expression("lastSeq")
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        Ok(out.item().and_then(|i| super::attrs::get_n(i, "lastSeq")))
+    }
+
     /// A conversation and its members, if `caller` is one of them; otherwise `NotFound` (no hint
     /// that it exists). 1 Query.
     pub(super) async fn load_for_member(

@@ -40,20 +40,7 @@ impl ChatStore {
             return Err(ChatError::NotFound);
         }
         let fingerprint = message_fingerprint(caller.as_str(), &request.body);
-        let current = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(self.conversation_key(id)))
-            .consistent_read(true)
-            .projection_expression("lastSeq")
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        let mut seen = current
-            .item()
-            .and_then(|i| get_n(i, "lastSeq"))
-            .ok_or(ChatError::NotFound)?;
+        let mut seen = self.last_seq(id).await?.ok_or(ChatError::NotFound)?;
 
         let mut retry = Retry::new();
         while retry.next().await {

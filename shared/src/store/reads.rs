@@ -91,20 +91,7 @@ impl ChatStore {
         id: &str,
         seq: u64,
     ) -> Result<ReadResult, ChatError> {
-        let conversation = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(self.conversation_key(id)))
-            .consistent_read(true)
-            .projection_expression("lastSeq")
-            .send()
-            .await
-            .map_err(|e| super::sdk_error("GetItem", e))?;
-        let last_seq = conversation
-            .item()
-            .and_then(|i| get_n(i, "lastSeq"))
-            .ok_or(ChatError::NotFound)?;
+        let last_seq = self.last_seq(id).await?.ok_or(ChatError::NotFound)?;
         let target = seq.min(last_seq);
         let update = self
             .db

@@ -91,7 +91,19 @@ async fn concurrent_senders_get_exactly_one_to_n() {
         tokio::spawn(async move {
             let mut seqs = vec![];
             for i in 0..PER_SENDER {
-                let r = t.send(&c, &s, &format!("{s} {i}")).await;
+                // As a client does: a `429` (lost every race within the retry budget) is retried
+                // with the same clientMsgId, so it can neither be lost nor be created twice.
+                let body = json!({"clientMsgId": new_uuid(), "body": format!("{s} {i}")});
+                let path = format!("/conversations/{c}/messages");
+                let mut r = t.post(&path, &s, body.clone()).await;
+                for _ in 0..5 {
+                    if r.status != 429 {
+                        break;
+                    }
+                    assert_eq!(r.headers.get("retry-after").map(String::as_str), Some("1"));
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    r = t.post(&path, &s, body.clone()).await;
+                }
                 assert_eq!(r.status, 201, "{r:?}");
                 seqs.push(r.body["seq"].as_u64().unwrap());
             }

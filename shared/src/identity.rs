@@ -56,7 +56,7 @@ impl fmt::Debug for Authenticator {
     }
 }
 
-fn unauthorized(msg: &str) -> ChatError {
+pub(crate) fn unauthorized(msg: &str) -> ChatError {
     ChatError::Unauthorized(msg.to_owned())
 }
 
@@ -66,34 +66,52 @@ pub fn user_from_sub(sub: Option<&str>) -> Result<UserId, ChatError> {
     UserId::parse(sub).ok_or_else(|| unauthorized("token sub is not a valid user id"))
 }
 
-/// Verifies a compact HS256 JWT: signature, `alg`, required `sub` and `exp`, optional `nbf`.
-pub fn verify_hs256(token: &str, secret: &[u8], now_unix: i64) -> Result<UserId, ChatError> {
-    let mut parts = token.split('.');
-    let (Some(h), Some(p), Some(s), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(unauthorized("malformed token"));
-    };
-    let decode = |part: &str| {
-        URL_SAFE_NO_PAD
-            .decode(part.trim_end_matches('='))
-            .map_err(|_| unauthorized("malformed token"))
-    };
-    let header: serde_json::Value =
-        serde_json::from_slice(&decode(h)?).map_err(|_| unauthorized("malformed token"))?;
-    if header.get("alg").and_then(|a| a.as_str()) != Some("HS256") {
-        return Err(unauthorized("token must be signed with HS256"));
-    }
-    let signature = decode(s)?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(h.as_bytes());
-    mac.update(b".");
-    mac.update(p.as_bytes());
-    mac.verify_slice(&signature)
-        .map_err(|_| unauthorized("bad token signature"))?;
+/// A compact JWT (`header.payload.signature`) split into its parts; nothing is verified yet.
+pub(crate) struct CompactJwt<'a> {
+    pub header: serde_json::Value,
+    /// `header.payload`, what the signature covers.
+    pub signing_input: &'a str,
+    payload: &'a str,
+    pub signature: Vec<u8>,
+}
 
-    let claims: serde_json::Value =
-        serde_json::from_slice(&decode(p)?).map_err(|_| unauthorized("malformed token"))?;
+fn decode_part(part: &str) -> Result<Vec<u8>, ChatError> {
+    URL_SAFE_NO_PAD
+        .decode(part.trim_end_matches('='))
+        .map_err(|_| unauthorized("malformed token"))
+}
+
+impl<'a> CompactJwt<'a> {
+    pub fn parse(token: &'a str) -> Result<Self, ChatError> {
+        let mut parts = token.split('.');
+        let (Some(h), Some(p), Some(s), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(unauthorized("malformed token"));
+        };
+        let header = serde_json::from_slice(&decode_part(h)?)
+            .map_err(|_| unauthorized("malformed token"))?;
+        Ok(CompactJwt {
+            header,
+            signing_input: &token[..h.len() + 1 + p.len()],
+            payload: p,
+            signature: decode_part(s)?,
+        })
+    }
+
+    /// The claims; call only once the signature is verified.
+    pub fn claims(&self) -> Result<serde_json::Value, ChatError> {
+        serde_json::from_slice(&decode_part(self.payload)?)
+            .map_err(|_| unauthorized("malformed token"))
+    }
+}
+
+/// The user of verified claims: `exp` required and in the future, `nbf` (if any) not in the
+/// future, `sub` a valid user id.
+pub(crate) fn user_from_claims(
+    claims: &serde_json::Value,
+    now_unix: i64,
+) -> Result<UserId, ChatError> {
     let exp = claims
         .get("exp")
         .and_then(|e| e.as_f64())
@@ -107,6 +125,19 @@ pub fn verify_hs256(token: &str, secret: &[u8], now_unix: i64) -> Result<UserId,
         }
     }
     user_from_sub(claims.get("sub").and_then(|s| s.as_str()))
+}
+
+/// Verifies a compact HS256 JWT: signature, `alg`, required `sub` and `exp`, optional `nbf`.
+pub fn verify_hs256(token: &str, secret: &[u8], now_unix: i64) -> Result<UserId, ChatError> {
+    let jwt = CompactJwt::parse(token)?;
+    if jwt.header.get("alg").and_then(|a| a.as_str()) != Some("HS256") {
+        return Err(unauthorized("token must be signed with HS256"));
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    mac.update(jwt.signing_input.as_bytes());
+    mac.verify_slice(&jwt.signature)
+        .map_err(|_| unauthorized("bad token signature"))?;
+    user_from_claims(&jwt.claims()?, now_unix)
 }
 
 /// Mints an HS256 token (local mode, tests and the `mint-token` tool).

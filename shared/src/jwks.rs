@@ -8,7 +8,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 
 use crate::error::ChatError;
-use crate::identity::{user_from_sub, UserId};
+use crate::identity::{unauthorized, user_from_claims, CompactJwt, UserId};
 
 #[derive(Debug, Clone, Deserialize)]
 struct Jwk {
@@ -30,10 +30,6 @@ pub struct Jwks {
     audiences: Vec<String>,
     /// kid → (modulus, exponent)
     keys: Vec<(String, Vec<u8>, Vec<u8>)>,
-}
-
-fn unauthorized(msg: &str) -> ChatError {
-    ChatError::Unauthorized(msg.to_owned())
 }
 
 impl Jwks {
@@ -92,23 +88,11 @@ impl Jwks {
 
     /// Verifies signature, `exp`, `iss`, and `aud` (ID tokens) or `client_id` (access tokens).
     pub fn verify(&self, token: &str, now_unix: i64) -> Result<UserId, ChatError> {
-        let mut parts = token.split('.');
-        let (Some(h), Some(p), Some(s), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(unauthorized("malformed token"));
-        };
-        let decode = |x: &str| {
-            URL_SAFE_NO_PAD
-                .decode(x)
-                .map_err(|_| unauthorized("malformed token"))
-        };
-        let header: serde_json::Value =
-            serde_json::from_slice(&decode(h)?).map_err(|_| unauthorized("malformed token"))?;
-        if header["alg"] != "RS256" {
+        let jwt = CompactJwt::parse(token)?;
+        if jwt.header["alg"] != "RS256" {
             return Err(unauthorized("token must be signed with RS256"));
         }
-        let kid = header["kid"]
+        let kid = jwt.header["kid"]
             .as_str()
             .ok_or_else(|| unauthorized("token has no kid"))?;
         let (_, n, e) = self
@@ -119,19 +103,12 @@ impl Jwks {
         let key = ring::signature::RsaPublicKeyComponents { n, e };
         key.verify(
             &ring::signature::RSA_PKCS1_2048_8192_SHA256,
-            format!("{h}.{p}").as_bytes(),
-            &decode(s)?,
+            jwt.signing_input.as_bytes(),
+            &jwt.signature,
         )
         .map_err(|_| unauthorized("bad token signature"))?;
 
-        let claims: serde_json::Value =
-            serde_json::from_slice(&decode(p)?).map_err(|_| unauthorized("malformed token"))?;
-        let exp = claims["exp"]
-            .as_f64()
-            .ok_or_else(|| unauthorized("token has no exp claim"))?;
-        if (exp as i64) <= now_unix {
-            return Err(unauthorized("token expired"));
-        }
+        let claims = jwt.claims()?;
         if claims["iss"].as_str().map(|i| i.trim_end_matches('/')) != Some(self.issuer.as_str()) {
             return Err(unauthorized("token from another issuer"));
         }
@@ -148,7 +125,7 @@ impl Jwks {
         if !aud_ok {
             return Err(unauthorized("token for another audience"));
         }
-        user_from_sub(claims["sub"].as_str())
+        user_from_claims(&claims, now_unix)
     }
 }
 

@@ -4,10 +4,15 @@
 
 Starts the launcher on a free loopback port with the repository's template.yaml and checks the
 fixes it makes to moto: serialised requests, in-place rollback of cancelled transactions (stream
-iterators keep working, no stream records, no item changes), fast transactions on a big table.
+iterators keep working, no stream records, no item changes), fast transactions on a big table;
+and its simulations: transaction conflicts during a transaction's window, idempotent
+ClientRequestTokens, lagging global secondary indexes, their runtime switch and their reset.
+Simulation tests use windows and lags of 500 ms at most, and restore the defaults afterwards.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import selectors
 import subprocess
@@ -16,8 +21,10 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
+import urllib.request
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import boto3
 from botocore.config import Config
@@ -26,6 +33,8 @@ from botocore.exceptions import ClientError
 INFRA = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(INFRA)
 CHAT_TABLE = "ChatTable"
+MEMBER_INDEX = "byMember"  # GSI of ChatTable: memberId (hash), pk (range)
+DEFAULTS = {"txWindowMs": 10, "gsiLagMs": 0}
 
 
 def slow_condition(condition: str, clauses: int) -> dict[str, Any]:
@@ -47,10 +56,12 @@ class MotoServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls.stderr = tempfile.TemporaryFile(mode="w+")
+        # The launcher's defaults, whatever the caller's environment says.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHAT_EMULATOR_")}
         cls.proc = subprocess.Popen(
             [sys.executable, os.path.join(INFRA, "moto_server.py"), "--host", "127.0.0.1",
              "--port", "0", "--template", os.path.join(REPO, "template.yaml")],
-            stdout=subprocess.PIPE, stderr=cls.stderr, text=True)
+            stdout=subprocess.PIPE, stderr=cls.stderr, text=True, env=env)
         line = cls._read_line(cls.proc, timeout=45)
         if not line.startswith("READY http://127.0.0.1:"):
             cls._stop()
@@ -81,6 +92,16 @@ class MotoServerTest(unittest.TestCase):
         assert cls.proc.returncode == 0, f"launcher exited with {cls.proc.returncode}"
         cls.proc.stdout.close()  # type: ignore[union-attr]
         cls.stderr.close()
+
+    def tearDown(self) -> None:
+        self.assertEqual(self.configure(**DEFAULTS), DEFAULTS)
+
+    def configure(self, **settings: float) -> dict[str, float]:
+        """POSTs the simulation settings (none: GETs them); returns the launcher's answer."""
+        data = json.dumps(settings).encode() if settings else None
+        with urllib.request.urlopen(urllib.request.Request(
+                self.url + "/moto-api/chat/config", data=data, method="POST" if data else "GET")) as r:
+            return json.load(r)
 
     def client(self, service: str) -> Any:
         return boto3.client(
@@ -280,6 +301,7 @@ class MotoServerTest(unittest.TestCase):
         conv = {"pk": {"S": pk}, "sk": {"S": "meta"}}
         ddb.put_item(TableName=CHAT_TABLE, Item={**conv, "seq": {"N": "0"}})
 
+        self.configure(txWindowMs=0)  # the emulator's own speed: no transaction window
         count, started = 200, time.monotonic()
         for seq in range(1, count + 1):
             ddb.transact_write_items(TransactItems=[
@@ -294,11 +316,280 @@ class MotoServerTest(unittest.TestCase):
             ])
         rate = count / (time.monotonic() - started)
         rss = _rss_mib(self.proc.pid)
-        print(f"\n3-item transactions at 2,500+ items: {rate:.0f} tx/s; launcher RSS {rss} MiB",
+        print(f"\n3-item transactions at 2,500+ items, no window: {rate:.0f} tx/s; launcher RSS {rss} MiB",
               file=sys.stderr)
         self.assertGreater(rate, 20)
         self.assertEqual(ddb.get_item(TableName=CHAT_TABLE, Key=conv)["Item"]["seq"]["N"], str(count))
 
+
+    # --- (e) transaction conflicts during a transaction's window ----------------------------------
+
+    def in_background(self, call: Callable[[Any], Any]) -> Callable[[], float]:
+        """Runs call(dynamodb_client) in a thread; the returned join() gives its duration in s."""
+        ddb, out = self.client("dynamodb"), {}
+
+        def run() -> None:
+            started = time.monotonic()
+            try:
+                call(ddb)
+            except BaseException as e:  # re-raised by join()
+                out["error"] = e
+            out["took"] = time.monotonic() - started
+
+        thread = threading.Thread(target=run)
+        thread.start()
+
+        def join() -> float:
+            thread.join(30)
+            if "error" in out:
+                raise out["error"]
+            return out["took"]
+        return join
+
+    def wait_for_item(self, ddb: Any, key: dict[str, Any], present: bool = True) -> None:
+        """Polls GetItem until the item exists (or not): a background transaction was applied."""
+        deadline = time.monotonic() + 5
+        while ("Item" in ddb.get_item(TableName=CHAT_TABLE, Key=key)) != present:
+            self.assertLess(time.monotonic(), deadline, f"item {key} never {'appeared' if present else 'went'}")
+            time.sleep(0.005)
+
+    def assert_error(self, code: str, call: Callable[[], Any]) -> ClientError:
+        with self.assertRaises(ClientError) as caught:
+            call()
+        self.assertEqual(_code(caught.exception), code)
+        self.assertEqual(caught.exception.response["ResponseMetadata"]["HTTPStatusCode"], 400)
+        return caught.exception
+
+    def test_transaction_conflicts_with_one_in_its_window(self) -> None:
+        self.assertEqual(self.configure(txWindowMs=300), {"txWindowMs": 300, "gsiLagMs": 0})
+        ddb, pk = self.client("dynamodb"), f"conv-{uuid.uuid4()}"
+        key = lambda sk: {"pk": {"S": pk}, "sk": {"S": sk}}  # noqa: E731
+        ddb.put_item(TableName=CHAT_TABLE, Item={**key("meta"), "seq": {"N": "0"}})
+        bump = {"Update": {"TableName": CHAT_TABLE, "Key": key("meta"), "UpdateExpression": "ADD seq :one",
+                           "ExpressionAttributeValues": {":one": {"N": "1"}}}}
+        first = self.in_background(lambda c: c.transact_write_items(TransactItems=[
+            {"Put": {"TableName": CHAT_TABLE, "Item": {**key("msg#1"), "text": {"S": "a"}}}}, bump]))
+        self.wait_for_item(ddb, key("msg#1"))  # applied, now in its window
+
+        second = [{"Put": {"TableName": CHAT_TABLE, "Item": {**key("msg#2"), "text": {"S": "b"}}}}, bump]
+        e = self.assert_error("TransactionCanceledException",
+                              lambda: ddb.transact_write_items(TransactItems=second))
+        self.assertEqual([r["Code"] for r in e.response["CancellationReasons"]], ["None", "TransactionConflict"])
+        self.assertNotIn("Item", ddb.get_item(TableName=CHAT_TABLE, Key=key("msg#2")))
+
+        self.assertGreaterEqual(first(), 0.3, "a transaction answers at the end of its window")
+        ddb.transact_write_items(TransactItems=second)  # the window is over
+        self.assertEqual(ddb.get_item(TableName=CHAT_TABLE, Key=key("meta"))["Item"]["seq"], {"N": "2"})
+
+    def test_other_requests_during_a_transaction_window(self) -> None:
+        self.configure(txWindowMs=500)  # ten requests must fit in it, on a busy machine too
+        ddb, pk = self.client("dynamodb"), f"conv-{uuid.uuid4()}"
+        key = lambda sk: {"pk": {"S": pk}, "sk": {"S": sk}}  # noqa: E731
+        ddb.put_item(TableName=CHAT_TABLE, Item={**key("checked"), "x": {"N": "1"}})
+        done = self.in_background(lambda c: c.transact_write_items(TransactItems=[
+            {"Put": {"TableName": CHAT_TABLE, "Item": {**key("put"), "x": {"N": "1"}}}},
+            {"Update": {"TableName": CHAT_TABLE, "Key": key("updated"), "UpdateExpression": "SET x = :one",
+                        "ExpressionAttributeValues": {":one": {"N": "1"}}}},
+            {"ConditionCheck": {"TableName": CHAT_TABLE, "Key": key("checked"),
+                                "ConditionExpression": "attribute_exists(pk)"}},
+        ]))
+        self.wait_for_item(ddb, key("updated"))
+
+        # Single-item writes on any of its items conflict; on other items they do not.
+        for call in (lambda: ddb.put_item(TableName=CHAT_TABLE, Item={**key("put"), "x": {"N": "2"}}),
+                     lambda: ddb.update_item(TableName=CHAT_TABLE, Key=key("updated"), UpdateExpression="REMOVE x"),
+                     lambda: ddb.delete_item(TableName=CHAT_TABLE, Key=key("checked"))):
+            e = self.assert_error("TransactionConflictException", call)
+            self.assertIn("Transaction is ongoing", str(e))
+        ddb.put_item(TableName=CHAT_TABLE, Item={**key("other"), "x": {"N": "1"}})
+
+        # Reads succeed and see the committed items.
+        self.assertEqual(ddb.get_item(TableName=CHAT_TABLE, Key=key("put"))["Item"]["x"], {"N": "1"})
+        items = ddb.query(TableName=CHAT_TABLE, KeyConditionExpression="pk = :p",
+                          ExpressionAttributeValues={":p": {"S": pk}})["Items"]
+        self.assertEqual({i["sk"]["S"]: i["x"]["N"] for i in items},
+                         {"checked": "1", "other": "1", "put": "1", "updated": "1"})
+        got = ddb.batch_get_item(RequestItems={CHAT_TABLE: {"Keys": [key("put"), key("other")]}})
+        self.assertEqual(len(got["Responses"][CHAT_TABLE]), 2)
+
+        # BatchWriteItem: the conflicting request comes back unprocessed, the others are applied.
+        conflicting = {"PutRequest": {"Item": {**key("put"), "x": {"N": "3"}}}}
+        answer = ddb.batch_write_item(RequestItems={CHAT_TABLE: [
+            conflicting, {"PutRequest": {"Item": {**key("batch"), "x": {"N": "1"}}}}]})
+        self.assertEqual(answer["UnprocessedItems"], {CHAT_TABLE: [conflicting]})
+        self.assertIn("Item", ddb.get_item(TableName=CHAT_TABLE, Key=key("batch")))
+
+        # TransactGetItems on one of its items is cancelled.
+        e = self.assert_error("TransactionCanceledException", lambda: ddb.transact_get_items(TransactItems=[
+            {"Get": {"TableName": CHAT_TABLE, "Key": key("other")}},
+            {"Get": {"TableName": CHAT_TABLE, "Key": key("checked")}}]))
+        self.assertEqual([r["Code"] for r in e.response["CancellationReasons"]], ["None", "TransactionConflict"])
+
+        done()
+        ddb.put_item(TableName=CHAT_TABLE, Item={**key("put"), "x": {"N": "2"}})
+        ddb.delete_item(TableName=CHAT_TABLE, Key=key("checked"))
+
+    def test_no_conflicts_without_window(self) -> None:
+        self.assertEqual(self.configure(txWindowMs=0), {"txWindowMs": 0, "gsiLagMs": 0})
+        key = {"pk": {"S": f"counter-{uuid.uuid4()}"}, "sk": {"S": "c"}}
+
+        def add(i: int, ddb: Any, _: threading.Barrier) -> None:
+            for n in range(3):
+                ddb.transact_write_items(TransactItems=[
+                    {"Update": {"TableName": CHAT_TABLE, "Key": key, "UpdateExpression": "ADD n :one",
+                                "ExpressionAttributeValues": {":one": {"N": "1"}}}},
+                    {"Put": {"TableName": CHAT_TABLE, "Item": {"pk": key["pk"], "sk": {"S": f"t{i}-{n}"}}}}])
+                ddb.put_item(TableName=CHAT_TABLE, Item={**key, "n": {"N": str(10_000 + n)}, "by": {"N": str(i)}})
+                ddb.update_item(TableName=CHAT_TABLE, Key=key, UpdateExpression="REMOVE #by",
+                                ExpressionAttributeNames={"#by": "by"})
+
+        self.run_threads(8, add)  # any TransactionConflict would fail it
+
+    # --- (f) ClientRequestToken -------------------------------------------------------------------
+
+    def test_client_request_token_makes_transactions_idempotent(self) -> None:
+        self.configure(txWindowMs=50)
+        ddb = self.client("dynamodb")
+        key = {"pk": {"S": f"counter-{uuid.uuid4()}"}, "sk": {"S": "c"}}
+        n = lambda: int(ddb.get_item(TableName=CHAT_TABLE, Key=key)["Item"]["n"]["N"])  # noqa: E731
+
+        def add(amount: int, condition: str | None = None) -> list[dict[str, Any]]:
+            update = {"TableName": CHAT_TABLE, "Key": key, "UpdateExpression": "ADD n :amount",
+                      "ExpressionAttributeValues": {":amount": {"N": str(amount)}}}
+            if condition:
+                update["ConditionExpression"] = condition
+            return [{"Update": update}]
+
+        token = str(uuid.uuid4())
+        for _ in range(3):  # the first applies it, the repeats only answer success
+            ddb.transact_write_items(TransactItems=add(1), ClientRequestToken=token)
+        self.assertEqual(n(), 1)
+        self.assert_error("IdempotentParameterMismatchException",
+                          lambda: ddb.transact_write_items(TransactItems=add(2), ClientRequestToken=token))
+        self.assertEqual(n(), 1)
+
+        # A repeat while the first call is still in its window.
+        self.configure(txWindowMs=300)
+        token = str(uuid.uuid4())
+        first = self.in_background(lambda c: c.transact_write_items(TransactItems=add(1), ClientRequestToken=token))
+        deadline = time.monotonic() + 5
+        while n() != 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.005)
+        self.assert_error("TransactionInProgressException",
+                          lambda: ddb.transact_write_items(TransactItems=add(1), ClientRequestToken=token))
+        first()
+        ddb.transact_write_items(TransactItems=add(1), ClientRequestToken=token)
+        self.assertEqual(n(), 2)
+
+        # A cancelled call does not use up its token: the same call runs again.
+        self.configure(txWindowMs=0)
+        token = str(uuid.uuid4())
+        self.assert_error("TransactionCanceledException", lambda: ddb.transact_write_items(
+            TransactItems=add(10, "n = :amount"), ClientRequestToken=token))
+        ddb.update_item(TableName=CHAT_TABLE, Key=key, UpdateExpression="SET n = :ten",
+                        ExpressionAttributeValues={":ten": {"N": "10"}})
+        ddb.transact_write_items(TransactItems=add(10, "n = :amount"), ClientRequestToken=token)
+        ddb.transact_write_items(TransactItems=add(10, "n = :amount"), ClientRequestToken=token)
+        self.assertEqual(n(), 20)
+
+    # --- (g) eventually consistent global secondary index -----------------------------------------
+
+    def test_global_secondary_index_lags(self) -> None:
+        self.assertEqual(self.configure(gsiLagMs=300, txWindowMs=0), {"txWindowMs": 0, "gsiLagMs": 300})
+        ddb, member = self.client("dynamodb"), f"user-{uuid.uuid4()}"
+        conv = [f"conv-{uuid.uuid4()}" for _ in range(3)]
+        key = lambda c: {"pk": {"S": c}, "sk": {"S": f"member#{member}"}}  # noqa: E731
+        row = lambda c: {**key(c), "memberId": {"S": member}, "lastReadSeq": {"N": "0"}}  # noqa: E731
+
+        def index() -> list[str]:
+            items = ddb.query(TableName=CHAT_TABLE, IndexName=MEMBER_INDEX,
+                              KeyConditionExpression="memberId = :m",
+                              ExpressionAttributeValues={":m": {"S": member}})["Items"]
+            return [i["pk"]["S"] for i in items]
+
+        def index_scan() -> list[str]:
+            items = ddb.scan(TableName=CHAT_TABLE, IndexName=MEMBER_INDEX, FilterExpression="memberId = :m",
+                             ExpressionAttributeValues={":m": {"S": member}})["Items"]
+            return [i["pk"]["S"] for i in items]
+
+        def base(c: str) -> list[dict[str, Any]]:
+            return ddb.query(TableName=CHAT_TABLE, KeyConditionExpression="pk = :p",
+                             ExpressionAttributeValues={":p": {"S": c}})["Items"]
+
+        written = time.monotonic()
+        ddb.put_item(TableName=CHAT_TABLE, Item=row(conv[0]))
+        # Failed writes never reach the index: a cancelled transaction, a failed conditional put.
+        self.assert_error("TransactionCanceledException", lambda: ddb.transact_write_items(TransactItems=[
+            {"Put": {"TableName": CHAT_TABLE, "Item": row(conv[1])}},
+            {"ConditionCheck": {"TableName": CHAT_TABLE, "Key": key(conv[2]),
+                                "ConditionExpression": "attribute_exists(pk)"}}]))
+        self.assert_error("ConditionalCheckFailedException", lambda: ddb.put_item(
+            TableName=CHAT_TABLE, Item=row(conv[2]), ConditionExpression="attribute_exists(pk)"))
+        self.assertEqual(len(base(conv[0])), 1, "the base table sees a write at once")
+        self.assertEqual((index(), index_scan()), ([], []), "the index sees it only after the lag")
+        self.assertLess(time.monotonic() - written, 0.3, "too slow to test the lag")
+        time.sleep(max(0.0, written + 0.35 - time.monotonic()))
+        self.assertEqual((index(), index_scan()), ([conv[0]], [conv[0]]))
+
+        removed = time.monotonic()
+        ddb.delete_item(TableName=CHAT_TABLE, Key=key(conv[0]))
+        self.assertEqual(base(conv[0]), [])
+        self.assertEqual(index(), [conv[0]], "deletes lag too")
+        self.assertLess(time.monotonic() - removed, 0.3, "too slow to test the lag")
+        time.sleep(max(0.0, removed + 0.35 - time.monotonic()))
+        self.assertEqual((index(), index_scan()), ([], []))
+
+    # --- (h) settings and reset -------------------------------------------------------------------
+
+    def test_config_endpoint(self) -> None:
+        self.assertEqual(self.configure(), DEFAULTS)
+        self.assertEqual(self.configure(gsiLagMs=2.5), {"txWindowMs": 10, "gsiLagMs": 2.5})
+        for bad in ({"txWindowMs": -1}, {"gsiLagMs": "soon"}, {"other": 1}):
+            with self.assertRaises(urllib.error.HTTPError) as caught:
+                self.configure(**bad)
+            self.assertEqual(caught.exception.code, 400)
+        self.assertEqual(self.configure(), {"txWindowMs": 10, "gsiLagMs": 2.5})
+
+    def test_settings_from_flags_and_env(self) -> None:
+        sys.path.insert(0, INFRA)
+        try:
+            import moto_server  # noqa: PLC0415 - moto is slow to import; only this test needs it
+        finally:
+            sys.path.remove(INFRA)
+        env = {"CHAT_EMULATOR_TX_WINDOW_MS": "0", "CHAT_EMULATOR_GSI_LAG_MS": "250"}
+        none = argparse.Namespace(tx_window_ms=None, gsi_lag_ms=None)
+        self.assertEqual(moto_server.settings_from(none, {}), {"tx_window_ms": 10, "gsi_lag_ms": 0})
+        self.assertEqual(moto_server.settings_from(none, env), {"tx_window_ms": 0, "gsi_lag_ms": 250})
+        flags = argparse.Namespace(tx_window_ms="5", gsi_lag_ms="1.5")
+        self.assertEqual(moto_server.settings_from(flags, env), {"tx_window_ms": 5, "gsi_lag_ms": 1.5})
+        for bad in ("-1", "abc", "nan"):
+            with self.assertRaises(ValueError):
+                moto_server.settings_from(none, {"CHAT_EMULATOR_TX_WINDOW_MS": bad})
+
+    def test_reset_clears_simulation_state(self) -> None:
+        self.configure(txWindowMs=300, gsiLagMs=300)
+        ddb, token = self.client("dynamodb"), str(uuid.uuid4())
+        key = {"pk": {"S": f"conv-{uuid.uuid4()}"}, "sk": {"S": "meta"}}
+        done = self.in_background(lambda c: c.transact_write_items(
+            TransactItems=[{"Put": {"TableName": CHAT_TABLE, "Item": key}}], ClientRequestToken=token))
+        self.wait_for_item(ddb, key)
+
+        urllib.request.urlopen(urllib.request.Request(self.url + "/moto-api/reset", method="POST")).close()
+        sys.path.insert(0, INFRA)
+        try:
+            from create_resources import create_resources  # noqa: PLC0415
+        finally:
+            sys.path.remove(INFRA)
+        create_resources(self.url, os.path.join(REPO, "template.yaml"), "us-east-1", log=lambda _: None)
+        self.assertEqual(self.configure(), {"txWindowMs": 300, "gsiLagMs": 300}, "reset keeps the settings")
+
+        # The item is no longer in a transaction, and the token is new again.
+        ddb.put_item(TableName=CHAT_TABLE, Item={**key, "x": {"S": "y"}})
+        ddb.transact_write_items(TransactItems=[{"Delete": {"TableName": CHAT_TABLE, "Key": key}}],
+                                 ClientRequestToken=token)
+        self.wait_for_item(ddb, key, present=False)
+        done()
 
 def _rss_mib(pid: int) -> str:
     try:

@@ -1,11 +1,38 @@
-//! Configuration from the environment, read once at init (see README "Configuration").
+//! Configuration: every environment variable the functions read, read here once at init (README
+//! "Configuration"), and the AWS clients built from it.
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
-
-use crate::identity::Authenticator;
+use std::fmt;
 
 pub const DEFAULT_LOCAL_JWT_SECRET: &str = "local-dev-secret";
+
+/// How callers are identified (docs/api.md §3). Chosen by configuration, never guessed from a
+/// request.
+#[derive(Clone, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Deployed: REST trusts only the `sub` that the HTTP API's JWT authorizer verified; WebSocket
+    /// `$connect` verifies RS256 tokens of `issuer` for one of `audiences` itself.
+    ApiGateway {
+        issuer: Option<String>,
+        audiences: Vec<String>,
+    },
+    /// Local stack (`CHAT_AUTH_MODE=local`): HS256 tokens with this secret, for REST and WebSocket.
+    Local { secret: Vec<u8> },
+}
+
+impl fmt::Debug for AuthMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuthMode::ApiGateway { issuer, audiences } => f
+                .debug_struct("ApiGateway")
+                .field("issuer", issuer)
+                .field("audiences", audiences)
+                .finish(),
+            AuthMode::Local { .. } => f.write_str("Local(HS256)"),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -16,7 +43,11 @@ pub struct Config {
     pub kinesis_endpoint: Option<String>,
     /// Management API endpoint of the WebSocket API (`https://{api}.execute-api.{region}.amazonaws.com/{stage}`).
     pub ws_management_endpoint: Option<String>,
-    pub auth: Authenticator,
+    pub auth: AuthMode,
+    /// `AWS_REGION` / `AWS_DEFAULT_REGION` is set (otherwise a local endpoint gets `us-east-1`).
+    pub region_configured: bool,
+    /// `AWS_ACCESS_KEY_ID` is set (otherwise a local endpoint gets dummy credentials).
+    pub credentials_configured: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -26,8 +57,16 @@ fn var(name: &str) -> Option<String> {
 impl Config {
     pub fn from_env() -> Result<Config, String> {
         let auth = match var("CHAT_AUTH_MODE").as_deref() {
-            None | Some("apigw") => Authenticator::ApiGateway,
-            Some("local") => Authenticator::LocalHs256 {
+            None | Some("apigw") => AuthMode::ApiGateway {
+                issuer: var("JWT_ISSUER"),
+                audiences: var("JWT_AUDIENCE")
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|a| a.trim().to_owned())
+                    .filter(|a| !a.is_empty())
+                    .collect(),
+            },
+            Some("local") => AuthMode::Local {
                 secret: var("CHAT_LOCAL_JWT_SECRET")
                     .unwrap_or_else(|| DEFAULT_LOCAL_JWT_SECRET.to_owned())
                     .into_bytes(),
@@ -47,11 +86,13 @@ impl Config {
             kinesis_endpoint: var("KINESIS_ENDPOINT"),
             ws_management_endpoint: var("WS_MANAGEMENT_ENDPOINT"),
             auth,
+            region_configured: var("AWS_REGION").is_some() || var("AWS_DEFAULT_REGION").is_some(),
+            credentials_configured: var("AWS_ACCESS_KEY_ID").is_some(),
         })
     }
 
-    /// Shared AWS settings. With a local endpoint and no credentials in the environment, dummy
-    /// credentials and `us-east-1` are used so the local stack needs no AWS account.
+    /// Shared AWS settings. With a local endpoint and no region or credentials configured,
+    /// `us-east-1` and dummy credentials are used so the local stack needs no AWS account.
     pub async fn sdk_config(&self) -> SdkConfig {
         let https = aws_smithy_http_client::Builder::new()
             .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
@@ -60,10 +101,10 @@ impl Config {
             .build_https();
         let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(https);
         let local = self.dynamodb_endpoint.is_some() || self.kinesis_endpoint.is_some();
-        if local && var("AWS_REGION").is_none() && var("AWS_DEFAULT_REGION").is_none() {
+        if local && !self.region_configured {
             loader = loader.region(Region::new("us-east-1"));
         }
-        if local && var("AWS_ACCESS_KEY_ID").is_none() {
+        if local && !self.credentials_configured {
             loader = loader
                 .credentials_provider(Credentials::new("local", "local", None, None, "local"));
         }

@@ -1,4 +1,4 @@
-//! The one error type of the API and its mapping to HTTP status and error code (SPEC §4).
+//! The one error type of the API and its mapping to HTTP status and error code (docs/api.md §2).
 
 use thiserror::Error;
 

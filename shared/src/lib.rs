@@ -1,23 +1,27 @@
-//! Everything the Lambda functions share: the chat domain (rules and DynamoDB storage), identity,
-//! events and the HTTP plumbing. Domain code here does not know about Lambda; `http` is the only
-//! module that speaks `lambda_http`.
+//! Everything the Lambda functions share, grouped by concern:
+//!
+//! | module | holds |
+//! |---|---|
+//! | `domain` | the chat's rules, pure: ids, membership rules, bounds, watermark, inbox order, API objects |
+//! | `api` | the HTTP edge: request parsing, the one error → response mapping, `serve` |
+//! | `auth` | who is calling: JWT verification (HS256 locally, RS256 via the issuer's keys) |
+//! | `store` | DynamoDB: the chat table (one module per concern) and the connections table |
+//! | `events` | push events, how they come from the table's stream, relay and fanout planning |
+//! | `config`, `error`, `retry`, `time` | configuration read once at init, the one error type, bounded retries, clocks |
+//!
+//! Only `api` speaks `lambda_http`; `domain` does no I/O.
 
+pub mod api;
+pub mod auth;
 pub mod config;
-pub mod connections;
 pub mod domain;
 pub mod error;
 pub mod events;
-pub mod http;
-pub mod identity;
-pub mod jwks;
-pub mod keys;
-pub mod model;
-pub mod requests;
 pub mod retry;
 pub mod store;
 pub mod time;
 
 pub use config::Config;
+pub use domain::{ConversationId, UserId};
 pub use error::ChatError;
-pub use identity::{Authenticator, UserId};
-pub use store::ChatStore;
+pub use store::{ChatStore, ConnectionStore};

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use chat_shared::http::App;
-use chat_shared::identity::{mint_hs256, Authenticator};
+use chat_shared::api::http::{self, App};
+use chat_shared::auth::{mint_hs256, Authenticator};
 use chat_shared::{ChatStore, Config};
 use serde_json::{json, Value};
 
@@ -63,10 +63,10 @@ impl Intercept for Counter {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Function {
     Conversations,
-    Send,
+    SendMessage,
     History,
-    Read,
-    Reads,
+    MarkRead,
+    ReadStates,
     Inbox,
 }
 
@@ -74,10 +74,10 @@ impl Function {
     pub fn by_name(name: &str) -> Option<Function> {
         Some(match name {
             "conversations" => Function::Conversations,
-            "send" => Function::Send,
+            "send-message" => Function::SendMessage,
             "history" => Function::History,
-            "read" => Function::Read,
-            "reads" => Function::Reads,
+            "mark-read" => Function::MarkRead,
+            "read-states" => Function::ReadStates,
             "inbox" => Function::Inbox,
             _ => return None,
         })
@@ -280,12 +280,12 @@ impl TestApp {
             lambda_http::request::from_str(&event.to_string()).expect("valid API Gateway v2 event");
         let app = self.app.clone();
         let resp = match function {
-            Some(Function::Conversations) => conversations_fn::handle(app, req).await,
-            Some(Function::Send) => send_fn::handle(app, req).await,
-            Some(Function::History) => history_fn::handle(app, req).await,
-            Some(Function::Read) => read_fn::handle(app, req).await,
-            Some(Function::Reads) => reads_fn::handle(app, req).await,
-            Some(Function::Inbox) => inbox_fn::handle(app, req).await,
+            Some(Function::Conversations) => http::handle(app, req, conversations::handle).await,
+            Some(Function::SendMessage) => http::handle(app, req, send_message::handle).await,
+            Some(Function::History) => http::handle(app, req, history::handle).await,
+            Some(Function::MarkRead) => http::handle(app, req, mark_read::handle).await,
+            Some(Function::ReadStates) => http::handle(app, req, read_states::handle).await,
+            Some(Function::Inbox) => http::handle(app, req, inbox::handle).await,
             // What the router answers for an unknown route.
             None => {
                 return Resp {

@@ -9,9 +9,8 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use chat_shared::connections::ConnectionStore;
-use chat_shared::identity::Authenticator;
-use chat_shared::Config;
+use chat_shared::config::AuthMode;
+use chat_shared::{Config, ConnectionStore, UserId};
 use futures::{SinkExt, StreamExt};
 use local_gateway::{Gateway, GatewayConfig, PipelineConfig, RunningGateway, StartingPosition};
 use serde_json::Value;
@@ -25,7 +24,7 @@ use crate::{server, token, TEST_SECRET};
 pub fn chat_config() -> Config {
     Config {
         dynamodb_endpoint: Some(server::dynamodb_endpoint()),
-        auth: Authenticator::LocalHs256 {
+        auth: AuthMode::Local {
             secret: TEST_SECRET.as_bytes().to_vec(),
         },
         ..Config::from_env().unwrap()
@@ -88,7 +87,7 @@ pub async fn connection_store() -> ConnectionStore {
 pub async fn connection_ids(store: &ConnectionStore, user: &str) -> Vec<String> {
     let now = chat_shared::time::unix_seconds(chat_shared::time::now());
     store
-        .live_connections(&[user.to_owned()], now)
+        .live_connections(&[UserId::parse(user).unwrap()], now)
         .await
         .unwrap()
         .into_iter()

@@ -1,4 +1,4 @@
-//! Push end to end (SPEC §5–§7): REST handlers write, the local gateway's pollers run the real
+//! Push end to end (docs/api.md §15, docs/event-pipeline.md): REST handlers write, the local gateway's pollers run the real
 //! relay and fanout, and WebSocket clients of the local gateway receive the events.
 
 use std::time::{Duration, Instant};
@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_sdk_apigatewaymanagement::operation::post_to_connection::PostToConnectionError;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
-use chat_shared::identity::mint_hs256;
+use chat_shared::auth::mint_hs256;
 use chat_tests::push::{
     chat_config, connection_ids, connection_store, first_seqs, gateway, gateway_config, has,
     now_unix, WsClient,
@@ -177,7 +177,10 @@ async fn a_stale_connection_is_removed_after_410() {
         let conv = t.direct(&a, &b).await;
         let mut live = WsClient::connect(&a).await;
         let stale = format!("{}=", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        store.register(&a, &stale, now_unix()).await.unwrap();
+        store
+            .register(&chat_shared::UserId::parse(&a).unwrap(), &stale, now_unix())
+            .await
+            .unwrap();
         assert_eq!(connection_ids(&store, &a).await.len(), 2);
 
         t.send(&conv, &b, "hi").await;
@@ -224,7 +227,7 @@ async fn the_relay_reports_exactly_the_undecodable_record() {
         let mut config = chat_config();
         config.kinesis_endpoint = config.dynamodb_endpoint.clone();
         let sdk = config.sdk_config().await;
-        let relay = relay_fn::Relay::new(config.kinesis_client(&sdk), config.event_stream.clone());
+        let relay = relay::Relay::new(config.kinesis_client(&sdk), config.event_stream.clone());
         // An id no fanout finds a conversation for.
         let conv = format!("g-{}", uuid::Uuid::new_v4().simple());
         let mut broken = read_record("2000000000000000000002", &conv, "u2", 0, 1);

@@ -1,4 +1,4 @@
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    chat_shared::http::serve(conversations_fn::handle).await
+    chat_shared::api::http::serve(conversations::handle).await
 }

@@ -1,5 +1,6 @@
 //! Fanout: Kinesis (events of one conversation per record, in order) → the live WebSocket
-//! connections of the conversation's current members, through the API Gateway Management API.
+//! connections of the conversation's current members, through the API Gateway Management API
+//! (docs/event-pipeline.md).
 //!
 //! Per batch: records are grouped by conversation; per conversation one Query reads the current
 //! members, ⌈members/100⌉ BatchGetItem their live connections; `read.updated` is coalesced to the
@@ -11,9 +12,9 @@
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
 use aws_sdk_apigatewaymanagement::primitives::Blob;
-use chat_shared::connections::ConnectionStore;
-use chat_shared::events::{coalesce_reads, Event, EventBatch};
-use chat_shared::{ChatError, ChatStore, Config};
+use chat_shared::events::plan::{coalesce_reads, group_by_conversation, BatchFailures};
+use chat_shared::events::{Event, EventBatch};
+use chat_shared::{ChatError, ChatStore, Config, ConnectionStore, ConversationId, UserId};
 use futures::stream::{self, StreamExt};
 
 /// Pushes in flight at once per invocation.
@@ -61,27 +62,25 @@ impl Fanout {
 
     pub async fn handle(&self, event: KinesisEvent) -> KinesisEventResponse {
         let records = &event.records;
-        // Conversation → (its events in order, index of its first record).
-        let mut groups: Vec<(String, Vec<Event>, usize)> = Vec::new();
-        let mut failed: Option<usize> = None;
+        let mut failures = BatchFailures::default();
+        let mut events = Vec::new();
         for (i, record) in records.iter().enumerate() {
             match serde_json::from_slice::<EventBatch>(&record.kinesis.data) {
-                Ok(batch) => match groups.iter_mut().find(|g| g.0 == batch.conversation_id) {
-                    Some(g) => g.1.extend(batch.events),
-                    None => groups.push((batch.conversation_id, batch.events, i)),
-                },
+                Ok(batch) => events.extend(batch.events.into_iter().map(|e| (e, i))),
                 Err(e) => {
                     tracing::error!(error = %e, sequence = record.kinesis.sequence_number, "undecodable Kinesis record");
-                    failed = Some(failed.map_or(i, |f| f.min(i)));
+                    failures.fail(i);
                 }
             }
         }
-        let outcomes = stream::iter(groups)
-            .map(|(conversation, events, first)| async move {
-                match self.deliver(&conversation, events).await {
+        let outcomes = stream::iter(group_by_conversation(events))
+            .map(|group| async move {
+                let first = group.first_record();
+                let conversation = group.conversation_id.clone();
+                match self.deliver(&conversation, group.into_events()).await {
                     Ok(()) => None,
                     Err(e) => {
-                        tracing::warn!(conversation, error = ?e, "fanout failed; batch will be retried");
+                        tracing::warn!(%conversation, error = ?e, "fanout failed; batch will be retried");
                         Some(first)
                     }
                 }
@@ -90,10 +89,10 @@ impl Fanout {
             .collect::<Vec<_>>()
             .await;
         for i in outcomes.into_iter().flatten() {
-            failed = Some(failed.map_or(i, |f| f.min(i)));
+            failures.fail(i);
         }
         let mut response = KinesisEventResponse::default();
-        if let Some(i) = failed {
+        if let Some(i) = failures.earliest() {
             let mut failure = KinesisBatchItemFailure::default();
             failure.item_identifier = Some(records[i].kinesis.sequence_number.clone());
             response.batch_item_failures.push(failure);
@@ -102,11 +101,15 @@ impl Fanout {
     }
 
     /// Pushes one conversation's events to its members' live connections.
-    async fn deliver(&self, conversation: &str, events: Vec<Event>) -> Result<(), ChatError> {
+    async fn deliver(
+        &self,
+        conversation: &ConversationId,
+        events: Vec<Event>,
+    ) -> Result<(), ChatError> {
         let Some((_, members)) = self.chat.load_conversation(conversation).await? else {
             return Ok(());
         };
-        let users: Vec<String> = members.into_iter().map(|m| m.user_id).collect();
+        let users: Vec<UserId> = members.into_iter().map(|m| m.member_id).collect();
         let frames: Vec<String> = coalesce_reads(events)
             .iter()
             .map(|e| serde_json::to_string(&e.for_audience(users.len())))

@@ -1,4 +1,4 @@
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    chat_shared::http::serve(history_fn::handle).await
+    chat_shared::api::http::serve(history::handle).await
 }

@@ -1,17 +1,21 @@
-//! Relay: the chat table's stream (the outbox) → Kinesis, partition key = conversation id.
+//! Relay: the chat table's stream (the outbox) → Kinesis, partition key = conversation id
+//! (docs/event-pipeline.md).
 //!
 //! Order: stream records of one item arrive in order, and every conversation-level event comes
-//! from the conversation item (shared::events), so one conversation's events are already in `seq`
-//! order here. The relay packs them into one Kinesis record per conversation per batch, so no two
-//! records of a conversation race inside a PutRecords call. When a record fails, the earliest
-//! stream record behind it is reported (ReportBatchItemFailures): Lambda redelivers from there,
-//! nothing is lost and nothing before it is repeated.
+//! from the conversation item (`events::stream`), so one conversation's events are already in
+//! `seq` order here. The relay packs them into one Kinesis record per conversation per PutRecords
+//! call (`events::plan::put_rounds`), so no two records of a conversation race inside a call. When
+//! a record fails, the earliest stream record behind it is reported (ReportBatchItemFailures):
+//! Lambda redelivers from there, nothing is lost and nothing before it is repeated.
+
+use std::collections::HashSet;
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use chat_shared::events::{events_from_change, sdk_item, Event, EventBatch};
+use chat_shared::events::plan::{group_by_conversation, put_rounds, BatchFailures, OutgoingRecord};
+use chat_shared::events::stream::events_from_change;
 use chat_shared::Config;
 
 /// Stay well under Kinesis' 1 MiB per record.
@@ -23,36 +27,6 @@ const MAX_RECORDS_PER_CALL: usize = 500;
 pub struct Relay {
     kinesis: aws_sdk_kinesis::Client,
     stream: String,
-}
-
-/// Events of one conversation bound for one Kinesis record, with the index of the earliest stream
-/// record they come from (what to report if the put fails).
-struct Outgoing {
-    conversation_id: String,
-    events: Vec<Event>,
-    first_record: usize,
-}
-
-/// Splits one conversation's events into records under the Kinesis size limit, in order.
-fn chunks(conversation_id: &str, events: Vec<(Event, usize)>) -> Vec<Outgoing> {
-    let mut out: Vec<Outgoing> = Vec::new();
-    let mut bytes = 0;
-    for (event, record) in events {
-        let size = serde_json::to_vec(&event).map_or(MAX_RECORD_BYTES, |v| v.len());
-        match out.last_mut() {
-            Some(last) if bytes + size <= MAX_RECORD_BYTES => last.events.push(event),
-            _ => {
-                bytes = 0;
-                out.push(Outgoing {
-                    conversation_id: conversation_id.to_owned(),
-                    events: vec![event],
-                    first_record: record,
-                });
-            }
-        }
-        bytes += size;
-    }
-    out
 }
 
 impl Relay {
@@ -71,64 +45,41 @@ impl Relay {
 
     pub async fn handle(&self, event: StreamEvent) -> DynamoDbEventResponse {
         let records = &event.records;
-        let mut failed: Option<usize> = None;
+        let mut failures = BatchFailures::default();
 
-        // Each conversation's events in stream order, with the record each one comes from.
-        let mut per_conversation: Vec<(String, Vec<(Event, usize)>)> = Vec::new();
+        // Every event of the batch in stream order, with the record it comes from.
+        let mut events = Vec::new();
         for (i, record) in records.iter().enumerate() {
-            let old = sdk_item(&record.change.old_image);
-            let new = sdk_item(&record.change.new_image);
-            let events = match events_from_change(&old, &new) {
-                Ok(e) => e,
+            match events_from_change(&record.change.old_image, &record.change.new_image) {
+                Ok(found) => events.extend(found.into_iter().map(|e| (e, i))),
                 Err(e) => {
                     // Not ours to skip: report it (and so everything after it) for retry; after the
                     // retries it goes to the on-failure destination, never silently away.
                     tracing::error!(error = ?e, event_id = record.event_id, "undecodable stream record");
-                    failed = Some(i);
+                    failures.fail(i);
                     break;
                 }
-            };
-            for event in events {
-                let conversation = event.conversation_id().to_owned();
-                match per_conversation
-                    .iter_mut()
-                    .find(|(c, _)| *c == conversation)
-                {
-                    Some((_, list)) => list.push((event, i)),
-                    None => per_conversation.push((conversation, vec![(event, i)])),
-                }
-            }
-        }
-        // Round k holds the k-th chunk of every conversation.
-        let mut rounds: Vec<Vec<Outgoing>> = Vec::new();
-        for (conversation_id, events) in per_conversation {
-            for (k, chunk) in chunks(&conversation_id, events).into_iter().enumerate() {
-                if rounds.len() <= k {
-                    rounds.push(Vec::new());
-                }
-                rounds[k].push(chunk);
             }
         }
 
-        // A conversation whose chunk failed sends nothing more, so its events never enter Kinesis
-        // out of order.
-        let mut broken: std::collections::HashSet<String> = Default::default();
-        for round in rounds {
-            let pending: Vec<Outgoing> = round
+        // A conversation whose record failed sends nothing more, so its events never enter
+        // Kinesis out of order.
+        let mut broken = HashSet::new();
+        for round in put_rounds(group_by_conversation(events), MAX_RECORD_BYTES) {
+            let pending: Vec<OutgoingRecord> = round
                 .into_iter()
-                .filter(|o| !broken.contains(&o.conversation_id))
+                .filter(|o| !broken.contains(&o.batch.conversation_id))
                 .collect();
-            for calls in pending.chunks(MAX_RECORDS_PER_CALL) {
-                for failure in self.put(calls).await {
-                    let o = &calls[failure];
-                    broken.insert(o.conversation_id.clone());
-                    failed = Some(failed.map_or(o.first_record, |f| f.min(o.first_record)));
+            for call in pending.chunks(MAX_RECORDS_PER_CALL) {
+                for failed in self.put(call).await {
+                    broken.insert(call[failed].batch.conversation_id.clone());
+                    failures.fail(call[failed].first_record);
                 }
             }
         }
 
         let mut response = DynamoDbEventResponse::default();
-        if let Some(i) = failed {
+        if let Some(i) = failures.earliest() {
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = records[i].change.sequence_number.clone();
             response.batch_item_failures.push(failure);
@@ -137,23 +88,19 @@ impl Relay {
     }
 
     /// One PutRecords call; returns the indexes of the entries that did not make it.
-    async fn put(&self, batch: &[Outgoing]) -> Vec<usize> {
-        let mut entries = Vec::with_capacity(batch.len());
-        for o in batch {
-            let payload = EventBatch {
-                conversation_id: o.conversation_id.clone(),
-                events: o.events.clone(),
-            };
-            let data = serde_json::to_vec(&payload).expect("events serialize");
+    async fn put(&self, call: &[OutgoingRecord]) -> Vec<usize> {
+        let mut entries = Vec::with_capacity(call.len());
+        for o in call {
+            let data = serde_json::to_vec(&o.batch).expect("events serialize");
             match PutRecordsRequestEntry::builder()
-                .partition_key(&o.conversation_id)
+                .partition_key(o.batch.conversation_id.as_str())
                 .data(Blob::new(data))
                 .build()
             {
                 Ok(e) => entries.push(e),
                 Err(e) => {
                     tracing::error!(error = %e, "bad Kinesis entry");
-                    return (0..batch.len()).collect();
+                    return (0..call.len()).collect();
                 }
             }
         }
@@ -181,60 +128,8 @@ impl Relay {
                 .collect(),
             Err(e) => {
                 tracing::error!(error = %aws_sdk_kinesis::error::DisplayErrorContext(&e), "PutRecords failed");
-                (0..batch.len()).collect()
+                (0..call.len()).collect()
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn message(seq: u64, body_bytes: usize) -> Event {
-        Event::MessageNew {
-            conversation_id: "c".into(),
-            seq,
-            sender_id: Some("u".into()),
-            client_msg_id: Some("id".into()),
-            body: Some("x".repeat(body_bytes)),
-            created_at: Some("t".into()),
-        }
-    }
-
-    #[test]
-    fn chunks_keep_order_and_the_size_limit() {
-        let events = vec![
-            (message(1, 400_000), 0),
-            (message(2, 400_000), 3),
-            (message(3, 400_000), 7),
-            (message(4, 10), 8),
-        ];
-        let out = chunks("c", events);
-        let seqs: Vec<Vec<u64>> = out
-            .iter()
-            .map(|o| {
-                o.events
-                    .iter()
-                    .map(|e| match e {
-                        Event::MessageNew { seq, .. } => *seq,
-                        _ => 0,
-                    })
-                    .collect()
-            })
-            .collect();
-        assert_eq!(seqs, vec![vec![1, 2], vec![3, 4]]);
-        assert_eq!(
-            out.iter().map(|o| o.first_record).collect::<Vec<_>>(),
-            vec![0, 7]
-        );
-        for o in &out {
-            let payload = EventBatch {
-                conversation_id: o.conversation_id.clone(),
-                events: o.events.clone(),
-            };
-            assert!(serde_json::to_vec(&payload).unwrap().len() < 1024 * 1024);
-        }
-        assert_eq!(chunks("c", vec![(message(1, 5), 2)]).len(), 1);
     }
 }

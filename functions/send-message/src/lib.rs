@@ -1,19 +1,15 @@
-//! `POST /conversations/{id}/messages`: 201 with the new message, 200 with the original on a
-//! replay of its `clientMsgId`.
+//! `sendMessage` — `POST /conversations/{conversationId}/messages` (docs/api.md §10): 201 with
+//! the new message, 200 with the original on a replay of its `clientMsgId`.
 
-use chat_shared::http::{self, App};
-use chat_shared::requests::SendMessage;
+use chat_shared::api::http::{self, App};
+use chat_shared::api::requests::{conversation_id_param, SendMessage};
 use chat_shared::ChatError;
 use lambda_http::{Body, Request, Response};
 
-pub async fn handle(app: App, req: Request) -> Response<Body> {
-    send(&app, &req).await.unwrap_or_else(|e| http::error(&e))
-}
-
-async fn send(app: &App, req: &Request) -> Result<Response<Body>, ChatError> {
-    let caller = app.caller(req)?;
-    let id = http::path_param(req, "conversationId").ok_or(ChatError::NotFound)?;
-    let message = SendMessage::parse(http::body(req)?)?;
+pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {
+    let caller = app.caller(&req)?;
+    let id = conversation_id_param(http::path_param(&req, "conversationId").as_deref())?;
+    let message = SendMessage::parse(http::body(&req)?)?;
     let (message, created) = app.store.send_message(&caller, &id, &message).await?;
-    Ok(http::json(if created { 201 } else { 200 }, &message))
+    http::json(if created { 201 } else { 200 }, &message)
 }

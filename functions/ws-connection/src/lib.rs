@@ -5,9 +5,8 @@
 //! then recorded for the fanout, with a TTL matching API Gateway's 2-hour limit.
 
 use aws_lambda_events::event::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use chat_shared::connections::ConnectionStore;
-use chat_shared::identity::TokenVerifier;
-use chat_shared::{ChatError, Config};
+use chat_shared::auth::TokenVerifier;
+use chat_shared::{ChatError, Config, ConnectionStore};
 
 #[derive(Clone, Debug)]
 pub struct WsConnection {
@@ -32,7 +31,7 @@ impl WsConnection {
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
         let config = Config::from_env()?;
         let sdk = config.sdk_config().await;
-        let verifier = TokenVerifier::from_config(&config).await?;
+        let verifier = TokenVerifier::from_config(&config.auth).await?;
         Ok(WsConnection::new(
             ConnectionStore::new(
                 config.dynamodb_client(&sdk),
@@ -62,7 +61,7 @@ impl WsConnection {
             Ok(()) => status(200),
             Err(e) => {
                 if !matches!(e, ChatError::Unauthorized(_)) {
-                    tracing::error!(connection, error = ?e, "websocket route failed");
+                    tracing::error!(connection, error = %e, detail = ?e, "websocket route failed");
                 }
                 status(e.status().into())
             }
@@ -80,8 +79,6 @@ impl WsConnection {
             .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
         let now = chat_shared::time::unix_seconds(chat_shared::time::now());
         let user = self.verifier.verify(token, now)?;
-        self.connections
-            .register(user.as_str(), connection, now)
-            .await
+        self.connections.register(&user, connection, now).await
     }
 }

@@ -6,13 +6,12 @@ use aws_config::SdkConfig;
 use aws_lambda_events::event::apigw::ApiGatewayWebsocketProxyRequest;
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use chat_shared::connections::ConnectionStore;
-use chat_shared::identity::TokenVerifier;
-use chat_shared::{ChatStore, Config};
-use fanout_fn::Fanout;
-use relay_fn::Relay;
+use chat_shared::auth::TokenVerifier;
+use chat_shared::{ChatStore, Config, ConnectionStore};
+use fanout::Fanout;
+use relay::Relay;
 use serde_json::{json, Value};
-use ws_connection_fn::WsConnection;
+use ws_connection::WsConnection;
 
 use crate::Error;
 
@@ -26,9 +25,11 @@ pub(crate) struct Handlers {
 impl Handlers {
     /// Builds the handlers like their `from_env`, from `config` (with its endpoints filled in).
     pub(crate) async fn new(config: &Config, sdk: &SdkConfig) -> Result<Handlers, Error> {
-        let verifier = TokenVerifier::from_config(config).await.map_err(|e| {
-            format!("{e} (set CHAT_AUTH_MODE=local to verify HS256 tokens locally)")
-        })?;
+        let verifier = TokenVerifier::from_config(&config.auth)
+            .await
+            .map_err(|e| {
+                format!("{e} (set CHAT_AUTH_MODE=local to verify HS256 tokens locally)")
+            })?;
         let db = config.dynamodb_client(sdk);
         let connections = ConnectionStore::new(db.clone(), config.connections_table.clone());
         let management = config

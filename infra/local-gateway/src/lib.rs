@@ -1,4 +1,4 @@
-//! Local stand-in for what AWS runs around the push functions (SPEC §5–§7):
+//! Local stand-in for what AWS runs around the push functions (docs/event-pipeline.md):
 //!
 //! * the API Gateway **WebSocket API** (`ws://127.0.0.1:9001/?token=…`), which calls the
 //!   ws-connection handler with `$connect` / `$disconnect` / `$default` events (`websocket.rs`);

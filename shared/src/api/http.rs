@@ -1,15 +1,17 @@
 //! HTTP plumbing for the REST functions: who is calling, path and query parameters, JSON
-//! responses, and the one place where `ChatError` becomes an HTTP response.
+//! responses, and the one place where `ChatError` becomes an HTTP response (docs/api.md §2).
 
 use lambda_http::http::{header, StatusCode};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Serialize;
+use std::future::Future;
 
+use super::requests::{QueryParams, MAX_REQUEST_BYTES};
+use crate::auth::{user_from_sub, verify_hs256, Authenticator};
 use crate::config::Config;
+use crate::domain::UserId;
 use crate::error::ChatError;
-use crate::identity::{user_from_sub, verify_hs256, Authenticator, UserId};
-use crate::requests::{QueryParams, MAX_REQUEST_BYTES};
 use crate::store::ChatStore;
 
 /// What every REST function builds once at init: storage and the authenticator.
@@ -25,7 +27,7 @@ impl App {
         let sdk = config.sdk_config().await;
         Ok(App {
             store: ChatStore::new(config.dynamodb_client(&sdk), config.chat_table.clone()),
-            auth: config.auth.clone(),
+            auth: Authenticator::from(&config.auth),
         })
     }
 
@@ -83,10 +85,12 @@ pub fn body(req: &Request) -> Result<&[u8], ChatError> {
 }
 
 /// A path parameter, from API Gateway's `pathParameters` or, failing that, from the path itself
-/// (`/conversations/{conversationId}/members/{userId}`).
+/// (`/conversations/{conversationId}/members/{userId}`). Percent-escapes are decoded either way:
+/// a client that encodes `@` or `:` (as `encodeURIComponent` does) names the same id, and no
+/// valid id contains `%`.
 pub fn path_param(req: &Request, name: &str) -> Option<String> {
     if let Some(v) = req.path_parameters_ref().and_then(|p| p.first(name)) {
-        return Some(v.to_owned());
+        return Some(percent_decode(v));
     }
     let segments: Vec<&str> = req
         .uri()
@@ -138,28 +142,42 @@ impl QueryParams for Query<'_> {
     }
 }
 
-pub fn json<T: Serialize>(status: u16, value: &T) -> Response<Body> {
-    match serde_json::to_string(value) {
-        Ok(text) => Response::builder()
-            .status(status)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::Text(text))
-            .unwrap_or_default(),
-        Err(e) => error(&ChatError::internal(e)),
-    }
+pub fn json<T: Serialize>(status: u16, value: &T) -> Result<Response<Body>, ChatError> {
+    let text = serde_json::to_string(value).map_err(ChatError::internal)?;
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::Text(text))
+        .map_err(ChatError::internal)
 }
 
-pub fn no_content() -> Response<Body> {
+pub fn no_content() -> Result<Response<Body>, ChatError> {
     Response::builder()
         .status(StatusCode::NO_CONTENT)
         .body(Body::Empty)
-        .unwrap_or_default()
+        .map_err(ChatError::internal)
 }
 
-/// `ChatError` → `{"error":{"code","message"}}` with its status (and `Retry-After` on 429).
-pub fn error(e: &ChatError) -> Response<Body> {
-    if let ChatError::Internal(detail) = e {
-        tracing::error!(detail, "internal error");
+/// The id that ties a request's log lines to API Gateway's access log.
+fn request_id(req: &Request) -> String {
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx.request_id.clone(),
+        _ => None,
+    }
+    .or_else(|| req.lambda_context_ref().map(|c| c.request_id.clone()))
+    .unwrap_or_default()
+}
+
+/// The one mapping of a handler's result to HTTP: `ChatError` → `{"error":{"code","message"}}`
+/// with its status (and `Retry-After` on 429); an internal error is logged here, once, with the
+/// request id, and its details never reach the client.
+pub fn respond(result: Result<Response<Body>, ChatError>, request_id: &str) -> Response<Body> {
+    let e = match result {
+        Ok(response) => return response,
+        Err(e) => e,
+    };
+    if let ChatError::Internal(detail) = &e {
+        tracing::error!(request_id, detail, "internal error");
     }
     let mut builder = Response::builder()
         .status(e.status())
@@ -172,17 +190,27 @@ pub fn error(e: &ChatError) -> Response<Body> {
         .unwrap_or_default()
 }
 
+/// Calls a handler and maps its result (what `serve` does per request; tests call it too).
+pub async fn handle<F, Fut>(app: App, req: Request, handler: F) -> Response<Body>
+where
+    F: FnOnce(App, Request) -> Fut,
+    Fut: Future<Output = Result<Response<Body>, ChatError>>,
+{
+    let id = request_id(&req);
+    respond(handler(app, req).await, &id)
+}
+
 /// Runs a REST function: builds the `App` once, then serves requests with `handler`.
 pub async fn serve<F, Fut>(handler: F) -> Result<(), lambda_http::Error>
 where
-    F: Fn(App, Request) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Response<Body>> + Send,
+    F: Fn(App, Request) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Body>, ChatError>> + Send,
 {
     crate::config::init_tracing();
     let app = App::from_env().await?;
     lambda_http::run(lambda_http::service_fn(move |req: Request| {
-        let fut = handler(app.clone(), req);
-        async move { Ok::<_, lambda_http::Error>(fut.await) }
+        let (app, handler) = (app.clone(), handler.clone());
+        async move { Ok::<_, lambda_http::Error>(handle(app, req, handler).await) }
     }))
     .await
 }
@@ -194,7 +222,21 @@ mod tests {
     #[test]
     fn decodes_percent_escapes() {
         assert_eq!(percent_decode("a%40b%3Ac"), "a@b:c");
+        assert_eq!(percent_decode("a%40"), "a@");
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%4"), "%4");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn errors_have_the_documented_shape() {
+        let r = respond(Err(ChatError::Throttled), "r1");
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        let body: serde_json::Value = serde_json::from_slice(r.body().as_ref()).unwrap();
+        assert_eq!(body["error"]["code"], "throttled");
+        let r = respond(Err(ChatError::internal("table ChatTable is gone")), "r2");
+        assert_eq!(r.status(), 500);
+        assert!(!String::from_utf8_lossy(r.body().as_ref()).contains("ChatTable"));
     }
 }

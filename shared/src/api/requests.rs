@@ -1,17 +1,15 @@
-//! Parsing and validating what clients send (SPEC §4, §8). Every rejection names the offending
-//! field; nothing here touches storage.
+//! Parsing what clients send into the domain's types (docs/api.md §2, §16). Every rejection
+//! names the offending field; the bounds themselves are domain rules; nothing here touches storage.
 
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
+use crate::domain::conversation::{check_member_bound, check_title};
+use crate::domain::message::check_body;
+use crate::domain::{ConversationId, UserId};
 use crate::error::ChatError;
-use crate::identity::UserId;
 
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
-pub const MAX_MESSAGE_CHARS: usize = 4_000;
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
-pub const MAX_MEMBERS: usize = 1_000;
-pub const MAX_TITLE_CHARS: usize = 200;
 pub const MAX_PAGE_LIMIT: u32 = 100;
 pub const DEFAULT_HISTORY_LIMIT: u32 = 50;
 pub const DEFAULT_INBOX_LIMIT: u32 = 20;
@@ -63,6 +61,13 @@ impl Fields {
         match self.get(name) {
             None => Err(invalid(format!("missing field `{name}`"))),
             Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or_default()),
+            // JSON has one number type: `120.0` is the integer 120 (as JSON Schema counts it).
+            Some(Value::Number(n))
+                if n.as_f64()
+                    .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f < 1.8e19) =>
+            {
+                Ok(n.as_f64().unwrap_or_default() as u64)
+            }
             Some(_) => Err(invalid(format!(
                 "field `{name}` must be a non-negative integer"
             ))),
@@ -94,6 +99,19 @@ impl Fields {
         }
         Ok(out)
     }
+}
+
+/// The `{conversationId}` of a path. An id this service never hands out names no conversation:
+/// `404`, like any unknown one.
+pub fn conversation_id_param(raw: Option<&str>) -> Result<ConversationId, ChatError> {
+    raw.and_then(ConversationId::parse)
+        .ok_or(ChatError::NotFound)
+}
+
+/// The `{userId}` of a path.
+pub fn user_id_param(raw: Option<&str>) -> Result<UserId, ChatError> {
+    raw.and_then(UserId::parse)
+        .ok_or_else(|| invalid("path parameter `userId` is not a valid user id"))
 }
 
 /// A client-generated id: a UUID in its canonical 36-character form, compared case-insensitively.
@@ -133,19 +151,10 @@ impl CreateConversation {
             }
             "group" => {
                 let title = f.required_str("title")?;
-                let chars = title.chars().count();
-                if chars == 0 || chars > MAX_TITLE_CHARS {
-                    return Err(invalid(format!(
-                        "field `title` must be 1-{MAX_TITLE_CHARS} characters"
-                    )));
-                }
+                check_title(title)?;
                 let mut members = f.user_ids("memberIds", false)?;
                 members.retain(|m| m != caller);
-                if members.len() + 1 > MAX_MEMBERS {
-                    return Err(ChatError::Conflict(format!(
-                        "a group has at most {MAX_MEMBERS} members"
-                    )));
-                }
+                check_member_bound(members.len() + 1)?;
                 let client_request_id = f
                     .optional_str("clientRequestId")?
                     .map(|s| parse_uuid("clientRequestId", s))
@@ -166,11 +175,7 @@ pub fn parse_add_members(body: &[u8]) -> Result<Vec<UserId>, ChatError> {
     if ids.is_empty() {
         return Err(invalid("field `userIds` must not be empty"));
     }
-    if ids.len() > MAX_MEMBERS {
-        return Err(ChatError::Conflict(format!(
-            "a group has at most {MAX_MEMBERS} members"
-        )));
-    }
+    check_member_bound(ids.len())?;
     Ok(ids)
 }
 
@@ -189,14 +194,7 @@ impl SendMessage {
         let client_msg_id = f.required_str("clientMsgId")?;
         let client_msg_key = parse_uuid("clientMsgId", client_msg_id)?;
         let text = f.required_str("body")?;
-        if text.is_empty() {
-            return Err(invalid("field `body` must not be empty"));
-        }
-        if text.len() > MAX_MESSAGE_BYTES || text.chars().count() > MAX_MESSAGE_CHARS {
-            return Err(ChatError::PayloadTooLarge(format!(
-                "field `body` is limited to {MAX_MESSAGE_CHARS} characters and {MAX_MESSAGE_BYTES} bytes of UTF-8"
-            )));
-        }
+        check_body(text)?;
         Ok(SendMessage {
             client_msg_id: client_msg_id.to_owned(),
             client_msg_key,
@@ -346,6 +344,22 @@ mod tests {
     }
 
     #[test]
+    fn path_ids() {
+        let id = "g-00000000000000000000000000000001";
+        assert_eq!(conversation_id_param(Some(id)).unwrap().as_str(), id);
+        for bad in [None, Some(""), Some("x"), Some(&*"g-0".repeat(400))] {
+            assert_eq!(conversation_id_param(bad).unwrap_err().status(), 404);
+        }
+        assert_eq!(user_id_param(Some("a@b:c")).unwrap().as_str(), "a@b:c");
+        let long = "u".repeat(1100);
+        for bad in [None, Some("a b"), Some(long.as_str())] {
+            let e = user_id_param(bad).unwrap_err();
+            assert_eq!(e.status(), 400);
+            assert!(e.to_string().contains("userId"));
+        }
+    }
+
+    #[test]
     fn request_body_limit() {
         let big = format!(r#"{{"seq":1,"pad":"{}"}}"#, "x".repeat(MAX_REQUEST_BYTES));
         assert_eq!(err_msg(parse_mark_read(big.as_bytes())).0, 413);
@@ -354,9 +368,13 @@ mod tests {
     #[test]
     fn mark_read_seq() {
         assert_eq!(parse_mark_read(br#"{"seq":120}"#).unwrap(), 120);
+        assert_eq!(parse_mark_read(br#"{"seq":120.0}"#).unwrap(), 120);
+        assert_eq!(parse_mark_read(br#"{"seq":1e3}"#).unwrap(), 1000);
         for bad in [
             r#"{"seq":-1}"#,
+            r#"{"seq":-1.0}"#,
             r#"{"seq":1.5}"#,
+            r#"{"seq":1e30}"#,
             r#"{"seq":"3"}"#,
             r#"{}"#,
             r#"{"seq":null}"#,

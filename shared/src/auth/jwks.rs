@@ -7,8 +7,9 @@ use base64::Engine;
 use http_body_util::BodyExt;
 use serde::Deserialize;
 
+use super::jwt::{unauthorized, user_from_claims, CompactJwt};
+use crate::domain::UserId;
 use crate::error::ChatError;
-use crate::identity::{unauthorized, user_from_claims, CompactJwt, UserId};
 
 #[derive(Debug, Clone, Deserialize)]
 struct Jwk {
@@ -134,7 +135,7 @@ mod tests {
     use super::*;
 
     /// A throwaway RSA key's JWKS and tokens it signed (made with Python's `cryptography`).
-    const FIXTURE: &str = include_str!("rs256_fixture.json");
+    const FIXTURE: &str = include_str!("../../../tests/fixtures/rs256-issuer.json");
     const NOW: i64 = 1_800_000_000;
 
     fn fixture() -> (Jwks, serde_json::Value) {
@@ -177,7 +178,7 @@ mod tests {
         let good = f["valid_id_token"].as_str().unwrap();
         let tampered = good.replacen('.', ".e", 1);
         assert!(jwks.verify(&tampered, NOW).is_err());
-        let hs = crate::identity::mint_hs256("user-1", NOW + 60, b"k");
+        let hs = crate::auth::mint_hs256("user-1", NOW + 60, b"k");
         assert!(
             jwks.verify(&hs, NOW).is_err(),
             "HS256 is not accepted in place of RS256"

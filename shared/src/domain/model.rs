@@ -1,40 +1,20 @@
-//! What the API returns (SPEC §4): camelCase JSON, ids as strings, seq as integers.
+//! The objects the API returns (docs/api.md §5): camelCase JSON, ids as strings, seq as integers,
+//! times as RFC 3339 UTC strings.
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ConversationType {
-    Direct,
-    Group,
-}
-
-impl ConversationType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConversationType::Direct => "direct",
-            ConversationType::Group => "group",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "direct" => Some(ConversationType::Direct),
-            "group" => Some(ConversationType::Group),
-            _ => None,
-        }
-    }
-}
+use super::conversation::ConversationType;
+use super::ids::{ConversationId, UserId};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Conversation {
-    pub conversation_id: String,
+    pub conversation_id: ConversationId,
     #[serde(rename = "type")]
     pub kind: ConversationType,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    pub member_ids: Vec<String>,
+    pub member_ids: Vec<UserId>,
     pub member_count: u32,
     pub last_seq: u64,
     pub created_at: String,
@@ -44,10 +24,10 @@ pub struct Conversation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
-    pub conversation_id: String,
+    pub conversation_id: ConversationId,
     pub seq: u64,
     pub client_msg_id: String,
-    pub sender_id: String,
+    pub sender_id: UserId,
     pub body: String,
     pub created_at: String,
 }
@@ -63,7 +43,7 @@ pub struct HistoryPage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadResult {
-    pub conversation_id: String,
+    pub conversation_id: ConversationId,
     pub last_read_seq: u64,
     pub advanced: bool,
 }
@@ -71,14 +51,14 @@ pub struct ReadResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberReadState {
-    pub user_id: String,
+    pub user_id: UserId,
     pub last_read_seq: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadStates {
-    pub conversation_id: String,
+    pub conversation_id: ConversationId,
     pub last_seq: u64,
     pub members: Vec<MemberReadState>,
 }
@@ -88,7 +68,7 @@ pub struct ReadStates {
 #[serde(rename_all = "camelCase")]
 pub struct MessagePreview {
     pub seq: u64,
-    pub sender_id: String,
+    pub sender_id: UserId,
     pub body: String,
     pub created_at: String,
 }
@@ -96,13 +76,13 @@ pub struct MessagePreview {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InboxEntry {
-    pub conversation_id: String,
+    pub conversation_id: ConversationId,
     #[serde(rename = "type")]
     pub kind: ConversationType,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub peer_id: Option<String>,
+    pub peer_id: Option<UserId>,
     pub member_count: u32,
     pub last_seq: u64,
     pub last_read_seq: u64,

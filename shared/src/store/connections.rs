@@ -15,13 +15,13 @@ use aws_sdk_dynamodb::Client;
 use futures::future::try_join_all;
 use std::collections::HashMap;
 
+use super::attrs::Item;
+use super::{batch_get, keys, sdk_error};
+use crate::domain::UserId;
 use crate::error::ChatError;
-use crate::keys;
-use crate::store::{batch_get, sdk_error, Item};
 
 /// API Gateway's maximum connection duration.
 pub const CONNECTION_TTL_SECS: i64 = 2 * 60 * 60;
-const PRESENCE_SK: &str = "P";
 
 #[derive(Clone, Debug)]
 pub struct ConnectionStore {
@@ -29,19 +29,12 @@ pub struct ConnectionStore {
     table: String,
 }
 
-fn key(pk: String, sk: &str) -> Item {
-    HashMap::from([
-        (keys::PK.to_owned(), AttributeValue::S(pk)),
-        (keys::SK.to_owned(), AttributeValue::S(sk.to_owned())),
-    ])
-}
-
-fn presence_key(user: &str) -> Item {
-    key(keys::user_connections_pk(user), PRESENCE_SK)
+fn presence_key(user: &UserId) -> Item {
+    keys::key(keys::user_connections_pk(user), keys::PRESENCE_SK)
 }
 
 fn owner_key(connection_id: &str) -> Item {
-    key(
+    keys::key(
         keys::connection_pk(connection_id),
         keys::CONNECTION_OWNER_SK,
     )
@@ -59,13 +52,13 @@ impl ConnectionStore {
     /// first connection).
     pub async fn register(
         &self,
-        user: &str,
+        user: &UserId,
         connection_id: &str,
         now_unix: i64,
     ) -> Result<(), ChatError> {
         let expires = AttributeValue::N((now_unix + CONNECTION_TTL_SECS).to_string());
         let mut owner = owner_key(connection_id);
-        owner.insert("userId".into(), AttributeValue::S(user.to_owned()));
+        owner.insert("userId".into(), AttributeValue::S(user.to_string()));
         owner.insert("expiresAt".into(), expires.clone());
         self.db
             .put_item()
@@ -122,7 +115,7 @@ impl ConnectionStore {
 
     /// `$disconnect`: forgets the connection; returns its user if it was known.
     /// DynamoDB: 1 DeleteItem + 1 UpdateItem.
-    pub async fn unregister(&self, connection_id: &str) -> Result<Option<String>, ChatError> {
+    pub async fn unregister(&self, connection_id: &str) -> Result<Option<UserId>, ChatError> {
         let old = self
             .db
             .delete_item()
@@ -136,7 +129,7 @@ impl ConnectionStore {
             .attributes()
             .and_then(|a| a.get("userId"))
             .and_then(|v| v.as_s().ok())
-            .cloned();
+            .and_then(|u| UserId::parse(u));
         if let Some(user) = &user {
             self.forget_presence(user, connection_id).await?;
         }
@@ -144,7 +137,7 @@ impl ConnectionStore {
     }
 
     /// A connection the Management API called gone (410): forget it.
-    pub async fn remove(&self, user: &str, connection_id: &str) -> Result<(), ChatError> {
+    pub async fn remove(&self, user: &UserId, connection_id: &str) -> Result<(), ChatError> {
         self.db
             .delete_item()
             .table_name(&self.table)
@@ -155,7 +148,7 @@ impl ConnectionStore {
         self.forget_presence(user, connection_id).await
     }
 
-    async fn forget_presence(&self, user: &str, connection_id: &str) -> Result<(), ChatError> {
+    async fn forget_presence(&self, user: &UserId, connection_id: &str) -> Result<(), ChatError> {
         let r = self
             .db
             .update_item()
@@ -177,11 +170,11 @@ impl ConnectionStore {
     /// DynamoDB: ⌈users/100⌉ BatchGetItem, concurrently.
     pub async fn live_connections(
         &self,
-        users: &[String],
+        users: &[UserId],
         now_unix: i64,
-    ) -> Result<Vec<(String, String)>, ChatError> {
+    ) -> Result<Vec<(UserId, String)>, ChatError> {
         let batches = users.chunks(100).map(|chunk| {
-            let keys = chunk.iter().map(|u| presence_key(u)).collect();
+            let keys = chunk.iter().map(presence_key).collect();
             batch_get(&self.db, &self.table, keys, false)
         });
         let mut out = Vec::new();
@@ -190,6 +183,7 @@ impl ConnectionStore {
                 .get(keys::PK)
                 .and_then(|v| v.as_s().ok())
                 .and_then(|pk| pk.strip_prefix("U#"))
+                .and_then(UserId::parse)
             else {
                 continue;
             };
@@ -203,7 +197,7 @@ impl ConnectionStore {
                     .and_then(|n| n.parse::<i64>().ok())
                     .unwrap_or(0);
                 if expires > now_unix {
-                    out.push((user.to_owned(), id.clone()));
+                    out.push((user.clone(), id.clone()));
                 }
             }
         }

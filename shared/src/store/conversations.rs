@@ -1,57 +1,45 @@
-//! Conversations and membership: create (direct, group), get, add and remove members.
+//! Conversations and membership: `createConversation` (direct, group), `getConversation`,
+//! `addMembers`, `removeMember` (docs/api.md §6–§9).
 
-use std::collections::HashSet;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 
-use super::attrs::{get_s, n, s, Item};
-use super::{reason_failed, sdk_error, tx, ChatStore, ConversationItem, MemberItem, TxOutcome};
-use crate::domain::{
-    direct_conversation_id, group_conversation_id, group_fingerprint, is_conversation_id,
+use super::attrs::{get_s, n, s};
+use super::items::{from_item, ConversationItem, MemberItem, MembersChange, MembersChangeKind};
+use super::{keys, reason_failed, sdk_error, tx, ChatStore, TxOutcome};
+use crate::domain::conversation::{
+    check_membership_change, check_removal, group_fingerprint, group_members, joining_watermark,
+    members_to_add,
 };
+use crate::domain::model::Conversation;
+use crate::domain::{ConversationId, ConversationType, UserId};
 use crate::error::ChatError;
-use crate::identity::UserId;
-use crate::keys;
-use crate::model::{Conversation, ConversationType};
-use crate::requests::MAX_MEMBERS;
 use crate::retry::Retry;
 
 /// Member items per transaction next to the conversation item (TransactWriteItems takes 100).
 const MEMBERS_PER_TX: usize = 99;
 
-fn members_change(kind: &str, user_ids: &[&str]) -> aws_sdk_dynamodb::types::AttributeValue {
-    aws_sdk_dynamodb::types::AttributeValue::M(Item::from([
-        ("kind".to_owned(), s(kind)),
-        (
-            "userIds".to_owned(),
-            super::attrs::list_s(user_ids.iter().copied()),
-        ),
-    ]))
+fn members_change(
+    kind: MembersChangeKind,
+    user_ids: &[&UserId],
+) -> Result<AttributeValue, ChatError> {
+    let change = MembersChange {
+        kind,
+        user_ids: user_ids.iter().map(|u| (*u).clone()).collect(),
+    };
+    serde_dynamo::to_attribute_value(change).map_err(ChatError::internal)
 }
 
-fn new_member_item(conversation_id: &str, user: &str, last_read_seq: u64, now: &str) -> Item {
-    let mut item = ChatStore::key(
-        keys::conversation_pk(conversation_id),
-        keys::member_sk(user),
-    );
-    item.insert(keys::MEMBER_INDEX_KEY.into(), s(user));
-    item.insert("conversationId".into(), s(conversation_id));
-    item.insert("lastReadSeq".into(), n(last_read_seq));
-    item.insert("joinedAt".into(), s(now));
-    item
+fn sorted_ids<'a>(users: impl IntoIterator<Item = &'a UserId>) -> Vec<UserId> {
+    let mut ids: Vec<UserId> = users.into_iter().cloned().collect();
+    ids.sort();
+    ids
 }
 
 impl ChatStore {
-    pub(super) fn conversation_key(&self, id: &str) -> Item {
-        Self::key(keys::conversation_pk(id), keys::CONVERSATION_SK)
-    }
-
-    pub(super) fn member_key(&self, id: &str, user: &str) -> Item {
-        Self::key(keys::conversation_pk(id), keys::member_sk(user))
-    }
-
     /// Runs one transaction, retrying while it loses to concurrent transactions.
     async fn transact_retrying(
         &self,
-        parts: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+        parts: Vec<TransactWriteItem>,
     ) -> Result<TxOutcome, ChatError> {
         let mut retry = Retry::new();
         while retry.next().await {
@@ -67,11 +55,8 @@ impl ChatStore {
     /// "C" AND "M$"`); 1,000 members are about 0.5 MB, within one page.
     pub async fn load_conversation(
         &self,
-        id: &str,
+        id: &ConversationId,
     ) -> Result<Option<(ConversationItem, Vec<MemberItem>)>, ChatError> {
-        if !is_conversation_id(id) {
-            return Ok(None);
-        }
         let mut conversation = None;
         let mut members = Vec::new();
         let mut start = None;
@@ -89,11 +74,11 @@ impl ChatStore {
                 .send()
                 .await
                 .map_err(|e| sdk_error("Query", e))?;
-            for item in resp.items() {
-                if get_s(item, keys::SK) == Some(keys::CONVERSATION_SK) {
-                    conversation = Some(ConversationItem::from_item(item)?);
+            for item in resp.items.unwrap_or_default() {
+                if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
+                    conversation = Some(from_item(item)?);
                 } else {
-                    members.push(MemberItem::from_item(item)?);
+                    members.push(from_item(item)?);
                 }
             }
             match resp.last_evaluated_key {
@@ -105,12 +90,12 @@ impl ChatStore {
     }
 
     /// The conversation's `lastSeq` (None: no such conversation). 1 strongly consistent GetItem.
-    pub(super) async fn last_seq(&self, id: &str) -> Result<Option<u64>, ChatError> {
+    pub(super) async fn last_seq(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {
         let out = self
             .db
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(self.conversation_key(id)))
+            .set_key(Some(keys::conversation_key(id)))
             .consistent_read(true)
             .projection_expression("lastSeq")
             .send()
@@ -124,27 +109,27 @@ impl ChatStore {
     pub(super) async fn load_for_member(
         &self,
         caller: &UserId,
-        id: &str,
+        id: &ConversationId,
     ) -> Result<(ConversationItem, Vec<MemberItem>), ChatError> {
         match self.load_conversation(id).await? {
-            Some((c, members)) if members.iter().any(|m| m.user_id == caller.as_str()) => {
+            Some((c, members)) if members.iter().any(|m| &m.member_id == caller) => {
                 Ok((c, members))
             }
             _ => Err(ChatError::NotFound),
         }
     }
 
-    /// `GET /conversations/{id}`: 1 Query.
+    /// `getConversation`: 1 Query.
     pub async fn get_conversation(
         &self,
         caller: &UserId,
-        id: &str,
+        id: &ConversationId,
     ) -> Result<Conversation, ChatError> {
         let (conversation, members) = self.load_for_member(caller, id).await?;
-        Ok(conversation.to_conversation(members.into_iter().map(|m| m.user_id).collect()))
+        Ok(conversation.to_conversation(sorted_ids(members.iter().map(|m| &m.member_id))))
     }
 
-    /// `POST /conversations` (direct). The id is derived from the pair and the conversation item is
+    /// `createConversation` (direct). The id is derived from the pair and the conversation item is
     /// put only if absent, so simultaneous creations make one conversation. Returns `(conversation,
     /// created)`. DynamoDB: 1 TransactWriteItems (+1 Query when it already exists).
     pub async fn create_direct(
@@ -152,10 +137,9 @@ impl ChatStore {
         caller: &UserId,
         peer: &UserId,
     ) -> Result<(Conversation, bool), ChatError> {
-        let id = direct_conversation_id(caller, peer);
+        let id = ConversationId::direct(caller, peer);
         let now = crate::time::now_rfc3339();
-        let mut pair = vec![caller.to_string(), peer.to_string()];
-        pair.sort();
+        let pair = sorted_ids([caller, peer]);
         let conversation = ConversationItem {
             conversation_id: id.clone(),
             kind: ConversationType::Direct,
@@ -172,17 +156,13 @@ impl ChatStore {
         };
         let mut parts = vec![tx::put(
             &self.table,
-            conversation.to_item(),
+            conversation.to_item()?,
             Some("attribute_not_exists(pk)"),
             &[],
         )?];
         for user in &pair {
-            parts.push(tx::put(
-                &self.table,
-                new_member_item(&id, user, 0, &now),
-                None,
-                &[],
-            )?);
+            let member = MemberItem::new(&id, user, 0, &now);
+            parts.push(tx::put(&self.table, member.to_item()?, None, &[])?);
         }
         match self.transact_retrying(parts).await? {
             TxOutcome::Committed => Ok((conversation.to_conversation(pair), true)),
@@ -195,7 +175,7 @@ impl ChatStore {
         }
     }
 
-    /// `POST /conversations` (group). Members are written first, in transactions of 99 that each
+    /// `createConversation` (group). Members are written first, in transactions of 99 that each
     /// check the conversation item is still absent; the conversation item, put last, is the commit
     /// point (until then nothing of the group is visible). A retry with the same `clientRequestId`
     /// lands on the same id and returns the existing group. DynamoDB: ⌈members/99⌉
@@ -207,22 +187,15 @@ impl ChatStore {
         others: &[UserId],
         client_request_id: Option<&str>,
     ) -> Result<(Conversation, bool), ChatError> {
-        let id = group_conversation_id(caller, client_request_id);
-        let mut all: Vec<UserId> = Vec::with_capacity(others.len() + 1);
-        all.push(caller.clone());
-        all.extend(others.iter().filter(|u| *u != caller).cloned());
-        if all.len() > MAX_MEMBERS {
-            return Err(ChatError::Conflict(format!(
-                "a group has at most {MAX_MEMBERS} members"
-            )));
-        }
+        let id = ConversationId::group(caller, client_request_id);
+        let all = group_members(caller, others)?;
         let fingerprint = group_fingerprint(title, &all);
         let now = crate::time::now_rfc3339();
         let conversation = ConversationItem {
             conversation_id: id.clone(),
             kind: ConversationType::Group,
             title: Some(title.to_owned()),
-            owner_id: Some(caller.to_string()),
+            owner_id: Some(caller.clone()),
             direct_members: vec![],
             member_count: all.len() as u32,
             last_seq: 0,
@@ -236,9 +209,9 @@ impl ChatStore {
         for (i, chunk) in chunks.iter().enumerate() {
             let absent = "attribute_not_exists(pk)";
             let mut parts = vec![if i + 1 == chunks.len() {
-                tx::put(&self.table, conversation.to_item(), Some(absent), &[])?
+                tx::put(&self.table, conversation.to_item()?, Some(absent), &[])?
             } else {
-                tx::check(&self.table, self.conversation_key(&id), absent, &[])?
+                tx::check(&self.table, keys::conversation_key(&id), absent, &[])?
             }];
             for user in chunk.iter() {
                 // While a large group is still being written, a concurrent request with the same
@@ -246,13 +219,13 @@ impl ChatStore {
                 // content is a conflict. Once the group exists, its request id just returns it.
                 parts.push(tx::update(
                     &self.table,
-                    self.member_key(&id, user.as_str()),
+                    keys::member_key(&id, user),
                     "SET memberId = :u, conversationId = :c, lastReadSeq = if_not_exists(lastReadSeq, :zero), \
                      joinedAt = if_not_exists(joinedAt, :now), createFp = :fp",
                     Some("attribute_not_exists(pk) OR createFp = :fp"),
                     &[
                         (":u", s(user.as_str())),
-                        (":c", s(&id)),
+                        (":c", s(id.as_str())),
                         (":zero", n(0)),
                         (":now", s(&now)),
                         (":fp", s(&fingerprint)),
@@ -271,71 +244,57 @@ impl ChatStore {
                 }
             }
         }
-        let mut ids: Vec<String> = all.iter().map(|u| u.to_string()).collect();
-        ids.sort();
-        Ok((conversation.to_conversation(ids), true))
+        Ok((conversation.to_conversation(sorted_ids(&all)), true))
     }
 
-    /// `POST /conversations/{id}/members`. Each transaction of up to 99 new members raises
-    /// `memberCount` on condition that it and `lastSeq` are what was read, so the 1,000 bound holds
-    /// under concurrent adds and each new member starts exactly at `lastSeq`. DynamoDB per round:
-    /// 1 Query + 1 TransactWriteItems.
+    /// `addMembers`. Each transaction of up to 99 new members raises `memberCount` on condition
+    /// that it and `lastSeq` are what was read, so the 1,000 bound holds under concurrent adds and
+    /// each new member starts exactly at `lastSeq`. DynamoDB per round: 1 Query + 1
+    /// TransactWriteItems.
     pub async fn add_members(
         &self,
         caller: &UserId,
-        id: &str,
+        id: &ConversationId,
         users: &[UserId],
     ) -> Result<Conversation, ChatError> {
         let mut retry = Retry::new();
         while retry.next().await {
             let (conversation, members) = self.load_for_member(caller, id).await?;
-            if conversation.kind == ConversationType::Direct {
-                return Err(ChatError::Conflict(
-                    "members of a direct conversation cannot change".into(),
-                ));
-            }
-            let existing: HashSet<&str> = members.iter().map(|m| m.user_id.as_str()).collect();
-            let new: Vec<&str> = users
-                .iter()
-                .map(UserId::as_str)
-                .filter(|u| !existing.contains(u))
-                .collect();
-            let mut ids: Vec<String> = existing.iter().map(|u| u.to_string()).collect();
+            check_membership_change(conversation.kind)?;
+            let existing: Vec<&str> = members.iter().map(|m| m.member_id.as_str()).collect();
+            let new = members_to_add(&existing, users)?;
+            let mut ids = sorted_ids(members.iter().map(|m| &m.member_id));
             if new.is_empty() {
-                ids.sort();
                 return Ok(conversation.to_conversation(ids));
-            }
-            if members.len() + new.len() > MAX_MEMBERS {
-                return Err(ChatError::Conflict(format!(
-                    "a group has at most {MAX_MEMBERS} members"
-                )));
             }
             let chunk = &new[..new.len().min(MEMBERS_PER_TX)];
             let now = crate::time::now_rfc3339();
             let mut parts = vec![tx::update(
                 &self.table,
-                self.conversation_key(id),
+                keys::conversation_key(id),
                 "SET memberCount = memberCount + :k, membersVersion = membersVersion + :one, membersChange = :change",
                 Some("lastSeq = :seen AND memberCount = :count"),
                 &[
                     (":k", n(chunk.len() as u64)),
                     (":one", n(1)),
-                    (":change", members_change("added", chunk)),
+                    (":change", members_change(MembersChangeKind::Added, chunk)?),
                     (":seen", n(conversation.last_seq)),
                     (":count", n(members.len() as u64)),
                 ],
             )?];
+            let watermark = joining_watermark(conversation.last_seq);
             for user in chunk {
+                let member = MemberItem::new(id, user, watermark, &now);
                 parts.push(tx::put(
                     &self.table,
-                    new_member_item(id, user, conversation.last_seq, &now),
+                    member.to_item()?,
                     Some("attribute_not_exists(pk)"),
                     &[],
                 )?);
             }
             match self.transact(parts).await? {
                 TxOutcome::Committed if chunk.len() == new.len() => {
-                    ids.extend(chunk.iter().map(|u| u.to_string()));
+                    ids.extend(chunk.iter().map(|u| (*u).clone()));
                     ids.sort();
                     let mut done = conversation.to_conversation(ids);
                     done.member_count = (members.len() + chunk.len()) as u32;
@@ -350,55 +309,45 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
-    /// `DELETE /conversations/{id}/members/{userId}`: a member may remove itself, the owner anyone.
-    /// DynamoDB: 1 BatchGetItem (conversation, caller, target) + 1 TransactWriteItems.
+    /// `removeMember`: a member may remove itself, the owner anyone. DynamoDB: 1 BatchGetItem
+    /// (conversation, caller, target) + 1 TransactWriteItems.
     pub async fn remove_member(
         &self,
         caller: &UserId,
-        id: &str,
-        target: &str,
+        id: &ConversationId,
+        target: &UserId,
     ) -> Result<(), ChatError> {
-        if !is_conversation_id(id) {
-            return Err(ChatError::NotFound);
-        }
-        let mut keys = vec![
-            self.conversation_key(id),
-            self.member_key(id, caller.as_str()),
-        ];
-        if target != caller.as_str() {
+        let mut wanted = vec![keys::conversation_key(id), keys::member_key(id, caller)];
+        if target != caller {
             // BatchGetItem refuses duplicate keys.
-            keys.push(self.member_key(id, target));
+            wanted.push(keys::member_key(id, target));
         }
-        let found = self.batch_get(keys, true).await?;
+        let found = self.batch_get(wanted, true).await?;
         let by_sk = |sk: &str| found.iter().find(|i| get_s(i, keys::SK) == Some(sk));
-        let conversation = by_sk(keys::CONVERSATION_SK)
-            .map(ConversationItem::from_item)
+        let conversation: ConversationItem = by_sk(keys::CONVERSATION_SK)
+            .cloned()
+            .map(from_item)
             .transpose()?
             .ok_or(ChatError::NotFound)?;
-        if by_sk(&keys::member_sk(caller.as_str())).is_none() {
+        if by_sk(&keys::member_sk(caller)).is_none() {
             return Err(ChatError::NotFound);
         }
-        if conversation.kind == ConversationType::Direct {
-            return Err(ChatError::Conflict(
-                "members of a direct conversation cannot change".into(),
-            ));
-        }
-        if target != caller.as_str() && conversation.owner_id.as_deref() != Some(caller.as_str()) {
-            return Err(ChatError::Forbidden(
-                "only the group's owner may remove other members".into(),
-            ));
-        }
+        check_membership_change(conversation.kind)?;
+        check_removal(caller, target, conversation.owner_id.as_ref())?;
         if by_sk(&keys::member_sk(target)).is_none() {
             return Err(ChatError::NotFound);
         }
         let parts = vec![
-            tx::delete(&self.table, self.member_key(id, target), "attribute_exists(pk)")?,
+            tx::delete(&self.table, keys::member_key(id, target), "attribute_exists(pk)")?,
             tx::update(
                 &self.table,
-                self.conversation_key(id),
+                keys::conversation_key(id),
                 "SET memberCount = memberCount - :one, membersVersion = membersVersion + :one, membersChange = :change",
                 Some("attribute_exists(pk)"),
-                &[(":one", n(1)), (":change", members_change("removed", &[target]))],
+                &[
+                    (":one", n(1)),
+                    (":change", members_change(MembersChangeKind::Removed, &[target])?),
+                ],
             )?,
         ];
         match self.transact_retrying(parts).await? {

@@ -1,20 +1,21 @@
-//! The inbox: a user's conversations, newest activity first, with unread counts.
+//! `inbox` (docs/api.md §14): a user's conversations, newest activity first, with unread counts.
 
 use futures::future::try_join_all;
 
 use super::attrs::{get_n, get_s, s};
-use super::{sdk_error, ChatStore, ConversationItem};
-use crate::domain::{inbox_page, InboxPosition};
+use super::items::{from_item, ConversationItem};
+use super::{keys, sdk_error, ChatStore};
+use crate::domain::inbox::{inbox_page, InboxPosition};
+use crate::domain::model::{InboxEntry, InboxPage};
+use crate::domain::read_state::unread_count;
+use crate::domain::{ConversationId, ConversationType, UserId};
 use crate::error::ChatError;
-use crate::identity::UserId;
-use crate::keys;
-use crate::model::{ConversationType, InboxEntry, InboxPage};
 
 /// BatchGetItem takes 100 keys.
 const BATCH_GET_KEYS: usize = 100;
 
 impl ChatStore {
-    /// `GET /inbox`. DynamoDB: 1 Query of the `byMember` index (the user's memberships with their
+    /// `inbox`. DynamoDB: 1 Query of the `byMember` index (the user's memberships with their
     /// watermarks; more pages only past 1 MB, ~10,000 memberships) + ⌈memberships/100⌉
     /// BatchGetItem of the conversation items, run concurrently; then sorted and paged in memory.
     pub async fn inbox(
@@ -24,7 +25,7 @@ impl ChatStore {
         cursor: Option<&str>,
     ) -> Result<InboxPage, ChatError> {
         let after = cursor.map(InboxPosition::decode).transpose()?;
-        let mut memberships: Vec<(String, u64)> = Vec::new();
+        let mut memberships: Vec<(ConversationId, u64)> = Vec::new();
         let mut start = None;
         loop {
             let resp = self
@@ -40,7 +41,7 @@ impl ChatStore {
                 .map_err(|e| sdk_error("Query", e))?;
             for item in resp.items() {
                 if let Some(id) = get_s(item, keys::PK).and_then(keys::conversation_id_of_pk) {
-                    memberships.push((id.to_owned(), get_n(item, "lastReadSeq").unwrap_or(0)));
+                    memberships.push((id, get_n(item, "lastReadSeq").unwrap_or(0)));
                 }
             }
             match resp.last_evaluated_key {
@@ -52,21 +53,19 @@ impl ChatStore {
         let batches = memberships.chunks(BATCH_GET_KEYS).map(|chunk| {
             let keys = chunk
                 .iter()
-                .map(|(id, _)| self.conversation_key(id))
+                .map(|(id, _)| keys::conversation_key(id))
                 .collect();
             self.batch_get(keys, true)
         });
         let conversations = try_join_all(batches).await?;
-        let read: std::collections::HashMap<&str, u64> = memberships
-            .iter()
-            .map(|(id, r)| (id.as_str(), *r))
-            .collect();
+        let read: std::collections::HashMap<&ConversationId, u64> =
+            memberships.iter().map(|(id, r)| (id, *r)).collect();
 
         let mut entries = Vec::with_capacity(memberships.len());
-        for item in conversations.iter().flatten() {
-            let c = ConversationItem::from_item(item)?;
+        for item in conversations.into_iter().flatten() {
+            let c: ConversationItem = from_item(item)?;
             let last_read_seq = read
-                .get(c.conversation_id.as_str())
+                .get(&c.conversation_id)
                 .copied()
                 .unwrap_or(0)
                 .min(c.last_seq);
@@ -75,11 +74,7 @@ impl ChatStore {
                 conversation_id: c.conversation_id.clone(),
             };
             let peer_id = match c.kind {
-                ConversationType::Direct => c
-                    .direct_members
-                    .iter()
-                    .find(|m| m.as_str() != caller.as_str())
-                    .cloned(),
+                ConversationType::Direct => c.direct_members.iter().find(|m| *m != caller).cloned(),
                 ConversationType::Group => None,
             };
             entries.push((
@@ -93,7 +88,7 @@ impl ChatStore {
                     member_count: c.member_count,
                     last_seq: c.last_seq,
                     last_read_seq,
-                    unread_count: c.last_seq - last_read_seq,
+                    unread_count: unread_count(c.last_seq, last_read_seq),
                     last_message_at: c.last_message_at,
                 },
             ));

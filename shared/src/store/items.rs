@@ -1,90 +1,85 @@
-//! The chat table's items and their mapping to the API model (docs/data-model.md).
+//! The chat table's items (docs/data-model.md) as Rust structs, mapped to and from DynamoDB
+//! attribute maps by `serde_dynamo`: the attribute names are the camelCase field names.
 
-use super::attrs::{get_list_s, get_map, get_n, get_s, list_s, n, req_n, req_s, s, Item};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::attrs::Item;
+use super::keys;
+use crate::domain::message::preview;
+use crate::domain::model::{Conversation, Message, MessagePreview};
+use crate::domain::{ConversationId, ConversationType, UserId};
 use crate::error::ChatError;
-use crate::keys;
-use crate::model::{Conversation, ConversationType, Message, MessagePreview};
+
+/// A struct as an item with the given key.
+pub fn to_item<T: Serialize>(
+    value: &T,
+    pk: String,
+    sk: impl Into<String>,
+) -> Result<Item, ChatError> {
+    let mut item: Item = serde_dynamo::to_item(value).map_err(ChatError::internal)?;
+    item.extend(keys::key(pk, sk));
+    Ok(item)
+}
+
+/// An item (from a read, a cancellation reason or a stream image) as a struct.
+pub fn from_item<T: DeserializeOwned, I: Into<serde_dynamo::Item>>(
+    item: I,
+) -> Result<T, ChatError> {
+    serde_dynamo::from_item(item).map_err(|e| ChatError::internal(format!("malformed item: {e}")))
+}
 
 /// `sk = C`: the conversation and its counters.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ConversationItem {
-    pub conversation_id: String,
+    pub conversation_id: ConversationId,
+    #[serde(rename = "type")]
     pub kind: ConversationType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    pub owner_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<UserId>,
     /// Direct conversations only: the two users, so the inbox can name the peer without a lookup.
-    pub direct_members: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub direct_members: Vec<UserId>,
     pub member_count: u32,
     pub last_seq: u64,
     pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_message_at: Option<String>,
     /// The whole last message: the inbox previews it and the relay turns its changes into
     /// `message.new` events in `seq` order (the stream orders records per item).
-    pub last_message: Option<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message: Option<StoredMessage>,
     /// Bumped by every membership change; `members_change` says what changed.
+    #[serde(default)]
     pub members_version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub members_change: Option<MembersChange>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MembersChangeKind {
+    Added,
+    Removed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MembersChange {
-    pub added: bool,
-    pub user_ids: Vec<String>,
+    pub kind: MembersChangeKind,
+    pub user_ids: Vec<UserId>,
 }
 
 impl ConversationItem {
-    pub fn from_item(item: &Item) -> Result<Self, ChatError> {
-        let conversation_id = req_s(item, "conversationId")?;
-        let kind = ConversationType::parse(&req_s(item, "type")?)
-            .ok_or_else(|| ChatError::internal("conversation item has an unknown type"))?;
-        let last_message = get_map(item, "lastMessage")
-            .map(|m| message_from_map(&conversation_id, m))
-            .transpose()?;
-        let members_change = get_map(item, "membersChange").map(|m| MembersChange {
-            added: get_s(m, "kind") == Some("added"),
-            user_ids: get_list_s(m, "userIds"),
-        });
-        Ok(ConversationItem {
-            kind,
-            title: get_s(item, "title").map(str::to_owned),
-            owner_id: get_s(item, "ownerId").map(str::to_owned),
-            direct_members: get_list_s(item, "directMembers"),
-            member_count: req_n(item, "memberCount")? as u32,
-            last_seq: req_n(item, "lastSeq")?,
-            created_at: req_s(item, "createdAt")?,
-            last_message_at: get_s(item, "lastMessageAt").map(str::to_owned),
-            last_message,
-            members_version: get_n(item, "membersVersion").unwrap_or(0),
-            members_change,
-            conversation_id,
-        })
-    }
-
-    /// A new conversation item (no messages yet).
-    pub fn to_item(&self) -> Item {
-        let mut item = super::ChatStore::key(
+    pub fn to_item(&self) -> Result<Item, ChatError> {
+        to_item(
+            self,
             keys::conversation_pk(&self.conversation_id),
             keys::CONVERSATION_SK,
-        );
-        item.insert("conversationId".into(), s(&self.conversation_id));
-        item.insert("type".into(), s(self.kind.as_str()));
-        if let Some(t) = &self.title {
-            item.insert("title".into(), s(t));
-        }
-        if let Some(o) = &self.owner_id {
-            item.insert("ownerId".into(), s(o));
-        }
-        if !self.direct_members.is_empty() {
-            item.insert(
-                "directMembers".into(),
-                list_s(self.direct_members.iter().map(String::as_str)),
-            );
-        }
-        item.insert("memberCount".into(), n(self.member_count.into()));
-        item.insert("lastSeq".into(), n(self.last_seq));
-        item.insert("createdAt".into(), s(&self.created_at));
-        item.insert("membersVersion".into(), n(self.members_version));
-        item
+        )
     }
 
     /// Newest activity, for inbox order.
@@ -92,7 +87,7 @@ impl ConversationItem {
         self.last_message_at.as_deref().unwrap_or(&self.created_at)
     }
 
-    pub fn to_conversation(&self, member_ids: Vec<String>) -> Conversation {
+    pub fn to_conversation(&self, member_ids: Vec<UserId>) -> Conversation {
         Conversation {
             conversation_id: self.conversation_id.clone(),
             kind: self.kind,
@@ -109,76 +104,204 @@ impl ConversationItem {
         self.last_message.as_ref().map(|m| MessagePreview {
             seq: m.seq,
             sender_id: m.sender_id.clone(),
-            body: crate::domain::preview(&m.body),
+            body: preview(&m.body).to_owned(),
             created_at: m.created_at.clone(),
         })
     }
 }
 
 /// `sk = M#<userId>`: a member and its read watermark.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MemberItem {
-    pub conversation_id: String,
-    pub user_id: String,
+    pub conversation_id: ConversationId,
+    /// Also the key of the `byMember` index.
+    pub member_id: UserId,
+    #[serde(default)]
     pub last_read_seq: u64,
     /// The seq of this member's latest send (the send also moved `last_read_seq` to it): lets the
     /// relay tell a read from a send.
+    #[serde(default)]
     pub last_sent_seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined_at: Option<String>,
 }
 
 impl MemberItem {
-    pub fn from_item(item: &Item) -> Result<Self, ChatError> {
-        Ok(MemberItem {
-            conversation_id: req_s(item, "conversationId")?,
-            user_id: req_s(item, keys::MEMBER_INDEX_KEY)?,
-            last_read_seq: get_n(item, "lastReadSeq").unwrap_or(0),
-            last_sent_seq: get_n(item, "lastSentSeq").unwrap_or(0),
-        })
+    pub fn new(
+        conversation_id: &ConversationId,
+        user: &UserId,
+        last_read_seq: u64,
+        now: &str,
+    ) -> Self {
+        MemberItem {
+            conversation_id: conversation_id.clone(),
+            member_id: user.clone(),
+            last_read_seq,
+            last_sent_seq: 0,
+            joined_at: Some(now.to_owned()),
+        }
+    }
+
+    pub fn to_item(&self) -> Result<Item, ChatError> {
+        to_item(
+            self,
+            keys::conversation_pk(&self.conversation_id),
+            keys::member_sk(&self.member_id),
+        )
     }
 }
 
-/// Message fields stored in a message item (`sk = S#<seq>`) and as `lastMessage`.
-pub fn message_to_map(m: &Message) -> Item {
-    Item::from([
-        ("seq".into(), n(m.seq)),
-        ("clientMsgId".into(), s(&m.client_msg_id)),
-        ("senderId".into(), s(&m.sender_id)),
-        ("body".into(), s(&m.body)),
-        ("createdAt".into(), s(&m.created_at)),
-    ])
+/// A message as stored: the item `S#<seq>` (with `conversationId`) and the conversation's
+/// `lastMessage`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredMessage {
+    pub seq: u64,
+    pub client_msg_id: String,
+    pub sender_id: UserId,
+    pub body: String,
+    pub created_at: String,
 }
 
-pub fn message_from_map(conversation_id: &str, item: &Item) -> Result<Message, ChatError> {
-    Ok(Message {
-        conversation_id: conversation_id.to_owned(),
-        seq: req_n(item, "seq")?,
-        client_msg_id: req_s(item, "clientMsgId")?,
-        sender_id: req_s(item, "senderId")?,
-        body: req_s(item, "body")?,
-        created_at: req_s(item, "createdAt")?,
-    })
+impl StoredMessage {
+    pub fn from_message(m: &Message) -> Self {
+        StoredMessage {
+            seq: m.seq,
+            client_msg_id: m.client_msg_id.clone(),
+            sender_id: m.sender_id.clone(),
+            body: m.body.clone(),
+            created_at: m.created_at.clone(),
+        }
+    }
+
+    pub fn into_message(self, conversation_id: &ConversationId) -> Message {
+        Message {
+            conversation_id: conversation_id.clone(),
+            seq: self.seq,
+            client_msg_id: self.client_msg_id,
+            sender_id: self.sender_id,
+            body: self.body,
+            created_at: self.created_at,
+        }
+    }
+}
+
+/// `sk = S#<seq>`: one message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageItem {
+    pub conversation_id: ConversationId,
+    pub seq: u64,
+    pub client_msg_id: String,
+    pub sender_id: UserId,
+    pub body: String,
+    pub created_at: String,
+}
+
+impl MessageItem {
+    pub fn new(m: &Message) -> Self {
+        MessageItem {
+            conversation_id: m.conversation_id.clone(),
+            seq: m.seq,
+            client_msg_id: m.client_msg_id.clone(),
+            sender_id: m.sender_id.clone(),
+            body: m.body.clone(),
+            created_at: m.created_at.clone(),
+        }
+    }
+
+    pub fn to_item(&self) -> Result<Item, ChatError> {
+        to_item(
+            self,
+            keys::conversation_pk(&self.conversation_id),
+            keys::message_sk(self.seq),
+        )
+    }
+
+    pub fn into_message(self) -> Message {
+        Message {
+            conversation_id: self.conversation_id,
+            seq: self.seq,
+            client_msg_id: self.client_msg_id,
+            sender_id: self.sender_id,
+            body: self.body,
+            created_at: self.created_at,
+        }
+    }
+}
+
+/// `sk = X#<clientMsgId>`: the idempotency key of a send, kept forever. Enough to answer a
+/// replay without reading the message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendKeyItem {
+    pub conversation_id: ConversationId,
+    pub seq: u64,
+    pub client_msg_id: String,
+    pub sender_id: UserId,
+    pub fingerprint: String,
+    pub created_at: String,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn conversation_item_roundtrip() {
-        let c = ConversationItem {
-            conversation_id: "g-00000000000000000000000000000001".into(),
+    fn conversation() -> ConversationItem {
+        ConversationItem {
+            conversation_id: ConversationId::parse("g-00000000000000000000000000000001").unwrap(),
             kind: ConversationType::Group,
             title: Some("Team".into()),
-            owner_id: Some("u1".into()),
+            owner_id: UserId::parse("u1"),
             direct_members: vec![],
             member_count: 3,
-            last_seq: 0,
+            last_seq: 7,
             created_at: "2026-01-01T00:00:00.000Z".into(),
-            last_message_at: None,
-            last_message: None,
-            members_version: 0,
-            members_change: None,
-        };
-        assert_eq!(ConversationItem::from_item(&c.to_item()).unwrap(), c);
+            last_message_at: Some("2026-01-01T00:00:01.000Z".into()),
+            last_message: Some(StoredMessage {
+                seq: 7,
+                client_msg_id: "6f1c2a1e-98c1-4d6b-9a51-0e4b7c1d2e3f".into(),
+                sender_id: UserId::parse("u2").unwrap(),
+                body: "hi".into(),
+                created_at: "2026-01-01T00:00:01.000Z".into(),
+            }),
+            members_version: 2,
+            members_change: Some(MembersChange {
+                kind: MembersChangeKind::Removed,
+                user_ids: vec![UserId::parse("u3").unwrap()],
+            }),
+        }
+    }
+
+    #[test]
+    fn conversation_item_roundtrip_and_attribute_names() {
+        let c = conversation();
+        let item = c.to_item().unwrap();
+        assert_eq!(
+            item["pk"].as_s().unwrap(),
+            "C#g-00000000000000000000000000000001"
+        );
+        assert_eq!(item["sk"].as_s().unwrap(), "C");
+        assert_eq!(item["type"].as_s().unwrap(), "group");
+        assert_eq!(item["lastSeq"].as_n().unwrap(), "7");
+        assert_eq!(
+            item["membersChange"].as_m().unwrap()["kind"]
+                .as_s()
+                .unwrap(),
+            "removed"
+        );
+        assert!(!item.contains_key("directMembers"));
+        assert_eq!(from_item::<ConversationItem, _>(item).unwrap(), c);
+    }
+
+    #[test]
+    fn corrupt_items_are_internal_errors() {
+        let mut item = conversation().to_item().unwrap();
+        item.insert("conversationId".into(), super::super::attrs::s("nope"));
+        assert_eq!(
+            from_item::<ConversationItem, _>(item).unwrap_err().status(),
+            500
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! Item keys of the chat table (docs/data-model.md). All items of a conversation share
-//! `pk = C#<conversationId>`; the sort key says what the item is:
+//! Item keys (docs/data-model.md). All items of a conversation share `pk = C#<conversationId>`;
+//! the sort key says what the item is:
 //!
 //! | sk | item |
 //! |---|---|
@@ -10,47 +10,69 @@
 //!
 //! `C` sorts just before `M#…`, so one Query `sk BETWEEN "C" AND "M$"` reads a conversation and all
 //! its members.
+//!
+//! Connections table (`connections`): `pk = U#<userId>, sk = P` (a user's live connections) and
+//! `pk = W#<connectionId>, sk = U` (who owns a connection, for `$disconnect`).
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::attrs::Item;
+use crate::domain::{ConversationId, UserId};
 
 pub const PK: &str = "pk";
 pub const SK: &str = "sk";
 pub const CONVERSATION_SK: &str = "C";
+pub const MEMBER_SK_PREFIX: &str = "M#";
 pub const MEMBERS_END_SK: &str = "M$";
 pub const MEMBER_INDEX: &str = "byMember";
 pub const MEMBER_INDEX_KEY: &str = "memberId";
+pub const FIRST_MESSAGE_SK: &str = "S#00000000000000000000";
+pub const LAST_MESSAGE_SK: &str = "S#99999999999999999999";
 
-pub fn conversation_pk(conversation_id: &str) -> String {
-    format!("C#{conversation_id}")
+pub fn key(pk: String, sk: impl Into<String>) -> Item {
+    Item::from([
+        (PK.to_owned(), AttributeValue::S(pk)),
+        (SK.to_owned(), AttributeValue::S(sk.into())),
+    ])
 }
 
-pub fn conversation_id_of_pk(pk: &str) -> Option<&str> {
-    pk.strip_prefix("C#")
+pub fn conversation_pk(id: &ConversationId) -> String {
+    format!("C#{id}")
 }
 
-pub fn member_sk(user_id: &str) -> String {
-    format!("M#{user_id}")
+pub fn conversation_id_of_pk(pk: &str) -> Option<ConversationId> {
+    pk.strip_prefix("C#").and_then(ConversationId::parse)
+}
+
+pub fn conversation_key(id: &ConversationId) -> Item {
+    key(conversation_pk(id), CONVERSATION_SK)
+}
+
+pub fn member_sk(user: &UserId) -> String {
+    format!("{MEMBER_SK_PREFIX}{user}")
+}
+
+pub fn member_key(id: &ConversationId, user: &UserId) -> Item {
+    key(conversation_pk(id), member_sk(user))
 }
 
 pub fn message_sk(seq: u64) -> String {
     format!("S#{seq:020}")
 }
 
-pub const FIRST_MESSAGE_SK: &str = "S#00000000000000000000";
-pub const LAST_MESSAGE_SK: &str = "S#99999999999999999999";
-
-pub fn client_msg_sk(client_msg_id: &str) -> String {
-    format!("X#{client_msg_id}")
+pub fn send_key_sk(client_msg_key: &str) -> String {
+    format!("X#{client_msg_key}")
 }
 
-/// Connections table (see `connections`): `pk = U#<userId>, sk = P` (a user's live connections)
-/// and `pk = W#<connectionId>, sk = U` (who owns a connection, for $disconnect).
-pub fn user_connections_pk(user_id: &str) -> String {
-    format!("U#{user_id}")
+pub fn user_connections_pk(user: &UserId) -> String {
+    format!("U#{user}")
 }
 
 pub fn connection_pk(connection_id: &str) -> String {
     format!("W#{connection_id}")
 }
 
+pub const PRESENCE_SK: &str = "P";
 pub const CONNECTION_OWNER_SK: &str = "U";
 
 #[cfg(test)]
@@ -66,9 +88,11 @@ mod tests {
 
     #[test]
     fn conversation_item_sorts_next_to_members() {
-        assert!(CONVERSATION_SK < member_sk("-").as_str());
-        assert!(member_sk("zzzz@@@").as_str() < MEMBERS_END_SK);
+        let lowest = UserId::parse("-").unwrap();
+        let highest = UserId::parse(&"z".repeat(128)).unwrap();
+        assert!(CONVERSATION_SK < member_sk(&lowest).as_str());
+        assert!(member_sk(&highest).as_str() < MEMBERS_END_SK);
         assert!(MEMBERS_END_SK < FIRST_MESSAGE_SK);
-        assert!(client_msg_sk("0").as_str() > LAST_MESSAGE_SK);
+        assert!(send_key_sk("0").as_str() > LAST_MESSAGE_SK);
     }
 }

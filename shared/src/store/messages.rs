@@ -1,16 +1,13 @@
-//! Sending (gap-free `seq`, idempotent by `clientMsgId`) and reading history.
+//! `sendMessage` (gap-free `seq`, idempotent by `clientMsgId`) and `history` (docs/api.md §10, §11).
 
-use aws_sdk_dynamodb::types::AttributeValue;
-
-use super::attrs::{get_n, get_s, n, req_n, req_s, s, Item};
-use super::items::{message_from_map, message_to_map};
-use super::{reason_failed, sdk_error, tx, ChatStore, ConversationItem, TxOutcome};
-use crate::domain::{is_conversation_id, message_fingerprint};
+use super::attrs::{get_n, get_s, n, s, Item};
+use super::items::{from_item, ConversationItem, MessageItem, SendKeyItem, StoredMessage};
+use super::{keys, reason_failed, sdk_error, tx, ChatStore, TxOutcome};
+use crate::api::requests::{HistoryCursor, HistoryQuery, SendMessage};
+use crate::domain::message::message_fingerprint;
+use crate::domain::model::{HistoryPage, Message};
+use crate::domain::{ConversationId, UserId};
 use crate::error::ChatError;
-use crate::identity::UserId;
-use crate::keys;
-use crate::model::{HistoryPage, Message};
-use crate::requests::{HistoryCursor, HistoryQuery, SendMessage};
 use crate::retry::Retry;
 
 /// Positions of the parts of the send transaction (their cancellation reasons come in this order).
@@ -19,7 +16,7 @@ const SEND_KEY: usize = 2;
 const SEND_MEMBER: usize = 3;
 
 impl ChatStore {
-    /// `POST /conversations/{id}/messages`. Returns `(message, created)`.
+    /// `sendMessage`. Returns `(message, created)`.
     ///
     /// One transaction does it all, so it happens entirely or not at all:
     /// 0. the conversation: `lastSeq` from N to N+1 on condition `lastSeq = N` (the gap-free seq),
@@ -33,59 +30,65 @@ impl ChatStore {
     pub async fn send_message(
         &self,
         caller: &UserId,
-        id: &str,
+        id: &ConversationId,
         request: &SendMessage,
     ) -> Result<(Message, bool), ChatError> {
-        if !is_conversation_id(id) {
-            return Err(ChatError::NotFound);
-        }
-        let fingerprint = message_fingerprint(caller.as_str(), &request.body);
+        let fingerprint = message_fingerprint(caller, &request.body);
         let mut seen = self.last_seq(id).await?.ok_or(ChatError::NotFound)?;
 
         let mut retry = Retry::new();
         while retry.next().await {
             let message = Message {
-                conversation_id: id.to_owned(),
+                conversation_id: id.clone(),
                 seq: seen + 1,
                 client_msg_id: request.client_msg_id.clone(),
-                sender_id: caller.to_string(),
+                sender_id: caller.clone(),
                 body: request.body.clone(),
                 created_at: crate::time::now_rfc3339(),
             };
-            let pk = keys::conversation_pk(id);
-            let mut message_item = message_to_map(&message);
-            message_item.extend(Self::key(pk.clone(), keys::message_sk(message.seq)));
-            message_item.insert("conversationId".into(), s(id));
-            let mut key_item = Self::key(pk, keys::client_msg_sk(&request.client_msg_key));
-            key_item.insert("conversationId".into(), s(id));
-            key_item.insert("seq".into(), n(message.seq));
-            key_item.insert("clientMsgId".into(), s(&message.client_msg_id));
-            key_item.insert("senderId".into(), s(caller.as_str()));
-            key_item.insert("fingerprint".into(), s(&fingerprint));
-            key_item.insert("createdAt".into(), s(&message.created_at));
+            let send_key = SendKeyItem {
+                conversation_id: id.clone(),
+                seq: message.seq,
+                client_msg_id: message.client_msg_id.clone(),
+                sender_id: caller.clone(),
+                fingerprint: fingerprint.clone(),
+                created_at: message.created_at.clone(),
+            };
+            let last_message =
+                serde_dynamo::to_attribute_value(StoredMessage::from_message(&message))
+                    .map_err(ChatError::internal)?;
             let parts = vec![
                 tx::update(
                     &self.table,
-                    self.conversation_key(id),
+                    keys::conversation_key(id),
                     "SET lastSeq = :next, lastMessageAt = :at, lastMessage = :message",
                     Some("lastSeq = :seen"),
                     &[
                         (":next", n(message.seq)),
                         (":at", s(&message.created_at)),
-                        (":message", AttributeValue::M(message_to_map(&message))),
+                        (":message", last_message),
                         (":seen", n(seen)),
                     ],
                 )?,
                 tx::put(
                     &self.table,
-                    message_item,
+                    MessageItem::new(&message).to_item()?,
                     Some("attribute_not_exists(pk)"),
                     &[],
                 )?,
-                tx::put(&self.table, key_item, Some("attribute_not_exists(pk)"), &[])?,
+                tx::put(
+                    &self.table,
+                    super::items::to_item(
+                        &send_key,
+                        keys::conversation_pk(id),
+                        keys::send_key_sk(&request.client_msg_key),
+                    )?,
+                    Some("attribute_not_exists(pk)"),
+                    &[],
+                )?,
                 tx::update(
                     &self.table,
-                    self.member_key(id, caller.as_str()),
+                    keys::member_key(id, caller),
                     "SET lastReadSeq = :next, lastSentSeq = :next",
                     Some("attribute_exists(pk)"),
                     &[(":next", n(message.seq))],
@@ -102,9 +105,9 @@ impl ChatStore {
             if let Some(r) = reason_failed(&reasons, SEND_KEY) {
                 let original = r
                     .item
-                    .as_ref()
+                    .clone()
                     .ok_or_else(|| ChatError::internal("no item for a failed key"))?;
-                return replay(id, original, caller, &request.body, &fingerprint)
+                return replay(from_item(original)?, caller, &request.body, &fingerprint)
                     .map(|m| (m, false));
             }
             match reason_failed(&reasons, SEND_CONVERSATION).and_then(|r| r.item.as_ref()) {
@@ -116,32 +119,28 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
-    /// `GET /conversations/{id}/messages`. DynamoDB: 2 calls run concurrently: a BatchGetItem of the
+    /// `history`. DynamoDB: 2 calls run concurrently: a BatchGetItem of the
     /// conversation (for `lastSeq`) and the caller's member item, and the Query of the page (more
     /// pages only when the page's messages pass 1 MB).
     pub async fn history(
         &self,
         caller: &UserId,
-        id: &str,
+        id: &ConversationId,
         q: HistoryQuery,
     ) -> Result<HistoryPage, ChatError> {
-        if !is_conversation_id(id) {
-            return Err(ChatError::NotFound);
-        }
-        let keys = vec![
-            self.conversation_key(id),
-            self.member_key(id, caller.as_str()),
-        ];
-        let (found, page) = futures::join!(self.batch_get(keys, true), self.query_messages(id, q));
+        let wanted = vec![keys::conversation_key(id), keys::member_key(id, caller)];
+        let (found, page) =
+            futures::join!(self.batch_get(wanted, true), self.query_messages(id, q));
         let found = found?;
-        let conversation = found
+        let conversation: Option<ConversationItem> = found
             .iter()
             .find(|i| get_s(i, keys::SK) == Some(keys::CONVERSATION_SK))
-            .map(ConversationItem::from_item)
+            .cloned()
+            .map(from_item)
             .transpose()?;
         let is_member = found
             .iter()
-            .any(|i| get_s(i, keys::SK).is_some_and(|sk| sk.starts_with("M#")));
+            .any(|i| get_s(i, keys::SK).is_some_and(|sk| sk.starts_with(keys::MEMBER_SK_PREFIX)));
         let (Some(conversation), true) = (conversation, is_member) else {
             return Err(ChatError::NotFound);
         };
@@ -162,7 +161,7 @@ impl ChatStore {
     /// One page of messages in the direction of travel, and whether more exist beyond it.
     async fn query_messages(
         &self,
-        id: &str,
+        id: &ConversationId,
         q: HistoryQuery,
     ) -> Result<(Vec<Message>, bool), ChatError> {
         let limit = q.limit as usize;
@@ -214,8 +213,8 @@ impl ChatStore {
         let has_more = items.len() > limit;
         items.truncate(limit);
         let messages = items
-            .iter()
-            .map(|i| message_from_map(id, i))
+            .into_iter()
+            .map(|i| from_item::<MessageItem, _>(i).map(MessageItem::into_message))
             .collect::<Result<_, _>>()?;
         Ok((messages, has_more))
     }
@@ -224,25 +223,22 @@ impl ChatStore {
 /// The answer to a resent `clientMsgId`: the original message when sender and body match,
 /// otherwise a conflict.
 fn replay(
-    id: &str,
-    original: &Item,
+    original: SendKeyItem,
     caller: &UserId,
     body: &str,
     fingerprint: &str,
 ) -> Result<Message, ChatError> {
-    let same = get_s(original, "senderId") == Some(caller.as_str())
-        && get_s(original, "fingerprint") == Some(fingerprint);
-    if !same {
+    if &original.sender_id != caller || original.fingerprint != fingerprint {
         return Err(ChatError::Conflict(
             "clientMsgId was already used for a different message in this conversation".into(),
         ));
     }
     Ok(Message {
-        conversation_id: id.to_owned(),
-        seq: req_n(original, "seq")?,
-        client_msg_id: req_s(original, "clientMsgId")?,
-        sender_id: caller.to_string(),
+        conversation_id: original.conversation_id,
+        seq: original.seq,
+        client_msg_id: original.client_msg_id,
+        sender_id: original.sender_id,
         body: body.to_owned(),
-        created_at: req_s(original, "createdAt")?,
+        created_at: original.created_at,
     })
 }

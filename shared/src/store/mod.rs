@@ -1,23 +1,25 @@
-//! DynamoDB storage of the chat (docs/data-model.md): one module per concern, each operation
-//! commented with the DynamoDB calls it makes.
+//! DynamoDB storage (docs/data-model.md): one module per concern, each operation commented with
+//! the DynamoDB calls it makes. The rules come from `domain`; this layer turns them into keys,
+//! conditions and calls.
 
 mod attrs;
+pub mod connections;
 mod conversations;
 mod inbox;
-mod items;
+pub mod items;
+pub mod keys;
 mod messages;
 mod reads;
 mod tx;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem};
+use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
-use std::collections::HashMap;
 
 use crate::error::ChatError;
-use crate::keys;
 
 pub use attrs::Item;
+pub use connections::ConnectionStore;
 pub use items::{ConversationItem, MemberItem};
 
 /// The chat table, reached through one DynamoDB client built at init.
@@ -59,18 +61,17 @@ const THROTTLING: [&str; 5] = [
     "TransactionConflictException",
 ];
 
-/// Maps an SDK error: throttling to `Throttled`, the rest to `Internal` (logged, not shown).
+/// Maps an SDK error: throttling to `Throttled`, the rest to `Internal` with the details (which
+/// the edge logs once and never shows).
 pub(crate) fn sdk_error<E, R>(op: &str, err: SdkError<E, R>) -> ChatError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    let code = err.code().unwrap_or_default().to_owned();
-    if THROTTLING.contains(&code.as_str()) {
+    if THROTTLING.contains(&err.code().unwrap_or_default()) {
         return ChatError::Throttled;
     }
-    let detail = aws_sdk_dynamodb::error::DisplayErrorContext(&err).to_string();
-    tracing::error!(op, code, detail, "dynamodb call failed");
+    let detail = aws_sdk_dynamodb::error::DisplayErrorContext(&err);
     ChatError::internal(format!("{op}: {detail}"))
 }
 
@@ -80,13 +81,6 @@ impl ChatStore {
             db,
             table: table.into(),
         }
-    }
-
-    fn key(pk: String, sk: impl Into<String>) -> Item {
-        HashMap::from([
-            (keys::PK.to_owned(), AttributeValue::S(pk)),
-            (keys::SK.to_owned(), AttributeValue::S(sk.into())),
-        ])
     }
 
     /// One TransactWriteItems call.

@@ -1,18 +1,18 @@
-//! Read state: the monotonic watermark (`lastReadSeq`) of each member.
+//! `markRead` and `readStates` (docs/api.md §12, §13): the monotonic watermark (`lastReadSeq`) of each
+//! member.
 
-use super::attrs::get_n;
-use super::{reason_failed, tx, ChatStore, TxOutcome};
-use crate::domain::is_conversation_id;
+use super::attrs::{get_n, n};
+use super::{keys, reason_failed, tx, ChatStore, TxOutcome};
+use crate::domain::model::{MemberReadState, ReadResult, ReadStates};
+use crate::domain::{ConversationId, UserId};
 use crate::error::ChatError;
-use crate::identity::UserId;
-use crate::model::{MemberReadState, ReadResult, ReadStates};
 use crate::retry::Retry;
 
 const READ_CONVERSATION: usize = 0;
 const READ_MEMBER: usize = 1;
 
 impl ChatStore {
-    /// `POST /conversations/{id}/read`: the watermark becomes `max(current, min(seq, lastSeq))`.
+    /// `markRead`: the watermark becomes `max(current, min(seq, lastSeq))`.
     ///
     /// One transaction: a condition check `lastSeq >= seq` on the conversation and the member's
     /// update `lastReadSeq = seq` on condition `lastReadSeq < seq`. Either condition failing returns
@@ -23,14 +23,11 @@ impl ChatStore {
     pub async fn mark_read(
         &self,
         caller: &UserId,
-        id: &str,
+        id: &ConversationId,
         seq: u64,
     ) -> Result<ReadResult, ChatError> {
-        if !is_conversation_id(id) {
-            return Err(ChatError::NotFound);
-        }
         let result = |last_read_seq, advanced| ReadResult {
-            conversation_id: id.to_owned(),
+            conversation_id: id.clone(),
             last_read_seq,
             advanced,
         };
@@ -40,16 +37,16 @@ impl ChatStore {
             let parts = vec![
                 tx::check(
                     &self.table,
-                    self.conversation_key(id),
+                    keys::conversation_key(id),
                     "lastSeq >= :seq",
-                    &[(":seq", super::attrs::n(target))],
+                    &[(":seq", n(target))],
                 )?,
                 tx::update(
                     &self.table,
-                    self.member_key(id, caller.as_str()),
+                    keys::member_key(id, caller),
                     "SET lastReadSeq = :seq",
                     Some("attribute_exists(pk) AND lastReadSeq < :seq"),
-                    &[(":seq", super::attrs::n(target))],
+                    &[(":seq", n(target))],
                 )?,
             ];
             let reasons = match self.transact(parts).await? {
@@ -88,7 +85,7 @@ impl ChatStore {
     pub async fn mark_read_plain(
         &self,
         caller: &UserId,
-        id: &str,
+        id: &ConversationId,
         seq: u64,
     ) -> Result<ReadResult, ChatError> {
         let last_seq = self.last_seq(id).await?.ok_or(ChatError::NotFound)?;
@@ -97,17 +94,17 @@ impl ChatStore {
             .db
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(self.member_key(id, caller.as_str())))
+            .set_key(Some(keys::member_key(id, caller)))
             .update_expression("SET lastReadSeq = :seq")
             .condition_expression("attribute_exists(pk) AND lastReadSeq < :seq")
-            .expression_attribute_values(":seq", super::attrs::n(target))
+            .expression_attribute_values(":seq", n(target))
             .return_values_on_condition_check_failure(
                 aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
             )
             .send()
             .await;
         let result = |last_read_seq, advanced| ReadResult {
-            conversation_id: id.to_owned(),
+            conversation_id: id.clone(),
             last_read_seq,
             advanced,
         };
@@ -129,8 +126,12 @@ impl ChatStore {
         }
     }
 
-    /// `GET /conversations/{id}/reads`: every member's watermark. DynamoDB: 1 Query.
-    pub async fn read_states(&self, caller: &UserId, id: &str) -> Result<ReadStates, ChatError> {
+    /// `readStates`: every member's watermark. DynamoDB: 1 Query.
+    pub async fn read_states(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+    ) -> Result<ReadStates, ChatError> {
         let (conversation, members) = self.load_for_member(caller, id).await?;
         Ok(ReadStates {
             conversation_id: conversation.conversation_id,
@@ -138,7 +139,7 @@ impl ChatStore {
             members: members
                 .into_iter()
                 .map(|m| MemberReadState {
-                    user_id: m.user_id,
+                    user_id: m.member_id,
                     last_read_seq: m.last_read_seq,
                 })
                 .collect(),

@@ -1,6 +1,6 @@
 //! Identity: local HS256 tokens, and the HTTP API JWT authorizer's claims when deployed.
 
-use chat_shared::identity::{mint_hs256, Authenticator};
+use chat_shared::auth::{mint_hs256, Authenticator};
 use chat_tests::{unique, Function, TestApp, TEST_SECRET};
 use serde_json::json;
 

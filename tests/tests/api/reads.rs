@@ -145,6 +145,7 @@ async fn contended_fallback_keeps_the_same_rules() {
         t.send(&c, &a, &format!("{i}")).await;
     }
     let bob = chat_shared::UserId::parse(&b).unwrap();
+    let c = chat_shared::ConversationId::parse(&c).unwrap();
     let store = &t.app.store;
     let r = store.mark_read_plain(&bob, &c, 2).await.unwrap();
     assert_eq!((r.last_read_seq, r.advanced), (2, true));
@@ -163,7 +164,11 @@ async fn contended_fallback_keeps_the_same_rules() {
     );
     assert_eq!(
         store
-            .mark_read_plain(&bob, "g-0123456789abcdef0123456789abcdef", 1)
+            .mark_read_plain(
+                &bob,
+                &chat_shared::ConversationId::parse("g-0123456789abcdef0123456789abcdef").unwrap(),
+                1
+            )
             .await
             .unwrap_err(),
         chat_shared::ChatError::NotFound

@@ -1,0 +1,5 @@
+//! The HTTP edge of the REST functions: requests parsed into domain types (`requests`) and the
+//! one place where results become HTTP responses (`http`).
+
+pub mod http;
+pub mod requests;

@@ -1,0 +1,207 @@
+//! What a conversation allows (docs/api.md §6, §8, §9, §16): its kinds, the member bound, who may change its
+//! membership, and the group title.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::{hex_digest, UserId};
+use crate::error::ChatError;
+
+/// Members per conversation, creator included.
+pub const MAX_MEMBERS: usize = 1_000;
+pub const MAX_TITLE_CHARS: usize = 200;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConversationType {
+    Direct,
+    Group,
+}
+
+/// A group title: 1–200 characters, any text.
+pub fn check_title(title: &str) -> Result<(), ChatError> {
+    let chars = title.chars().count();
+    if chars == 0 || chars > MAX_TITLE_CHARS {
+        return Err(ChatError::invalid(format!(
+            "field `title` must be 1-{MAX_TITLE_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
+/// `409` once a conversation would have more than 1,000 members.
+pub fn check_member_bound(members: usize) -> Result<(), ChatError> {
+    if members > MAX_MEMBERS {
+        return Err(ChatError::Conflict(format!(
+            "a group has at most {MAX_MEMBERS} members"
+        )));
+    }
+    Ok(())
+}
+
+/// The members of a new group: the creator first (its owner), then the others without repeats;
+/// within the bound.
+pub fn group_members(creator: &UserId, others: &[UserId]) -> Result<Vec<UserId>, ChatError> {
+    let mut all = vec![creator.clone()];
+    for u in others {
+        if !all.contains(u) {
+            all.push(u.clone());
+        }
+    }
+    check_member_bound(all.len())?;
+    Ok(all)
+}
+
+/// Only groups change membership; a direct conversation is its pair forever.
+pub fn check_membership_change(kind: ConversationType) -> Result<(), ChatError> {
+    match kind {
+        ConversationType::Group => Ok(()),
+        ConversationType::Direct => Err(ChatError::Conflict(
+            "members of a direct conversation cannot change".into(),
+        )),
+    }
+}
+
+/// Who is added by an add-members request: those not yet members, in request order; the result
+/// must stay within the bound. Any member may add.
+pub fn members_to_add<'a>(
+    existing: &[&str],
+    requested: &'a [UserId],
+) -> Result<Vec<&'a UserId>, ChatError> {
+    let mut new: Vec<&UserId> = Vec::new();
+    for u in requested {
+        if !existing.contains(&u.as_str()) && !new.contains(&u) {
+            new.push(u);
+        }
+    }
+    check_member_bound(existing.len() + new.len())?;
+    Ok(new)
+}
+
+/// A member may remove itself; the owner may remove anyone.
+pub fn check_removal(
+    caller: &UserId,
+    target: &UserId,
+    owner: Option<&UserId>,
+) -> Result<(), ChatError> {
+    if caller == target || owner == Some(caller) {
+        Ok(())
+    } else {
+        Err(ChatError::Forbidden(
+            "only the group's owner may remove other members".into(),
+        ))
+    }
+}
+
+/// A new member has read everything sent before it joined: its watermark starts at `lastSeq`.
+pub fn joining_watermark(last_seq: u64) -> u64 {
+    last_seq
+}
+
+/// What a resent group creation must match to count as the same request.
+pub fn group_fingerprint(title: &str, members: &[UserId]) -> String {
+    let mut ids: Vec<&str> = members.iter().map(UserId::as_str).collect();
+    ids.sort_unstable();
+    let mut parts = vec!["group-request", title];
+    parts.extend(ids);
+    hex_digest(&parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(s: &str) -> UserId {
+        UserId::parse(s).unwrap()
+    }
+
+    fn users(n: usize) -> Vec<UserId> {
+        (0..n).map(|i| u(&format!("m{i}"))).collect()
+    }
+
+    #[test]
+    fn titles() {
+        assert!(check_title("T").is_ok());
+        assert!(check_title(&"日".repeat(200)).is_ok());
+        assert_eq!(check_title("").unwrap_err().status(), 400);
+        let e = check_title(&"t".repeat(201)).unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert!(e.to_string().contains("title"));
+    }
+
+    #[test]
+    fn group_members_put_the_creator_first_once() {
+        let all = group_members(&u("c"), &[u("b"), u("c"), u("b"), u("a")]).unwrap();
+        assert_eq!(all, vec![u("c"), u("b"), u("a")]);
+        assert!(group_members(&u("c"), &users(999)).is_ok());
+        assert_eq!(
+            group_members(&u("c"), &users(1000)).unwrap_err().status(),
+            409
+        );
+    }
+
+    #[test]
+    fn only_groups_change_membership() {
+        assert!(check_membership_change(ConversationType::Group).is_ok());
+        assert_eq!(
+            check_membership_change(ConversationType::Direct)
+                .unwrap_err()
+                .status(),
+            409
+        );
+    }
+
+    #[test]
+    fn adding_skips_members_and_keeps_the_bound() {
+        let requested = [u("a"), u("x"), u("x"), u("y")];
+        let new = members_to_add(&["a", "b"], &requested).unwrap();
+        assert_eq!(new, vec![&u("x"), &u("y")]);
+        assert!(members_to_add(&["a"], &[u("a")]).unwrap().is_empty());
+        let existing: Vec<String> = (0..998).map(|i| format!("e{i}")).collect();
+        let existing: Vec<&str> = existing.iter().map(String::as_str).collect();
+        assert_eq!(
+            members_to_add(&existing, &[u("x"), u("y")]).unwrap().len(),
+            2
+        );
+        assert_eq!(
+            members_to_add(&existing, &[u("x"), u("y"), u("z")])
+                .unwrap_err()
+                .status(),
+            409
+        );
+    }
+
+    #[test]
+    fn removal_is_for_oneself_or_by_the_owner() {
+        let owner = u("o");
+        assert!(check_removal(&u("m"), &u("m"), Some(&owner)).is_ok());
+        assert!(check_removal(&owner, &u("m"), Some(&owner)).is_ok());
+        assert!(check_removal(&owner, &owner, Some(&owner)).is_ok());
+        assert_eq!(
+            check_removal(&u("m"), &u("n"), Some(&owner))
+                .unwrap_err()
+                .status(),
+            403
+        );
+        assert_eq!(
+            check_removal(&u("m"), &u("n"), None).unwrap_err().status(),
+            403
+        );
+    }
+
+    #[test]
+    fn new_members_start_at_last_seq() {
+        assert_eq!(joining_watermark(42), 42);
+    }
+
+    #[test]
+    fn group_fingerprint_ignores_member_order() {
+        assert_eq!(
+            group_fingerprint("T", &[u("a"), u("b")]),
+            group_fingerprint("T", &[u("b"), u("a")])
+        );
+        assert_ne!(
+            group_fingerprint("T", &[u("a")]),
+            group_fingerprint("U", &[u("a")])
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! The pure planning steps of the two stream consumers: grouping a batch's events by
+//! conversation, cutting Kinesis records under the size limit (relay), coalescing read receipts
+//! (fanout), and the partial-batch-failure bookkeeping both report to Lambda.
+
+use std::collections::HashMap;
+
+use super::{Event, EventBatch};
+use crate::domain::ConversationId;
+
+/// Which record of a batch Lambda must deliver again (ReportBatchItemFailures): the earliest one
+/// that failed. Lambda resumes from it, so everything after it is retried too, in order, and
+/// nothing before it is repeated.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchFailures {
+    earliest: Option<usize>,
+}
+
+impl BatchFailures {
+    /// Record `index` (position in the batch) failed.
+    pub fn fail(&mut self, index: usize) {
+        self.earliest = Some(self.earliest.map_or(index, |e| e.min(index)));
+    }
+
+    /// The record to report, if any failed.
+    pub fn earliest(&self) -> Option<usize> {
+        self.earliest
+    }
+}
+
+/// One conversation's events of a batch, in order, each with the index of the record it came
+/// from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationEvents {
+    pub conversation_id: ConversationId,
+    pub events: Vec<(Event, usize)>,
+}
+
+impl ConversationEvents {
+    /// The earliest record this conversation's events came from: what to report if they fail.
+    pub fn first_record(&self) -> usize {
+        self.events.iter().map(|(_, i)| *i).min().unwrap_or(0)
+    }
+
+    pub fn into_events(self) -> Vec<Event> {
+        self.events.into_iter().map(|(e, _)| e).collect()
+    }
+}
+
+/// Groups events by conversation, keeping each conversation's order; conversations come in the
+/// order they first appear.
+pub fn group_by_conversation(
+    events: impl IntoIterator<Item = (Event, usize)>,
+) -> Vec<ConversationEvents> {
+    let mut groups: Vec<ConversationEvents> = Vec::new();
+    let mut index: HashMap<ConversationId, usize> = HashMap::new();
+    for (event, record) in events {
+        let id = event.conversation_id().clone();
+        let slot = *index.entry(id.clone()).or_insert_with(|| {
+            groups.push(ConversationEvents {
+                conversation_id: id,
+                events: Vec::new(),
+            });
+            groups.len() - 1
+        });
+        groups[slot].events.push((event, record));
+    }
+    groups
+}
+
+/// One Kinesis record of the relay: a conversation's events and the earliest stream record they
+/// come from (what to report if the put fails).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingRecord {
+    pub batch: EventBatch,
+    pub first_record: usize,
+}
+
+/// Splits one conversation's events into records of at most `max_bytes` of events, in order.
+pub fn chunk_by_size(group: ConversationEvents, max_bytes: usize) -> Vec<OutgoingRecord> {
+    let mut out: Vec<OutgoingRecord> = Vec::new();
+    let mut bytes = 0;
+    for (event, record) in group.events {
+        let size = serde_json::to_vec(&event).map_or(max_bytes, |v| v.len());
+        match out.last_mut() {
+            Some(last) if bytes + size <= max_bytes => last.batch.events.push(event),
+            _ => {
+                bytes = 0;
+                out.push(OutgoingRecord {
+                    batch: EventBatch {
+                        conversation_id: group.conversation_id.clone(),
+                        events: vec![event],
+                    },
+                    first_record: record,
+                });
+            }
+        }
+        bytes += size;
+    }
+    out
+}
+
+/// The relay's PutRecords rounds: round k holds the k-th record of every conversation, so no
+/// call carries two records of one conversation (PutRecords does not order within a call) and a
+/// conversation's records go out in order.
+pub fn put_rounds(groups: Vec<ConversationEvents>, max_bytes: usize) -> Vec<Vec<OutgoingRecord>> {
+    let mut rounds: Vec<Vec<OutgoingRecord>> = Vec::new();
+    for group in groups {
+        for (k, record) in chunk_by_size(group, max_bytes).into_iter().enumerate() {
+            if rounds.len() <= k {
+                rounds.push(Vec::new());
+            }
+            rounds[k].push(record);
+        }
+    }
+    rounds
+}
+
+/// Within one batch only the highest watermark per member and conversation matters: drops every
+/// `read.updated` that a later one of the same member supersedes, keeping everything else in order.
+pub fn coalesce_reads(events: Vec<Event>) -> Vec<Event> {
+    let mut best: HashMap<(ConversationId, crate::domain::UserId), (usize, u64)> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        if let Event::ReadUpdated {
+            conversation_id,
+            user_id,
+            last_read_seq,
+        } = e
+        {
+            let entry = best
+                .entry((conversation_id.clone(), user_id.clone()))
+                .or_insert((i, *last_read_seq));
+            if *last_read_seq >= entry.1 {
+                *entry = (i, *last_read_seq);
+            }
+        }
+    }
+    events
+        .into_iter()
+        .enumerate()
+        .filter(|(i, e)| match e {
+            Event::ReadUpdated {
+                conversation_id,
+                user_id,
+                ..
+            } => best
+                .get(&(conversation_id.clone(), user_id.clone()))
+                .is_some_and(|(keep, _)| keep == i),
+            _ => true,
+        })
+        .map(|(_, e)| e)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::tests::{msg, read, user};
+
+    fn in_conversation(c: &str, e: Event) -> Event {
+        let id = ConversationId::parse(c).unwrap();
+        match e {
+            Event::MessageNew { seq, .. } => Event::MessageNew {
+                conversation_id: id,
+                seq,
+                sender_id: Some(user("u")),
+                client_msg_id: None,
+                body: None,
+                created_at: None,
+            },
+            other => other,
+        }
+    }
+
+    fn big_message(seq: u64, body_bytes: usize) -> Event {
+        match msg(seq) {
+            Event::MessageNew {
+                conversation_id,
+                sender_id,
+                client_msg_id,
+                created_at,
+                ..
+            } => Event::MessageNew {
+                conversation_id,
+                seq,
+                sender_id,
+                client_msg_id,
+                body: Some("x".repeat(body_bytes)),
+                created_at,
+            },
+            _ => unreachable!(),
+        }
+    }
+
+    fn seqs(events: &[Event]) -> Vec<u64> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::MessageNew { seq, .. } => *seq,
+                _ => 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn batch_failures_report_the_earliest_record() {
+        let mut f = BatchFailures::default();
+        assert_eq!(f.earliest(), None);
+        f.fail(7);
+        f.fail(3);
+        f.fail(5);
+        assert_eq!(f.earliest(), Some(3));
+    }
+
+    #[test]
+    fn grouping_keeps_each_conversations_order() {
+        let a = "g-0000000000000000000000000000000a";
+        let b = "g-0000000000000000000000000000000b";
+        let groups = group_by_conversation(vec![
+            (in_conversation(b, msg(1)), 0),
+            (in_conversation(a, msg(1)), 1),
+            (in_conversation(b, msg(2)), 2),
+            (in_conversation(a, msg(2)), 4),
+        ]);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0].conversation_id.as_str(), b);
+        assert_eq!(groups[0].first_record(), 0);
+        assert_eq!(groups[1].first_record(), 1);
+        assert_eq!(seqs(&groups[1].clone().into_events()), vec![1, 2]);
+    }
+
+    #[test]
+    fn chunks_keep_order_and_the_size_limit() {
+        let group = ConversationEvents {
+            conversation_id: crate::events::tests::conversation(),
+            events: vec![
+                (big_message(1, 400_000), 0),
+                (big_message(2, 400_000), 3),
+                (big_message(3, 400_000), 7),
+                (big_message(4, 10), 8),
+            ],
+        };
+        let out = chunk_by_size(group.clone(), 900 * 1024);
+        let chunk_seqs: Vec<Vec<u64>> = out.iter().map(|o| seqs(&o.batch.events)).collect();
+        assert_eq!(chunk_seqs, vec![vec![1, 2], vec![3, 4]]);
+        assert_eq!(
+            out.iter().map(|o| o.first_record).collect::<Vec<_>>(),
+            vec![0, 7]
+        );
+        for o in &out {
+            assert!(serde_json::to_vec(&o.batch).unwrap().len() < 1024 * 1024);
+        }
+        let rounds = put_rounds(vec![group], 900 * 1024);
+        assert_eq!(rounds.len(), 2, "the second chunk goes in a later call");
+    }
+
+    #[test]
+    fn coalescing_keeps_the_highest_read_per_member() {
+        let events = vec![
+            read("a", 1),
+            msg(5),
+            read("b", 2),
+            read("a", 3),
+            read("a", 2),
+            msg(6),
+        ];
+        assert_eq!(
+            coalesce_reads(events),
+            vec![msg(5), read("b", 2), read("a", 3), msg(6)]
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! Events from the chat table's stream (the outbox, docs/event-pipeline.md).
+//!
+//! Every conversation-level event comes from the conversation item's own stream records: a new
+//! `lastSeq` (with the message as `lastMessage`) is `message.new`, a new `membersVersion` is
+//! `member.added`/`member.removed`. DynamoDB Streams keeps one item's records in order, so one
+//! conversation's messages reach the relay in `seq` order. `read.updated` comes from member items.
+
+use serde_dynamo::{AttributeValue, Item};
+
+use super::Event;
+use crate::error::ChatError;
+use crate::store::items::{from_item, ConversationItem, MembersChangeKind};
+use crate::store::keys;
+use crate::store::MemberItem;
+
+/// The events one stream record (its old and new images) stands for; often none.
+pub fn events_from_change(old: &Item, new: &Item) -> Result<Vec<Event>, ChatError> {
+    let sk = match new.get(keys::SK).or_else(|| old.get(keys::SK)) {
+        Some(AttributeValue::S(sk)) => sk.as_str(),
+        _ => "",
+    };
+    if sk == keys::CONVERSATION_SK && !new.is_empty() {
+        let after: ConversationItem = from_item(new.clone())?;
+        let before: Option<ConversationItem> = (!old.is_empty())
+            .then(|| from_item(old.clone()))
+            .transpose()?;
+        return Ok(conversation_events(before.as_ref(), &after));
+    }
+    if sk.starts_with(keys::MEMBER_SK_PREFIX) && !old.is_empty() && !new.is_empty() {
+        let (before, after): (MemberItem, MemberItem) =
+            (from_item(old.clone())?, from_item(new.clone())?);
+        // A send moves the sender's watermark too; message.new already says so.
+        let is_send = after.last_sent_seq != before.last_sent_seq;
+        if after.last_read_seq > before.last_read_seq && !is_send {
+            return Ok(vec![Event::ReadUpdated {
+                conversation_id: after.conversation_id,
+                user_id: after.member_id,
+                last_read_seq: after.last_read_seq,
+            }]);
+        }
+    }
+    Ok(vec![])
+}
+
+fn conversation_events(before: Option<&ConversationItem>, after: &ConversationItem) -> Vec<Event> {
+    let mut events = Vec::new();
+    let (seq_before, version_before) = before.map_or((0, 0), |b| (b.last_seq, b.members_version));
+    if after.last_seq > seq_before {
+        if let Some(m) = after
+            .last_message
+            .as_ref()
+            .filter(|m| m.seq == after.last_seq)
+        {
+            events.push(Event::MessageNew {
+                conversation_id: after.conversation_id.clone(),
+                seq: m.seq,
+                sender_id: Some(m.sender_id.clone()),
+                client_msg_id: Some(m.client_msg_id.clone()),
+                body: Some(m.body.clone()),
+                created_at: Some(m.created_at.clone()),
+            });
+        }
+    }
+    if after.members_version > version_before {
+        if let Some(change) = &after.members_change {
+            let (conversation_id, user_ids) =
+                (after.conversation_id.clone(), change.user_ids.clone());
+            events.push(match change.kind {
+                MembersChangeKind::Added => Event::MemberAdded {
+                    conversation_id,
+                    user_ids,
+                },
+                MembersChangeKind::Removed => Event::MemberRemoved {
+                    conversation_id,
+                    user_ids,
+                },
+            });
+        }
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::tests::{conversation, user};
+    use crate::store::items::{MembersChange, StoredMessage};
+
+    fn image<T: serde::Serialize>(value: &T, sk: &str) -> Item {
+        let mut item: Item = serde_dynamo::to_item(value).unwrap();
+        item.insert("pk".into(), AttributeValue::S("C#x".into()));
+        item.insert("sk".into(), AttributeValue::S(sk.into()));
+        item
+    }
+
+    fn group(last_seq: u64, members_version: u64) -> ConversationItem {
+        ConversationItem {
+            conversation_id: conversation(),
+            kind: crate::domain::ConversationType::Group,
+            title: Some("T".into()),
+            owner_id: Some(user("o")),
+            direct_members: vec![],
+            member_count: 3,
+            last_seq,
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            last_message_at: None,
+            last_message: (last_seq > 0).then(|| StoredMessage {
+                seq: last_seq,
+                client_msg_id: "id".into(),
+                sender_id: user("u"),
+                body: "b".into(),
+                created_at: "t".into(),
+            }),
+            members_version,
+            members_change: (members_version > 0).then(|| MembersChange {
+                kind: MembersChangeKind::Added,
+                user_ids: vec![user("n")],
+            }),
+        }
+    }
+
+    #[test]
+    fn a_send_is_message_new_and_a_membership_change_is_member_added() {
+        let events =
+            events_from_change(&image(&group(1, 0), "C"), &image(&group(2, 0), "C")).unwrap();
+        assert_eq!(events, vec![crate::events::tests::msg(2)]);
+        let events =
+            events_from_change(&image(&group(2, 0), "C"), &image(&group(2, 1), "C")).unwrap();
+        assert_eq!(
+            events,
+            vec![Event::MemberAdded {
+                conversation_id: conversation(),
+                user_ids: vec![user("n")]
+            }]
+        );
+        // Creation (no old image) of an empty conversation: nothing to push.
+        assert!(
+            events_from_change(&Item::default(), &image(&group(0, 0), "C"))
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_watermark_move_is_read_updated_unless_it_is_a_send() {
+        let member = |read, sent| MemberItem {
+            conversation_id: conversation(),
+            member_id: user("m"),
+            last_read_seq: read,
+            last_sent_seq: sent,
+            joined_at: None,
+        };
+        let (old, read) = (image(&member(1, 0), "M#m"), image(&member(3, 0), "M#m"));
+        assert_eq!(
+            events_from_change(&old, &read).unwrap(),
+            vec![crate::events::tests::read("m", 3)]
+        );
+        let sent = image(&member(4, 4), "M#m");
+        assert!(events_from_change(&old, &sent).unwrap().is_empty());
+        let message = image(&group(1, 0), "S#00000000000000000001");
+        assert!(events_from_change(&Item::default(), &message)
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -15,7 +15,7 @@ export PATH="$repo/.venv/bin:$PATH"
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-python -m unittest infra/test_moto_server.py infra/test_template.py 2>&1 | tee "$log"
+python -m unittest infra/test_moto_server.py infra/test_template.py infra/test_check_deps.py 2>&1 | tee "$log"
 cargo test --workspace --lib --bins --tests 2>&1 | tee -a "$log"
 
 # One closing line for all runners (every failure above has already stopped the script).

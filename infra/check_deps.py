@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Fails when a crate of the workspace declares a dependency its code never names.
+
+    python3 infra/check_deps.py
+
+For every workspace member, each entry of [dependencies], [dev-dependencies] and
+[build-dependencies] must be referred to by its crate name (`-` as `_`, or the `package =` rename)
+somewhere in the crate's Rust files, as `name::…`, `use name`, `name!` or `extern crate name`. A
+dependency kept only for its features can say so with a `# used for features` comment on its line.
+Exit status 1 lists the unused ones.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SECTIONS = ("dependencies", "dev-dependencies", "build-dependencies")
+
+
+def members() -> list[pathlib.Path]:
+    workspace = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]
+    return [ROOT / m for m in workspace["members"]]
+
+
+def unused_in(crate: pathlib.Path) -> list[str]:
+    manifest_text = (crate / "Cargo.toml").read_text()
+    manifest = tomllib.loads(manifest_text)
+    sources = "\n".join(p.read_text() for p in crate.rglob("*.rs") if "target" not in p.parts)
+    unused = []
+    for section in SECTIONS:
+        for name in manifest.get(section, {}):
+            line = next((l for l in manifest_text.splitlines() if re.match(rf"\s*{re.escape(name)}\s*[=.]", l)), "")
+            if "used for features" in line:
+                continue
+            ident = name.replace("-", "_")
+            pattern = rf"\b{ident}\s*::|\buse\s+{ident}\b|\b{ident}!|\bextern\s+crate\s+{ident}\b"
+            if not re.search(pattern, sources):
+                unused.append(f"{crate.relative_to(ROOT)}: [{section}] {name}")
+    return unused
+
+
+def main() -> int:
+    found = [u for crate in members() for u in unused_in(crate)]
+    for u in found:
+        print(f"unused dependency: {u}")
+    if found:
+        print("check_deps.py: remove them (or mark a features-only one `# used for features`)")
+        return 1
+    print(f"check_deps.py: every dependency of {len(members())} crates is used")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

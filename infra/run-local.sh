@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole system locally (SPEC §7), in the foreground; Ctrl-C stops everything it started.
+# Runs the whole system locally (README "Set-up"), in the foreground; Ctrl-C stops everything it started.
 #   REST API        http://127.0.0.1:9000  (cargo lambda watch, the API's own paths)
 #   WebSocket API   ws://127.0.0.1:9001/?token=...   (+ Management API on :9002)
 #   DynamoDB, DynamoDB Streams, Kinesis: our moto launcher on :4566 (DynamoDB: DYNAMODB_ENDPOINT if set)

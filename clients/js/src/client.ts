@@ -1,0 +1,735 @@
+import { ChatApiError, parseRetryAfter } from "./errors.js";
+import {
+  applyPage,
+  forget,
+  initialState,
+  missingAfter,
+  observe,
+  observeReads,
+  reduce,
+  type ChatState,
+  type Step,
+} from "./state.js";
+import type {
+  ConnectionState,
+  Conversation,
+  CreateGroupInput,
+  HistoryOptions,
+  HistoryPage,
+  InboxOptions,
+  InboxPage,
+  MembersEvent,
+  Message,
+  ReadResult,
+  Reads,
+  ReadUpdatedEvent,
+  ServerEvent,
+} from "./types.js";
+
+/** What the SDK needs of a WebSocket: the browser's, or Node's `ws` package. */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: unknown) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onclose: ((ev: unknown) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+}
+export type WebSocketConstructor = new (url: string) => WebSocketLike;
+
+export type TokenSource = string | (() => string | Promise<string>);
+
+export interface ChatClientOptions {
+  /** REST base URL, e.g. `http://127.0.0.1:9000` or the HTTP API's invoke URL. */
+  apiUrl: string;
+  /** WebSocket URL, e.g. `ws://127.0.0.1:9001` (the SDK adds `?token=`). */
+  wsUrl: string;
+  /** A JWT, or a function returning one (sync or async), called before every request and connect. */
+  token: TokenSource;
+  /** Defaults to `globalThis.WebSocket`; Node 20 has none: pass `WebSocket` from the `ws` package. */
+  WebSocket?: WebSocketConstructor;
+  /** Defaults to `globalThis.fetch`. */
+  fetch?: typeof fetch;
+  /** A request without an answer after this long fails with code `timeout` (default 30 s). */
+  requestTimeoutMs?: number;
+  /** Retries of `send` (network errors, 429, 5xx), same clientMsgId. Default 6 attempts within 30 s. */
+  sendRetry?: { maxAttempts?: number; maxElapsedMs?: number; baseDelayMs?: number };
+  /** `markRead` window: one request per conversation per window, highest seq wins (default 1000 ms). */
+  readDebounceMs?: number;
+  /** Reconnect backoff: jittered, doubling from `baseDelayMs` (500 ms) up to `maxDelayMs` (30 s). */
+  reconnect?: { baseDelayMs?: number; maxDelayMs?: number };
+  /**
+   * How long a gap may stay open before it is fetched (default 100 ms): lets pushes already on the way
+   * close it, and folds a burst of light payloads into one history request.
+   */
+  gapFillDelayMs?: number;
+  /** Catch-up after a reconnect walks at most this many inbox pages of 100 (default 50). */
+  catchUpMaxPages?: number;
+  /**
+   * A frame sent this often keeps the socket open (API Gateway closes one idle for 10 minutes).
+   * Default 5 minutes; 0 turns it off.
+   */
+  keepAliveMs?: number;
+}
+
+/** The payload of each event `on` can listen to. */
+export interface ChatEvents {
+  /** A message, delivered once, in seq order per conversation (own messages included). */
+  message: Message;
+  /** A member's read watermark moved (repeats and stale receipts are dropped). */
+  read: ReadUpdatedEvent;
+  /** Members were added to or removed from a conversation. */
+  members: MembersEvent;
+  connection: ConnectionState;
+  /** A background task failed (a debounced read mark, a gap fill, a catch-up); the SDK goes on. */
+  error: Error;
+}
+export type ChatEventName = keyof ChatEvents;
+type Listener<K extends ChatEventName> = (payload: ChatEvents[K]) => void;
+
+const OPEN = 1;
+const HISTORY_PAGE = 100;
+const INBOX_PAGE = 100;
+const CATCH_UP_PARALLEL = 4;
+const FILL_RETRIES = 3;
+/**
+ * The inbox is read from an index that may trail the latest writes by a moment (docs/api.md §14), so
+ * a message committed just before the catch-up's walk can be missing from it; a second look at the
+ * inbox's first page (where anything that recent is) this long after opening catches it.
+ */
+const INBOX_RECHECK_MS = 2000;
+
+export class ChatClient {
+  private readonly apiUrl: string;
+  private readonly wsUrl: string;
+  private readonly tokenSource: TokenSource;
+  private readonly WS: WebSocketConstructor | undefined;
+  private readonly doFetch: typeof fetch;
+  private readonly requestTimeoutMs: number;
+  private readonly retry: { maxAttempts: number; maxElapsedMs: number; baseDelayMs: number };
+  private readonly readDebounceMs: number;
+  private readonly reconnectBase: number;
+  private readonly reconnectMax: number;
+  private readonly gapFillDelayMs: number;
+  private readonly catchUpMaxPages: number;
+  private readonly keepAliveMs: number;
+
+  private readonly listeners = new Map<ChatEventName, Set<Listener<never>>>();
+  private state: ChatState = initialState();
+
+  // Read marks: the highest seq waiting per conversation, its window timer, the watermark the server
+  // last confirmed (no request for anything at or below it), requests in flight (for flushReads).
+  private readonly pendingReads = new Map<string, number>();
+  private readonly readTimers = new Map<string, ReturnType<typeof setTimeout>>();
+  private readonly readAttempts = new Map<string, number>();
+  private readonly confirmedReads = new Map<string, number>();
+  private readonly readsInFlight = new Set<Promise<void>>();
+
+  // Live connection.
+  private wanted = false;
+  private ws: WebSocketLike | null = null;
+  private connection: ConnectionState = "closed";
+  private attempt = 0;
+  /** Bumped by every openSocket and close: an attempt that awaited a token while another began is void. */
+  private generation = 0;
+  private reconnectTimer: ReturnType<typeof setTimeout> | undefined;
+  private keepAliveTimer: ReturnType<typeof setInterval> | undefined;
+  private recheckTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Live events held back while the current socket's catch-up runs. */
+  private held: ServerEvent[] | null = null;
+  private readonly fillTimers = new Map<string, ReturnType<typeof setTimeout>>();
+  private readonly filling = new Map<string, Promise<void>>();
+  private waiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
+
+  constructor(options: ChatClientOptions) {
+    this.apiUrl = options.apiUrl.replace(/\/+$/, "");
+    this.wsUrl = options.wsUrl;
+    this.tokenSource = options.token;
+    this.WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    // Bound: browsers throw "Illegal invocation" for a detached fetch.
+    this.doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
+    this.retry = {
+      maxAttempts: options.sendRetry?.maxAttempts ?? 6,
+      maxElapsedMs: options.sendRetry?.maxElapsedMs ?? 30_000,
+      baseDelayMs: options.sendRetry?.baseDelayMs ?? 250,
+    };
+    this.readDebounceMs = options.readDebounceMs ?? 1000;
+    this.reconnectBase = options.reconnect?.baseDelayMs ?? 500;
+    this.reconnectMax = options.reconnect?.maxDelayMs ?? 30_000;
+    this.gapFillDelayMs = options.gapFillDelayMs ?? 100;
+    this.catchUpMaxPages = options.catchUpMaxPages ?? 50;
+    this.keepAliveMs = options.keepAliveMs ?? 300_000;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // REST, one method per route (docs/api.md §6–§14)
+  // ---------------------------------------------------------------------------------------------
+
+  /** `POST /conversations {"type":"direct"}`: the one direct conversation with `peerId`, created if needed. */
+  async openDirect(peerId: string): Promise<Conversation> {
+    return this.seen(await this.call<Conversation>("POST", "/conversations", { type: "direct", peerId }));
+  }
+
+  /** `POST /conversations {"type":"group"}`; the caller is its owner and a member. */
+  async createGroup(input: CreateGroupInput): Promise<Conversation> {
+    const body: Record<string, unknown> = { type: "group", title: input.title, memberIds: input.memberIds };
+    if (input.clientRequestId !== undefined) body.clientRequestId = input.clientRequestId;
+    return this.seen(await this.call<Conversation>("POST", "/conversations", body));
+  }
+
+  /** `GET /conversations/{id}`. */
+  async getConversation(conversationId: string): Promise<Conversation> {
+    return this.seen(await this.call<Conversation>("GET", conversationPath(conversationId)));
+  }
+
+  /** `POST /conversations/{id}/members` (groups; any member may add). */
+  async addMembers(conversationId: string, userIds: string[]): Promise<Conversation> {
+    return this.seen(
+      await this.call<Conversation>("POST", `${conversationPath(conversationId)}/members`, { userIds }),
+    );
+  }
+
+  /** `DELETE /conversations/{id}/members/{userId}` (yourself, or anyone if you own the group). */
+  async removeMember(conversationId: string, userId: string): Promise<void> {
+    await this.call("DELETE", `${conversationPath(conversationId)}/members/${encodeURIComponent(userId)}`);
+  }
+
+  /**
+   * `POST /conversations/{id}/messages`. Network errors, 429 (after its `Retry-After`) and 5xx are
+   * retried with the same `clientMsgId`, so a retry can never create a second message: the server
+   * answers a replay with the original.
+   */
+  async send(conversationId: string, body: string, options: { clientMsgId?: string } = {}): Promise<Message> {
+    const clientMsgId = options.clientMsgId ?? randomUUID();
+    const path = `${conversationPath(conversationId)}/messages`;
+    const message = await this.withRetries(() => this.call<Message>("POST", path, { clientMsgId, body }));
+    // The sender's own message is news like any other: deliver it now (once; its push is then a repeat).
+    this.handleEvent({ type: "message.new", ...message });
+    return message;
+  }
+
+  /** A conversation the app asked for: live delivery of it starts after its `lastSeq` (if not known yet). */
+  private seen(c: Conversation): Conversation {
+    this.apply(observe(this.state, c.conversationId, c.lastSeq), c.conversationId);
+    return c;
+  }
+
+  /** `GET /conversations/{id}/messages`: the newest page, or `beforeSeq` / `afterSeq` pages. */
+  async history(conversationId: string, options: HistoryOptions = {}): Promise<HistoryPage> {
+    const page = await this.call<HistoryPage>(
+      "GET",
+      `${conversationPath(conversationId)}/messages${query({
+        beforeSeq: options.beforeSeq,
+        afterSeq: options.afterSeq,
+        limit: options.limit,
+      })}`,
+    );
+    // The app now holds these messages: live delivery goes on after the newest of them.
+    const newest = page.messages.length > 0 ? page.messages[page.messages.length - 1]!.seq : undefined;
+    this.apply(observe(this.state, conversationId, page.lastSeq, newest), conversationId);
+    return page;
+  }
+
+  /** `GET /conversations/{id}/reads`: every member's watermark ("read" / "read by N"). */
+  async reads(conversationId: string): Promise<Reads> {
+    const r = await this.call<Reads>("GET", `${conversationPath(conversationId)}/reads`);
+    this.state = observeReads(this.state, r);
+    return r;
+  }
+
+  /** `GET /inbox`: conversations by latest activity, with unread counts. */
+  async inbox(options: InboxOptions = {}): Promise<InboxPage> {
+    const page = await this.call<InboxPage>(
+      "GET",
+      `/inbox${query({ limit: options.limit, cursor: options.cursor ?? undefined })}`,
+    );
+    for (const c of page.conversations) this.apply(observe(this.state, c.conversationId, c.lastSeq), c.conversationId);
+    return page;
+  }
+
+  /**
+   * Marks everything up to `seq` read, debounced: the first mark of a conversation opens a window
+   * (about 1 s); when it ends, one request carries the highest seq marked meanwhile. Failures are
+   * retried in a later window and reported as "error" events.
+   */
+  markRead(conversationId: string, seq: number): void {
+    if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError(`markRead: seq must be an integer ≥ 0, got ${seq}`);
+    if (seq <= (this.confirmedReads.get(conversationId) ?? -1)) return;
+    this.pendingReads.set(conversationId, Math.max(seq, this.pendingReads.get(conversationId) ?? -1));
+    if (!this.readTimers.has(conversationId)) {
+      this.readTimers.set(
+        conversationId,
+        setTimeout(() => void this.sendRead(conversationId).catch((e) => this.emit("error", e)), this.readDebounceMs),
+      );
+    }
+  }
+
+  /** Sends every pending read mark now and waits for them (and for those already on their way). */
+  async flushReads(): Promise<void> {
+    const sends = [...this.pendingReads.keys()].map((id) => this.sendRead(id));
+    const results = await Promise.allSettled([...sends, ...this.readsInFlight]);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed) throw failed.reason;
+  }
+
+  private sendRead(conversationId: string): Promise<void> {
+    clearTimeout(this.readTimers.get(conversationId));
+    this.readTimers.delete(conversationId);
+    const seq = this.pendingReads.get(conversationId);
+    this.pendingReads.delete(conversationId);
+    if (seq === undefined) return Promise.resolve();
+    const request = (async () => {
+      try {
+        const r = await this.call<ReadResult>("POST", `${conversationPath(conversationId)}/read`, { seq });
+        this.readAttempts.delete(conversationId);
+        this.confirmedReads.set(conversationId, Math.max(r.lastReadSeq, this.confirmedReads.get(conversationId) ?? -1));
+      } catch (e) {
+        // A later window retries a retryable failure (with the highest seq by then), a few times.
+        const attempts = (this.readAttempts.get(conversationId) ?? 0) + 1;
+        if (e instanceof ChatApiError && e.retryable && attempts < this.retry.maxAttempts) {
+          this.readAttempts.set(conversationId, attempts);
+          this.markRead(conversationId, seq);
+        } else {
+          this.readAttempts.delete(conversationId);
+        }
+        throw e;
+      }
+    })();
+    this.readsInFlight.add(request);
+    void request.finally(() => this.readsInFlight.delete(request)).catch(() => {});
+    return request;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Events
+  // ---------------------------------------------------------------------------------------------
+
+  /** Listens to an event; returns a function that stops listening. */
+  on<K extends ChatEventName>(event: K, fn: Listener<K>): () => void {
+    let set = this.listeners.get(event);
+    if (!set) this.listeners.set(event, (set = new Set()));
+    set.add(fn as Listener<never>);
+    return () => this.off(event, fn);
+  }
+
+  off<K extends ChatEventName>(event: K, fn: Listener<K>): void {
+    this.listeners.get(event)?.delete(fn as Listener<never>);
+  }
+
+  private emit<K extends ChatEventName>(event: K, payload: ChatEvents[K]): void {
+    for (const fn of [...(this.listeners.get(event) ?? [])]) {
+      try {
+        (fn as Listener<K>)(payload);
+      } catch (e) {
+        // An app's listener must not break delivery to the others, nor the client's state: report
+        // it the way an uncaught error in an event handler is reported.
+        queueMicrotask(() => {
+          throw e;
+        });
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Live connection (docs/api.md §15)
+  // ---------------------------------------------------------------------------------------------
+
+  /** The connection's state, as last announced by a "connection" event. */
+  get connectionState(): ConnectionState {
+    return this.connection;
+  }
+
+  /**
+   * Opens the live connection and keeps it open (reconnecting with backoff) until `close()`.
+   * Resolves once it is open and caught up; rejects if `close()` comes first.
+   */
+  connect(): Promise<void> {
+    if (!this.WS) throw new Error("ChatClient: no WebSocket; pass the `WebSocket` option (Node: the `ws` package)");
+    if (this.connection === "open" && this.wanted) return Promise.resolve();
+    const ready = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    // Callers that do not await this must not get an unhandled rejection for a close() before open.
+    ready.catch(() => {});
+    if (!this.wanted) {
+      this.wanted = true;
+      this.attempt = 0;
+      void this.openSocket();
+    }
+    return ready;
+  }
+
+  /** Closes the live connection and stops reconnecting. Pending read marks stay pending (see flushReads). */
+  close(): void {
+    this.wanted = false;
+    this.generation += 1;
+    clearTimeout(this.reconnectTimer);
+    clearTimeout(this.recheckTimer);
+    for (const t of this.fillTimers.values()) clearTimeout(t);
+    this.fillTimers.clear();
+    this.stopKeepAlive();
+    const ws = this.ws;
+    this.ws = null;
+    this.held = null;
+    if (ws) ws.close(1000, "client closed");
+    this.setConnection("closed");
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w.reject(new Error("ChatClient closed before the connection opened"));
+  }
+
+  private setConnection(state: ConnectionState): void {
+    if (this.connection === state) return;
+    this.connection = state;
+    this.emit("connection", state);
+  }
+
+  private async openSocket(): Promise<void> {
+    if (!this.wanted || this.ws) return;
+    const generation = ++this.generation;
+    this.setConnection("connecting");
+    let ws: WebSocketLike;
+    try {
+      const url = new URL(this.wsUrl);
+      url.searchParams.set("token", await this.token());
+      if (!this.wanted || this.ws || generation !== this.generation) return;
+      ws = new this.WS!(url.toString());
+    } catch (e) {
+      this.emit("error", toError(e));
+      this.scheduleReconnect();
+      return;
+    }
+    this.ws = ws;
+    ws.onopen = () => {
+      if (this.ws === ws) void this.onSocketOpen(ws);
+    };
+    ws.onmessage = (ev) => {
+      if (this.ws === ws) this.onFrame(ev.data);
+    };
+    ws.onclose = () => {
+      if (this.ws === ws) this.onSocketClosed();
+    };
+    ws.onerror = () => {
+      // A close event follows; the browser tells nothing more (not even the handshake's status).
+    };
+  }
+
+  private async onSocketOpen(ws: WebSocketLike): Promise<void> {
+    // Hold live events until the catch-up has fetched what was missed, so nothing newer is
+    // processed (and fetched again) first.
+    const held: ServerEvent[] = [];
+    this.held = held;
+    let failure: unknown;
+    try {
+      await this.catchUp();
+    } catch (e) {
+      failure = e;
+    }
+    if (this.held === held) this.held = null;
+    for (const event of held) this.handleEvent(event);
+    // Gaps that REST answers revealed while fills were held back.
+    for (const id of this.state.conversations.keys()) this.scheduleFill(id);
+    if (this.ws !== ws) return; // closed meanwhile; that close already scheduled the reconnect
+    if (failure !== undefined) {
+      // Not caught up: don't claim to be open. Reconnect (with backoff) and try again.
+      this.emit("error", toError(failure));
+      this.ws = null;
+      ws.close(1000, "catch-up failed");
+      this.onSocketClosed();
+      return;
+    }
+    this.attempt = 0;
+    this.startKeepAlive(ws);
+    clearTimeout(this.recheckTimer);
+    this.recheckTimer = setTimeout(() => {
+      if (this.ws === ws) void this.recheckInbox().catch((e) => this.emit("error", toError(e)));
+    }, INBOX_RECHECK_MS);
+    this.setConnection("open");
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w.resolve();
+  }
+
+  private onSocketClosed(): void {
+    clearTimeout(this.recheckTimer);
+    this.ws = null;
+    this.held = null;
+    this.stopKeepAlive();
+    this.setConnection("closed");
+    if (this.wanted) this.scheduleReconnect();
+  }
+
+  private scheduleReconnect(): void {
+    if (!this.wanted) return;
+    clearTimeout(this.reconnectTimer);
+    // Jittered exponential backoff: after an outage, clients spread their reconnects out.
+    const ceiling = Math.min(this.reconnectMax, this.reconnectBase * 2 ** Math.min(this.attempt, 20));
+    const delay = ceiling / 2 + Math.random() * (ceiling / 2);
+    this.attempt += 1;
+    this.reconnectTimer = setTimeout(() => void this.openSocket(), delay);
+  }
+
+  private startKeepAlive(ws: WebSocketLike): void {
+    this.stopKeepAlive();
+    if (this.keepAliveMs <= 0) return;
+    this.keepAliveTimer = setInterval(() => {
+      // The server ignores client frames (it routes them to `$default`); any frame resets the idle clock.
+      if (ws.readyState === OPEN) ws.send('{"type":"ping"}');
+    }, this.keepAliveMs);
+  }
+
+  private stopKeepAlive(): void {
+    clearInterval(this.keepAliveTimer);
+    this.keepAliveTimer = undefined;
+  }
+
+  private onFrame(data: unknown): void {
+    let event: ServerEvent;
+    try {
+      event = JSON.parse(typeof data === "string" ? data : String(data)) as ServerEvent;
+    } catch {
+      return; // not an event of ours
+    }
+    if (typeof event !== "object" || event === null || typeof event.conversationId !== "string") return;
+    if (this.held) this.held.push(event);
+    else this.handleEvent(event);
+  }
+
+  private handleEvent(event: ServerEvent): void {
+    switch (event.type) {
+      case "message.new":
+      case "read.updated":
+        this.apply(reduce(this.state, event), event.conversationId);
+        return;
+      case "member.added":
+      case "member.removed":
+        if (Array.isArray(event.userIds)) this.emit("members", event);
+        return;
+    }
+  }
+
+  /** Takes a step's state and announces what it delivered; then looks for a gap in that conversation. */
+  private apply(step: Step, conversationId: string): void {
+    this.state = step.state;
+    for (const m of step.messages) this.emit("message", m);
+    for (const r of step.reads) this.emit("read", r);
+    this.scheduleFill(conversationId);
+  }
+
+  private scheduleFill(conversationId: string, delay = this.gapFillDelayMs, retries = FILL_RETRIES): void {
+    if (!this.wanted || this.held || this.fillTimers.has(conversationId)) return;
+    if (missingAfter(this.state, conversationId) === null) return;
+    this.fillTimers.set(
+      conversationId,
+      setTimeout(() => {
+        this.fillTimers.delete(conversationId);
+        if (!this.wanted) return;
+        this.fill(conversationId).catch((e) => {
+          this.emit("error", toError(e));
+          // Retry a few times with growing delays; a reconnect's catch-up covers the rest.
+          if (retries > 0) this.scheduleFill(conversationId, this.reconnectBase * 2 ** (FILL_RETRIES - retries), retries - 1);
+        });
+      }, delay),
+    );
+  }
+
+  /**
+   * Fetches `afterSeq = delivered` pages until nothing is missing. One run per conversation at a time;
+   * events arriving meanwhile are seen by its next check.
+   */
+  private fill(conversationId: string): Promise<void> {
+    const running = this.filling.get(conversationId);
+    if (running) return running;
+    const run = (async () => {
+      let stalls = 0;
+      for (let after = missingAfter(this.state, conversationId); after !== null; after = missingAfter(this.state, conversationId)) {
+        let page: HistoryPage;
+        try {
+          page = await this.call<HistoryPage>(
+            "GET",
+            `${conversationPath(conversationId)}/messages${query({ afterSeq: after, limit: HISTORY_PAGE })}`,
+          );
+        } catch (e) {
+          // Removed from the conversation (or it is gone): nothing more to deliver; stop tracking it.
+          if (e instanceof ChatApiError && e.status === 404) {
+            this.state = forget(this.state, conversationId);
+            return;
+          }
+          throw e;
+        }
+        const step = applyPage(this.state, { conversationId, messages: page.messages, lastSeq: page.lastSeq });
+        this.state = step.state;
+        for (const m of step.messages) this.emit("message", m);
+        if (step.messages.length > 0) {
+          stalls = 0;
+        } else if (++stalls > FILL_RETRIES) {
+          // The history read may lag the push that announced the message (an eventually
+          // consistent read): give it a moment, then give up until the next trigger.
+          throw new Error(`history of ${conversationId} has nothing after seq ${after} yet`);
+        } else {
+          await sleep(200 * 2 ** stalls);
+        }
+      }
+    })();
+    this.filling.set(conversationId, run);
+    void run.finally(() => this.filling.delete(conversationId)).catch(() => {});
+    return run;
+  }
+
+  /**
+   * After (re)connecting: every conversation already delivered from whose `lastSeq` in the inbox is
+   * beyond its watermark gets its missed messages fetched and delivered, before any held live event.
+   */
+  private async catchUp(): Promise<void> {
+    const tracked = [...this.state.conversations].filter(([, c]) => c.delivered !== null).map(([id]) => id);
+    if (tracked.length === 0) return;
+    const remaining = new Set(tracked);
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const page: InboxPage = await this.call<InboxPage>(
+        "GET",
+        `/inbox${query({ limit: INBOX_PAGE, cursor: cursor ?? undefined })}`,
+      );
+      for (const c of page.conversations) {
+        if (remaining.delete(c.conversationId)) this.state = observe(this.state, c.conversationId, c.lastSeq).state;
+      }
+      cursor = page.nextCursor;
+      pages += 1;
+    } while (cursor && remaining.size > 0 && pages < this.catchUpMaxPages);
+
+    const due = tracked.filter((id) => missingAfter(this.state, id) !== null);
+    const workers = Array.from({ length: Math.min(CATCH_UP_PARALLEL, due.length) }, async () => {
+      for (let id = due.shift(); id !== undefined; id = due.shift()) await this.fill(id);
+    });
+    await Promise.all(workers);
+  }
+
+  /** The second look at the inbox (see INBOX_RECHECK_MS): its first page only. */
+  private async recheckInbox(): Promise<void> {
+    const page = await this.call<InboxPage>("GET", `/inbox${query({ limit: INBOX_PAGE })}`);
+    for (const c of page.conversations) {
+      if (this.state.conversations.get(c.conversationId)?.delivered != null) {
+        this.apply(observe(this.state, c.conversationId, c.lastSeq), c.conversationId);
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // HTTP
+  // ---------------------------------------------------------------------------------------------
+
+  private async token(): Promise<string> {
+    return typeof this.tokenSource === "function" ? await this.tokenSource() : this.tokenSource;
+  }
+
+  /** One request; any answer but 2xx, and no answer at all, becomes a ChatApiError. */
+  private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${await this.token()}`,
+      Accept: "application/json",
+    };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), this.requestTimeoutMs);
+    let status: number;
+    let text: string;
+    let retryAfter: string | null;
+    try {
+      const res = await this.doFetch(this.apiUrl + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: abort.signal,
+      });
+      status = res.status;
+      retryAfter = res.headers.get("Retry-After");
+      text = await res.text();
+    } catch (e) {
+      const timedOut = abort.signal.aborted;
+      throw new ChatApiError(
+        0,
+        timedOut ? "timeout" : "network_error",
+        timedOut ? `${method} ${path}: no answer within ${this.requestTimeoutMs} ms` : `${method} ${path}: ${toError(e).message}`,
+      );
+    } finally {
+      clearTimeout(timer);
+    }
+    if (status >= 200 && status < 300) return (text === "" ? undefined : JSON.parse(text)) as T;
+    throw errorFromResponse(status, text, parseRetryAfter(retryAfter));
+  }
+
+  private async withRetries<T>(request: () => Promise<T>): Promise<T> {
+    const deadline = Date.now() + this.retry.maxElapsedMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await request();
+      } catch (e) {
+        if (!(e instanceof ChatApiError) || !e.retryable || attempt >= this.retry.maxAttempts) throw e;
+        // The server's Retry-After when it gave one; else jittered exponential backoff.
+        const backoff = Math.min(5000, this.retry.baseDelayMs * 2 ** (attempt - 1));
+        const delay = e.retryAfterMs ?? backoff / 2 + Math.random() * (backoff / 2);
+        if (Date.now() + delay > deadline) throw e;
+        await sleep(delay);
+      }
+    }
+  }
+}
+
+const CODE_BY_STATUS: Record<number, string> = {
+  400: "invalid_request",
+  401: "unauthorized",
+  403: "forbidden",
+  404: "not_found",
+  409: "conflict",
+  413: "payload_too_large",
+  429: "throttled",
+};
+
+/**
+ * The API's error body (`{"error":{"code","message"}}`); for answers from in front of the functions
+ * (e.g. API Gateway's `{"message":"Unauthorized"}`) a code from the status.
+ */
+function errorFromResponse(status: number, text: string, retryAfterMs: number | undefined): ChatApiError {
+  let code = CODE_BY_STATUS[status] ?? (status >= 500 ? "internal" : `http_${status}`);
+  let message = text.slice(0, 200) || `HTTP ${status}`;
+  try {
+    const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown }; message?: unknown };
+    if (typeof parsed.error?.code === "string") code = parsed.error.code;
+    if (typeof parsed.error?.message === "string") message = parsed.error.message;
+    else if (typeof parsed.message === "string") message = parsed.message;
+  } catch {
+    // not JSON: keep the status's code and the text
+  }
+  return new ChatApiError(status, code, message, retryAfterMs);
+}
+
+function conversationPath(id: string): string {
+  return `/conversations/${encodeURIComponent(id)}`;
+}
+
+function query(params: Record<string, string | number | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
+  const s = q.toString();
+  return s === "" ? "" : `?${s}`;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function toError(e: unknown): Error {
+  return e instanceof Error ? e : new Error(String(e));
+}
+
+/** A v4 UUID. `crypto.randomUUID` exists only in secure contexts (https, localhost); getRandomValues everywhere. */
+export function randomUUID(): string {
+  const c = globalThis.crypto;
+  if (typeof c.randomUUID === "function") return c.randomUUID();
+  const b = c.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6]! & 0x0f) | 0x40;
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}

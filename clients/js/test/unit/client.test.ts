@@ -1,0 +1,425 @@
+// ChatClient against an in-memory server (fake fetch, fake WebSocket): the REST calls, send retries,
+// read-mark debouncing, and live delivery (dedupe, gap fill, light payloads, reconnect catch-up).
+
+import assert from "node:assert/strict";
+import { afterEach, describe, it } from "node:test";
+import { ChatApiError, ChatClient, type ChatClientOptions, type ConnectionState, type Message, type ReadUpdatedEvent } from "../../src/index.js";
+import { FakeChatServer } from "../helpers/fake-server.js";
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const clients: ChatClient[] = [];
+
+function setup(options: Partial<ChatClientOptions> = {}, server = new FakeChatServer()) {
+  const client = new ChatClient({
+    apiUrl: "http://api.test/",
+    wsUrl: "ws://ws.test",
+    token: "alice",
+    fetch: server.fetch,
+    WebSocket: server.WebSocket,
+    readDebounceMs: 60,
+    gapFillDelayMs: 10,
+    reconnect: { baseDelayMs: 10, maxDelayMs: 40 },
+    sendRetry: { baseDelayMs: 5 },
+    ...options,
+  });
+  clients.push(client);
+  const messages: Message[] = [];
+  const reads: ReadUpdatedEvent[] = [];
+  const states: ConnectionState[] = [];
+  const errors: Error[] = [];
+  client.on("message", (m) => messages.push(m));
+  client.on("read", (r) => reads.push(r));
+  client.on("connection", (s) => states.push(s));
+  client.on("error", (e) => errors.push(e));
+  return { server, client, messages, reads, states, errors };
+}
+
+afterEach(() => {
+  for (const c of clients.splice(0)) c.close();
+});
+
+async function until(what: string, cond: () => boolean, timeoutMs = 3000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) assert.fail(`timed out waiting for: ${what}`);
+    await sleep(5);
+  }
+}
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const seqs = (ms: Message[]) => ms.map((m) => m.seq);
+
+describe("REST", () => {
+  it("calls every route with the API's paths, bodies and a Bearer token", async () => {
+    const { server, client } = setup();
+    const direct = await client.openDirect("bob");
+    assert.equal(direct.type, "direct");
+    assert.deepEqual(direct.memberIds.sort(), ["alice", "bob"]);
+    assert.equal((await client.openDirect("bob")).conversationId, direct.conversationId);
+
+    const group = await client.createGroup({ title: "Team", memberIds: ["bob", "carol"], clientRequestId: "6f1c2a8e-1111-4222-8333-944455556666" });
+    assert.equal(group.title, "Team");
+    assert.deepEqual(server.requests.at(-1)!.body, { type: "group", title: "Team", memberIds: ["bob", "carol"], clientRequestId: "6f1c2a8e-1111-4222-8333-944455556666" });
+
+    assert.equal((await client.getConversation(group.conversationId)).memberCount, 3);
+    assert.equal((await client.addMembers(group.conversationId, ["dave"])).memberCount, 4);
+    assert.equal(await client.removeMember(group.conversationId, "dave"), undefined);
+    assert.equal(server.requests.at(-1)!.method, "DELETE");
+    assert.equal(server.requests.at(-1)!.path, `/conversations/${group.conversationId}/members/dave`);
+
+    const sent = await client.send(group.conversationId, "hello <b>'\"👋\n");
+    assert.equal(sent.seq, 1);
+    assert.equal(sent.body, "hello <b>'\"👋\n");
+    const page = await client.history(group.conversationId, { afterSeq: 0, limit: 10 });
+    assert.deepEqual(page, { messages: [sent], lastSeq: 1, hasMore: false });
+    assert.equal(server.requests.at(-1)!.query.toString(), "afterSeq=0&limit=10");
+    await client.history(group.conversationId, { beforeSeq: 5 });
+    assert.equal(server.requests.at(-1)!.query.toString(), "beforeSeq=5");
+
+    const reads = await client.reads(group.conversationId);
+    assert.deepEqual(reads.members.find((m) => m.userId === "alice"), { userId: "alice", lastReadSeq: 1 });
+    const inbox = await client.inbox({ limit: 1 });
+    assert.equal(inbox.conversations.length, 1);
+    assert.equal(inbox.conversations[0]!.conversationId, group.conversationId);
+    assert.ok(inbox.nextCursor);
+    const rest = await client.inbox({ cursor: inbox.nextCursor });
+    assert.equal(rest.conversations[0]!.conversationId, direct.conversationId);
+
+    for (const r of server.requests) {
+      assert.equal(r.headers.Authorization, "Bearer alice");
+      assert.equal(r.path.startsWith("//"), false, "trailing slash of apiUrl is dropped");
+      if (r.body !== undefined) assert.equal(r.headers["Content-Type"], "application/json");
+    }
+  });
+
+  it("throws ChatApiError with the API's status, code and message", async () => {
+    const { client, server } = setup();
+    const err = await client.getConversation("nope").catch((e: unknown) => e);
+    assert.ok(err instanceof ChatApiError);
+    assert.deepEqual([err.status, err.code, err.message], [404, "not_found", "conversation not found"]);
+
+    // Answers from in front of the functions (API Gateway's authorizer) carry no error object.
+    server.failNext({ respond: { status: 401, body: { message: "Unauthorized" } } });
+    const e401 = (await client.inbox().catch((e: unknown) => e)) as ChatApiError;
+    assert.deepEqual([e401.status, e401.code, e401.message], [401, "unauthorized", "Unauthorized"]);
+
+    server.failNext({ respond: "network" });
+    const eNet = (await client.inbox().catch((e: unknown) => e)) as ChatApiError;
+    assert.deepEqual([eNet.status, eNet.code], [0, "network_error"]);
+  });
+
+  it("calls a token function (sync or async) for every request and every connect", async () => {
+    let n = 0;
+    const { server, client } = setup({ token: async () => (++n, "alice") });
+    await client.inbox();
+    await client.inbox();
+    assert.equal(n, 2);
+    await client.connect();
+    assert.equal(n, 3);
+    assert.equal(new URL(server.sockets[0]!.url).searchParams.get("token"), "alice");
+
+    let m = 0;
+    const sync = setup({ token: () => (++m, "bob") });
+    await sync.client.inbox();
+    await sync.client.inbox();
+    assert.equal(m, 2);
+    assert.equal(sync.server.requests.at(-1)!.headers.Authorization, "Bearer bob");
+  });
+});
+
+describe("send", () => {
+  it("makes a v4 UUID clientMsgId, or uses the one given", async () => {
+    const { server, client } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    const a = await client.send(id, "one");
+    assert.match(a.clientMsgId, UUID);
+    assert.equal((server.requests.at(-1)!.body as { clientMsgId: string }).clientMsgId, a.clientMsgId);
+    const given = "0b9d3c1e-7a6f-4e2d-9c8b-1a2b3c4d5e6f";
+    const b = await client.send(id, "two", { clientMsgId: given });
+    assert.equal(b.clientMsgId, given);
+    // A replay returns the original message and creates nothing.
+    const again = await client.send(id, "two", { clientMsgId: given });
+    assert.deepEqual(again, b);
+    assert.equal(server.conversations.get(id)!.messages.length, 2);
+  });
+
+  it("retries network errors and 5xx with the same clientMsgId", async () => {
+    const { server, client } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    server.failNext({ respond: "network" }, { respond: { status: 503, body: { error: { code: "internal", message: "x" } } } }, { respond: { status: 500 } });
+    const m = await client.send(id, "hi");
+    const sends = server.requests.filter((r) => r.method === "POST");
+    assert.equal(sends.length, 4);
+    assert.equal(new Set(sends.map((r) => (r.body as { clientMsgId: string }).clientMsgId)).size, 1);
+    assert.equal(m.seq, 1);
+    assert.equal(server.conversations.get(id)!.messages.length, 1);
+  });
+
+  it("waits for Retry-After before retrying a 429", async () => {
+    const { server, client } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    server.failNext({ respond: { status: 429, body: { error: { code: "throttled", message: "slow down" } }, headers: { "Retry-After": "1" } } });
+    const t0 = Date.now();
+    await client.send(id, "hi");
+    const waited = Date.now() - t0;
+    assert.ok(waited >= 990, `waited ${waited} ms for Retry-After: 1`);
+    assert.ok(waited < 2500, `waited ${waited} ms`);
+  });
+
+  it("gives up after the bound and does not retry client errors", async () => {
+    const { server, client } = setup({ sendRetry: { maxAttempts: 3, baseDelayMs: 1 } });
+    const id = server.createConversation(["alice", "bob"]);
+    server.failNext(...Array.from({ length: 3 }, () => ({ respond: { status: 500 } })));
+    const e = (await client.send(id, "hi").catch((x: unknown) => x)) as ChatApiError;
+    assert.equal(e.status, 500);
+    assert.equal(server.requests.filter((r) => r.method === "POST").length, 3);
+
+    server.requests.length = 0;
+    server.failNext({ respond: { status: 409, body: { error: { code: "conflict", message: "clientMsgId reused" } } } });
+    const c = (await client.send(id, "hi").catch((x: unknown) => x)) as ChatApiError;
+    assert.equal(c.code, "conflict");
+    assert.equal(server.requests.length, 1);
+
+    // A Retry-After beyond the time budget fails now instead of sleeping past it.
+    const budget = setup({ sendRetry: { maxElapsedMs: 500 } }, server);
+    server.failNext({ respond: { status: 429, headers: { "Retry-After": "60" } } });
+    const t0 = Date.now();
+    const t = (await budget.client.send(id, "hi").catch((x: unknown) => x)) as ChatApiError;
+    assert.equal(t.status, 429);
+    assert.equal(t.retryAfterMs, 60_000);
+    assert.ok(Date.now() - t0 < 400);
+  });
+});
+
+describe("markRead", () => {
+  it("sends one request per conversation per window, with the highest seq", async () => {
+    const { server, client } = setup({ readDebounceMs: 250 });
+    const a = server.createConversation(["alice", "bob"]);
+    const b = server.createConversation(["alice", "bob"]);
+    for (let i = 1; i <= 9; i++) server.addMessage(a, "bob");
+    server.addMessage(b, "bob");
+    client.markRead(a, 3);
+    client.markRead(a, 7);
+    client.markRead(a, 5);
+    client.markRead(b, 1);
+    const reads = () => server.requests.filter((r) => r.path.endsWith("/read"));
+    await sleep(50);
+    assert.equal(reads().length, 0, "nothing before the window ends");
+    await until("two read requests", () => reads().length === 2);
+    await sleep(300);
+    assert.deepEqual(reads().map((r) => [r.path.split("/")[2], r.body]).sort(), [[a, { seq: 7 }], [b, { seq: 1 }]]);
+
+    // At or below what the server confirmed: no request at all.
+    client.markRead(a, 6);
+    client.markRead(a, 7);
+    await sleep(300);
+    assert.equal(reads().length, 2);
+
+    client.markRead(a, 9);
+    await client.flushReads();
+    assert.equal(reads().length, 3);
+    assert.deepEqual(reads()[2]!.body, { seq: 9 });
+    await sleep(300);
+    assert.equal(reads().length, 3, "flushed marks are not sent again");
+  });
+
+  it("retries a failed mark in a later window and reports the failure", async () => {
+    const { server, client, errors } = setup();
+    const a = server.createConversation(["alice", "bob"]);
+    server.addMessage(a, "bob");
+    server.failNext({ match: (r) => r.path.endsWith("/read"), respond: { status: 503 } });
+    client.markRead(a, 1);
+    await until("the retry", () => server.requests.filter((r) => r.path.endsWith("/read")).length === 2);
+    await until("the error event", () => errors.length === 1);
+    assert.equal((errors[0] as ChatApiError).status, 503);
+    assert.equal(server.conversations.get(a)!.reads.get("alice"), 1);
+  });
+});
+
+describe("live delivery", () => {
+  it("reports the connection's states and resolves connect() once open", async () => {
+    const { client, states } = setup();
+    const p = client.connect();
+    assert.equal(client.connectionState, "connecting");
+    await p;
+    assert.deepEqual(states, ["connecting", "open"]);
+    client.close();
+    assert.deepEqual(states, ["connecting", "open", "closed"]);
+    const other = setup().client;
+    const pending = other.connect();
+    other.close();
+    await assert.rejects(pending, /closed before the connection opened/);
+  });
+
+  it("delivers each message once, in order, without fetching when a reorder heals itself", async () => {
+    const { server, client, messages } = setup({ gapFillDelayMs: 50 });
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    const [m1, m2, m3] = [1, 2, 3].map(() => server.addMessage(id, "bob"));
+    for (const m of [m1, m1, m3, m2, m3, m1]) server.push("alice", { type: "message.new", ...m });
+    await until("three messages", () => messages.length === 3);
+    await sleep(80);
+    assert.deepEqual(seqs(messages), [1, 2, 3]);
+    assert.deepEqual(messages[1], m2);
+    assert.equal(server.historyRequests().length, 0);
+  });
+
+  it("fills a gap with afterSeq", async () => {
+    const { server, client, messages } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    const ms = [1, 2, 3, 4].map(() => server.addMessage(id, "bob"));
+    server.push("alice", { type: "message.new", ...ms[0]! });
+    server.push("alice", { type: "message.new", ...ms[2]! }); // 2 lost
+    // Seq 3 while holding 1: one fetch afterSeq=1 brings 2, 3 and (already stored) 4.
+    await until("four messages", () => messages.length === 4);
+    assert.deepEqual(messages, ms);
+    assert.deepEqual(server.historyRequests().map((r) => r.query.get("afterSeq")), ["1"]);
+    server.push("alice", { type: "message.new", ...ms[3]! });
+    await sleep(30);
+    assert.deepEqual(seqs(messages), [1, 2, 3, 4], "the late push of 4 is a repeat");
+  });
+
+  it("fetches the content of light payloads, one request for a burst", async () => {
+    const { server, client, messages } = setup({ gapFillDelayMs: 30 });
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    const ms = [1, 2, 3].map(() => server.addMessage(id, "bob"));
+    for (const m of ms) server.push("alice", { type: "message.new", conversationId: id, seq: m.seq });
+    await until("three messages", () => messages.length === 3);
+    assert.deepEqual(messages, ms, "full objects, with body");
+    assert.equal(server.historyRequests().length, 1);
+    assert.equal(server.historyRequests()[0]!.query.get("afterSeq"), "0");
+  });
+
+  it("delivers the sender's own message once, whether the answer or the push comes first", async () => {
+    const { server, client, messages } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    const m = await client.send(id, "mine");
+    server.push("alice", { type: "message.new", ...m });
+    await sleep(30);
+    assert.deepEqual(messages, [m]);
+  });
+
+  it("passes read receipts on once per watermark move, and membership events as they come", async () => {
+    const { server, client, reads } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    server.addMessage(id, "alice");
+    server.addMessage(id, "alice");
+    await client.reads(id); // bob: 0
+    await client.connect();
+    const members: unknown[] = [];
+    client.on("members", (e) => members.push(e));
+    const r = (n: number) => ({ type: "read.updated", conversationId: id, userId: "bob", lastReadSeq: n });
+    for (const e of [r(1), r(1), r(0), r(2), r(1)]) server.push("alice", e);
+    server.push("alice", { type: "member.added", conversationId: id, userIds: ["carol"] });
+    server.push("alice", "not json at all");
+    await until("receipts", () => reads.length === 2 && members.length === 1);
+    assert.deepEqual(reads.map((e) => e.lastReadSeq), [1, 2]);
+    assert.deepEqual(members, [{ type: "member.added", conversationId: id, userIds: ["carol"] }]);
+  });
+
+  it("reconnects with backoff and catches up: missed messages once, in order, before newer live ones", async () => {
+    const { server, client, messages, states } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    // Enough other conversations that the catch-up has to walk to the inbox's second page.
+    for (let i = 0; i < 120; i++) server.createConversation(["alice", `u${i}`]);
+    const other = server.createConversation(["alice", "carol"]);
+    await client.inbox({ limit: 100 });
+    await client.getConversation(id);
+    await client.connect();
+    server.autoPush = true;
+    server.addMessage(id, "bob");
+    await until("first message", () => messages.length === 1);
+
+    server.autoPush = false;
+    server.openSockets("alice")[0]!.drop();
+    server.refuseConnections = true;
+    await until("a few failed reconnects", () => server.sockets.length >= 4);
+    for (let i = 0; i < 5; i++) server.addMessage(id, "bob"); // 2..6, pushed to no one
+    server.addMessage(other, "carol");
+    // The next connection's first frame (seq 7) comes while the catch-up is still fetching.
+    const live = server.addMessage(id, "bob");
+    let pushedEarly = false;
+    const origFetch = server.fetch;
+    (client as unknown as { doFetch: typeof fetch }).doFetch = async (input, init) => {
+      if (!pushedEarly && String(input).includes("/messages")) {
+        pushedEarly = true;
+        server.push("alice", { type: "message.new", ...live });
+      }
+      return origFetch(input, init);
+    };
+    server.refuseConnections = false;
+    await until("all seven plus the other conversation's", () => messages.length === 8);
+    await sleep(50);
+    assert.ok(pushedEarly);
+    const inConv = messages.filter((m) => m.conversationId === id);
+    assert.deepEqual(seqs(inConv), [1, 2, 3, 4, 5, 6, 7]);
+    assert.deepEqual(messages.filter((m) => m.conversationId === other).map((m) => m.body), ["message from carol"]);
+    assert.equal(states.at(-1), "open");
+    assert.deepEqual(states.slice(0, 4), ["connecting", "open", "closed", "connecting"]);
+    const inboxWalk = server.requests.filter((r) => r.path === "/inbox").slice(1);
+    assert.ok(inboxWalk.some((r) => r.query.get("cursor") === "100"), "walked to the inbox's second page");
+    // Only the catch-up fetched the conversation's history: the held live event caused no fetch of its own.
+    assert.deepEqual(server.historyRequests(id).map((r) => r.query.get("afterSeq")), ["1"]);
+  });
+
+  it("a second look at the inbox catches what a trailing inbox index missed", async () => {
+    const { server, client, messages } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    server.openSockets()[0]!.drop();
+    server.addMessage(id, "bob"); // committed, but the inbox's index has not caught up yet
+    const stale = { conversations: [{ conversationId: id, type: "group", memberCount: 2, lastSeq: 0, lastReadSeq: 0, unreadCount: 0, lastMessageAt: null, lastMessage: null }], nextCursor: null };
+    server.failNext({ match: (r) => r.path === "/inbox", respond: { status: 200, body: stale } });
+    await until("open again", () => client.connectionState === "open");
+    assert.equal(messages.length, 0, "the catch-up saw the stale inbox");
+    await until("the message, after the re-check", () => messages.length === 1, 4000);
+    assert.equal(messages[0]!.seq, 1);
+  });
+
+  it("forgets a conversation it was removed from instead of failing the catch-up", async () => {
+    const { server, client, states, errors } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    server.openSockets()[0]!.drop();
+    server.addMessage(id, "bob");
+    // The inbox still lists it (its index trails), but the conversation answers 404.
+    server.failNext({ match: (r) => r.path.endsWith("/messages"), respond: { status: 404, body: { error: { code: "not_found", message: "conversation not found" } } } });
+    await until("open again", () => states.filter((s) => s === "open").length === 2);
+    assert.deepEqual(errors, [], "no failed catch-up, no reconnect loop");
+    assert.equal(states.length, 5);
+  });
+
+  it("spreads reconnects: jittered delays that double up to the cap", async () => {
+    const { server, client } = setup({ reconnect: { baseDelayMs: 20, maxDelayMs: 80 } });
+    await client.connect();
+    server.refuseConnections = true;
+    const t0 = Date.now();
+    server.openSockets()[0]!.drop();
+    await until("six attempts", () => server.sockets.length >= 7, 5000);
+    const elapsed = Date.now() - t0;
+    // Ceilings 20, 40, 80, 80, 80, 80 ms, each waited between half and all of it: 190..380 ms.
+    assert.ok(elapsed >= 180 && elapsed < 2000, `six reconnects took ${elapsed} ms`);
+  });
+
+  it("a catch-up that fails does not announce 'open'; the next connection catches up", async () => {
+    const { server, client, messages, states, errors } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    server.addMessage(id, "bob");
+    server.failNext({ match: (r) => r.path === "/inbox", respond: { status: 500 } });
+    server.openSockets()[0]!.drop();
+    await until("caught up", () => messages.length === 1);
+    await until("open again", () => states.at(-1) === "open");
+    assert.deepEqual(states, ["connecting", "open", "closed", "connecting", "closed", "connecting", "open"]);
+    assert.equal((errors[0] as ChatApiError).status, 500);
+  });
+});

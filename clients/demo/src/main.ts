@@ -1,0 +1,516 @@
+// The demo chat page: everything it shows comes through the SDK (clients/js). Plain DOM, no framework.
+//
+// Query parameters: ?api=<REST base URL>&ws=<WebSocket URL> (defaults: this page's host on ports 9000
+// and 9001, i.e. the local stack), ?user=<id> signs in at once, ?secret=<HS256 secret> (local stack).
+// For tests, `window.chatDemo` exposes goOffline()/goOnline() (cut the socket and keep it cut) and the
+// client.
+
+import {
+  ChatApiError,
+  ChatClient,
+  type ConnectionState,
+  type InboxEntry,
+  type Message,
+  type WebSocketConstructor,
+} from "../../js/src/index.js";
+
+const params = new URLSearchParams(location.search);
+const host = location.hostname || "127.0.0.1";
+const API_URL = params.get("api") ?? `http://${host}:9000`;
+const WS_URL = params.get("ws") ?? `ws://${host}:9001`;
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+const el = <K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string) => {
+  const e = document.createElement(tag);
+  if (className) e.className = className;
+  if (text !== undefined) e.textContent = text; // never innerHTML: bodies are any text, <script> included
+  return e;
+};
+
+// ---- tokens: the local stack's HS256 JWTs, minted here with WebCrypto ----
+
+const b64url = (bytes: Uint8Array) =>
+  btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+
+async function mintToken(sub: string, secret: string, ttlSeconds = 3600): Promise<string> {
+  if (!crypto.subtle) throw new Error("WebCrypto needs a secure context: open the page on 127.0.0.1/localhost or https");
+  const enc = new TextEncoder();
+  const header = b64url(enc.encode(JSON.stringify({ alg: "HS256", typ: "JWT" })));
+  const payload = b64url(enc.encode(JSON.stringify({ sub, exp: Math.floor(Date.now() / 1000) + ttlSeconds })));
+  const key = await crypto.subtle.importKey("raw", enc.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const signature = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode(`${header}.${payload}`)));
+  return `${header}.${payload}.${b64url(signature)}`;
+}
+
+// ---- a WebSocket the test hook can unplug ----
+
+let offline = false;
+const sockets = new Set<WebSocket>();
+class DemoSocket extends WebSocket {
+  constructor(url: string) {
+    // The SDK treats a throwing constructor like a failed connection: it backs off and tries again.
+    if (offline) throw new Error("offline (test hook)");
+    super(url);
+    sockets.add(this);
+    this.addEventListener("close", () => sockets.delete(this));
+  }
+}
+
+// ---- page state ----
+
+interface Row {
+  conversationId: string;
+  type: "direct" | "group";
+  name: string;
+  lastSeq: number;
+  lastReadSeq: number;
+  preview: string;
+  /** `lastMessageAt` (RFC 3339, so it sorts as text), "" while there is no message. */
+  activity: string;
+  /** When it was fetched by `adopt`: a trailing inbox index may not list it yet. */
+  adoptedAt?: number;
+}
+
+interface OpenConversation {
+  id: string;
+  type: "direct" | "group";
+  messages: Map<number, Message>;
+  oldest: number;
+  hasOlder: boolean;
+  memberIds: string[];
+  reads: Map<string, number>;
+}
+
+let me = "";
+let client: ChatClient | null = null;
+let rows: Row[] = []; // by activity, newest first
+let open: OpenConversation | null = null;
+
+function notice(text: string | null): void {
+  const n = $("notice");
+  n.hidden = !text;
+  n.textContent = text ?? "";
+}
+
+function report(e: unknown): void {
+  notice(e instanceof ChatApiError ? `${e.status} ${e.code}: ${e.message}` : String(e instanceof Error ? e.message : e));
+}
+
+function rowFromInbox(c: InboxEntry): Row {
+  return {
+    conversationId: c.conversationId,
+    type: c.type,
+    name: c.type === "direct" ? (c.peerId ?? "direct") : (c.title ?? "group"),
+    lastSeq: c.lastSeq,
+    lastReadSeq: c.lastReadSeq,
+    preview: c.lastMessage ? `${c.lastMessage.senderId}: ${c.lastMessage.body}` : "no messages yet",
+    activity: c.lastMessageAt ?? "",
+  };
+}
+
+// ---- the conversation list ----
+
+async function loadInbox(): Promise<void> {
+  if (!client) return;
+  const fresh: Row[] = [];
+  let cursor: string | null = null;
+  do {
+    const page: Awaited<ReturnType<ChatClient["inbox"]>> = await client.inbox({ limit: 100, cursor });
+    fresh.push(...page.conversations.map(rowFromInbox));
+    cursor = page.nextCursor;
+  } while (cursor && fresh.length < 500);
+  // The inbox is read from an index that can trail the latest writes by a moment: what live events
+  // told us since is newer. Keep it, and put the conversations it moved on top, newest first.
+  const known = new Map(rows.map((r) => [r.conversationId, r]));
+  const moved: Row[] = [];
+  const rest: Row[] = [];
+  for (const r of fresh) {
+    const k = known.get(r.conversationId);
+    if (k && k.lastSeq > r.lastSeq) moved.push({ ...r, lastSeq: k.lastSeq, preview: k.preview, activity: k.activity, lastReadSeq: Math.max(k.lastReadSeq, r.lastReadSeq) });
+    else rest.push(k ? { ...r, lastReadSeq: Math.max(k.lastReadSeq, r.lastReadSeq) } : r);
+  }
+  const listed = new Set(fresh.map((r) => r.conversationId));
+  for (const k of rows) if (!listed.has(k.conversationId) && k.adoptedAt && Date.now() - k.adoptedAt < 10_000) moved.push(k);
+  moved.sort((x, y) => (x.activity < y.activity ? 1 : x.activity > y.activity ? -1 : 0));
+  rows = [...moved, ...rest];
+  renderList();
+}
+
+let inboxTimer: ReturnType<typeof setTimeout> | undefined;
+function reloadInboxSoon(): void {
+  clearTimeout(inboxTimer);
+  inboxTimer = setTimeout(() => void loadInbox().catch(report), 200);
+}
+
+// Rows and messages are updated in place (keyed by id and seq), not rebuilt: a click or a text
+// selection in progress survives the next event.
+const listItems = new Map<string, HTMLLIElement>();
+
+function renderList(): void {
+  const list = $("conversations");
+  const present = new Set(rows.map((r) => r.conversationId));
+  for (const [id, li] of listItems) {
+    if (!present.has(id)) {
+      li.remove();
+      listItems.delete(id);
+    }
+  }
+  rows.forEach((r, i) => {
+    let li = listItems.get(r.conversationId);
+    if (!li) {
+      li = el("li");
+      li.dataset.id = r.conversationId;
+      li.append(el("span", "title"), el("span", "badge"), el("span", "preview"));
+      listItems.set(r.conversationId, li);
+    }
+    const [title, badge, preview] = li.children as unknown as [HTMLElement, HTMLElement, HTMLElement];
+    title.textContent = r.type === "group" ? `# ${r.name}` : r.name;
+    const unread = Math.max(0, r.lastSeq - r.lastReadSeq);
+    badge.textContent = String(unread);
+    badge.hidden = unread === 0;
+    preview.textContent = r.preview;
+    li.classList.toggle("selected", open?.id === r.conversationId);
+    if (list.children[i] !== li) list.insertBefore(li, list.children[i] ?? null);
+  });
+}
+
+/**
+ * A conversation we have not listed yet (someone started it, or added us): fetch it directly. The
+ * inbox would do too, but its index may not list a conversation created an instant ago.
+ */
+const adopting = new Map<string, Message | null>(); // id -> newest message seen while fetching
+function adopt(id: string, latest: Message | null): void {
+  if (adopting.has(id)) {
+    const seen = adopting.get(id);
+    if (latest && (!seen || latest.seq > seen.seq)) adopting.set(id, latest);
+    return;
+  }
+  adopting.set(id, latest);
+  const c = client;
+  if (!c) return;
+  void Promise.all([c.getConversation(id), c.reads(id)])
+    .then(([conversation, reads]) => {
+      const m = adopting.get(id) ?? null;
+      adopting.delete(id);
+      if (client !== c || rows.some((r) => r.conversationId === id)) return;
+      const mine = reads.members.find((x) => x.userId === me)?.lastReadSeq ?? 0;
+      const row: Row = {
+        conversationId: id,
+        type: conversation.type,
+        name: conversation.type === "direct" ? (conversation.memberIds.find((u) => u !== me) ?? "direct") : (conversation.title ?? "group"),
+        lastSeq: Math.max(conversation.lastSeq, m?.seq ?? 0),
+        lastReadSeq: mine,
+        preview: m ? `${m.senderId}: ${m.body}` : "no messages yet",
+        activity: m?.createdAt ?? conversation.lastMessageAt ?? "",
+        adoptedAt: Date.now(),
+      };
+      rows = [row, ...rows];
+      renderList();
+    })
+    .catch((e) => {
+      adopting.delete(id);
+      report(e);
+    });
+}
+
+function touchRow(m: Message): void {
+  let row = rows.find((r) => r.conversationId === m.conversationId);
+  if (!row) {
+    adopt(m.conversationId, m);
+    return;
+  }
+  if (m.seq >= row.lastSeq) {
+    row.preview = `${m.senderId}: ${m.body}`;
+    row.activity = m.createdAt;
+  }
+  row.lastSeq = Math.max(row.lastSeq, m.seq);
+  // Sending marks a message read for its sender.
+  if (m.senderId === me) row.lastReadSeq = Math.max(row.lastReadSeq, m.seq);
+  rows = [row, ...rows.filter((r) => r !== row)];
+  renderList();
+}
+
+// ---- the message pane ----
+
+const PAGE = 30;
+
+async function openConversation(id: string): Promise<void> {
+  if (!client) return;
+  // Open it before the fetches answer, so live messages arriving meanwhile land in it too.
+  const target: OpenConversation = { id, type: "direct", messages: new Map(), oldest: 0, hasOlder: false, memberIds: [], reads: new Map() };
+  open = target;
+  renderList();
+  renderMessages("bottom");
+  const [conversation, page, reads] = await Promise.all([client.getConversation(id), client.history(id, { limit: PAGE }), client.reads(id)]);
+  if (open !== target) return;
+  for (const m of page.messages) target.messages.set(m.seq, m);
+  target.type = conversation.type;
+  target.oldest = page.messages[0]?.seq ?? page.lastSeq + 1;
+  target.hasOlder = page.hasMore;
+  target.memberIds = conversation.memberIds;
+  for (const m of reads.members) target.reads.set(m.userId, Math.max(target.reads.get(m.userId) ?? 0, m.lastReadSeq));
+  const row = rows.find((r) => r.conversationId === id);
+  $("pane-title").textContent =
+    conversation.type === "group" ? `# ${conversation.title ?? ""}` : (row?.name ?? conversation.memberIds.find((u) => u !== me) ?? "");
+  $("pane-members").textContent = `${conversation.memberCount} members: ${conversation.memberIds.join(", ")}`;
+  $("composer").hidden = false;
+  renderMessages("bottom");
+  markSeen();
+}
+
+async function loadOlder(): Promise<void> {
+  if (!client || !open || !open.hasOlder) return;
+  const target = open;
+  const page = await client.history(target.id, { beforeSeq: target.oldest, limit: PAGE });
+  if (open !== target) return;
+  for (const m of page.messages) target.messages.set(m.seq, m);
+  target.oldest = page.messages[0]?.seq ?? target.oldest;
+  target.hasOlder = page.hasMore;
+  renderMessages("keep");
+}
+
+function tick(m: Message): { text: string; read: boolean } | null {
+  if (!open || m.senderId !== me) return null;
+  const readers = open.memberIds.filter((u) => u !== m.senderId && (open!.reads.get(u) ?? 0) >= m.seq).length;
+  if (open.type === "direct") return readers > 0 ? { text: "✓✓ read", read: true } : { text: "✓ sent", read: false };
+  return readers > 0 ? { text: `read by ${readers}`, read: true } : { text: "✓ sent", read: false };
+}
+
+const messageItems = new Map<number, HTMLLIElement>(); // of the open conversation, by seq
+let shownConversation: string | null = null;
+
+function renderMessages(scroll: "bottom" | "keep" | "follow"): void {
+  if (!open) return;
+  const scroller = $("scroller");
+  const fromBottom = scroller.scrollHeight - scroller.scrollTop;
+  const atBottom = fromBottom - scroller.clientHeight < 40;
+  const list = $("messages");
+  if (shownConversation !== open.id) {
+    list.replaceChildren();
+    messageItems.clear();
+    shownConversation = open.id;
+  }
+  const ordered = [...open.messages.values()].sort((a, b) => a.seq - b.seq);
+  ordered.forEach((m, i) => {
+    let li = messageItems.get(m.seq);
+    if (!li) {
+      li = el("li", m.senderId === me ? "mine" : "");
+      li.dataset.seq = String(m.seq);
+      const meta = el("div", "meta");
+      meta.append(el("span", "sender", m.senderId), el("time", "", new Date(m.createdAt).toLocaleTimeString()));
+      li.append(meta, el("div", "body", m.body));
+      messageItems.set(m.seq, li);
+    }
+    const t = tick(m);
+    if (t) {
+      const meta = li.firstElementChild!;
+      const span = meta.querySelector<HTMLElement>(".tick") ?? meta.appendChild(el("span"));
+      span.className = t.read ? "tick read" : "tick";
+      span.textContent = t.text;
+    }
+    if (list.children[i] !== li) list.insertBefore(li, list.children[i] ?? null);
+  });
+  $("older").hidden = !open.hasOlder;
+  if (scroll === "bottom" || (scroll === "follow" && atBottom)) scroller.scrollTop = scroller.scrollHeight;
+  else if (scroll === "keep") scroller.scrollTop = scroller.scrollHeight - fromBottom;
+}
+
+/** The open conversation is on screen: everything in it is read (the SDK debounces the marks). */
+function markSeen(): void {
+  if (!client || !open || document.visibilityState !== "visible") return;
+  const row = rows.find((r) => r.conversationId === open!.id);
+  const newest = Math.max(row?.lastSeq ?? 0, ...open.messages.keys());
+  if (newest <= 0) return;
+  client.markRead(open.id, newest);
+  if (row && row.lastReadSeq < newest) {
+    row.lastReadSeq = newest;
+    renderList();
+  }
+}
+
+// ---- live events ----
+
+function onMessage(m: Message): void {
+  touchRow(m);
+  if (open?.id !== m.conversationId) return;
+  open.messages.set(m.seq, m); // by seq: a page fetched at the same moment may hold it too
+  open.reads.set(m.senderId, Math.max(open.reads.get(m.senderId) ?? 0, m.seq));
+  renderMessages("follow");
+  markSeen();
+}
+
+function onConnection(state: ConnectionState): void {
+  const s = $("status");
+  s.dataset.state = state;
+  s.textContent = state === "open" ? "live" : state === "connecting" ? "connecting…" : "offline";
+  if (state !== "open") return;
+  // Conversations started while we were away show up in the inbox; receipts missed meanwhile in reads.
+  reloadInboxSoon();
+  const target = open;
+  if (client && target) {
+    void client
+      .reads(target.id)
+      .then((r) => {
+        for (const m of r.members) target.reads.set(m.userId, Math.max(target.reads.get(m.userId) ?? 0, m.lastReadSeq));
+        if (open === target) renderMessages("keep");
+      })
+      .catch(report);
+  }
+}
+
+// ---- sign in / out ----
+
+async function signIn(user: string, secret: string): Promise<void> {
+  signOut();
+  me = user;
+  let cached: { token: string; until: number } | null = null;
+  client = new ChatClient({
+    apiUrl: API_URL,
+    wsUrl: WS_URL,
+    // Called per request and connect: mint a fresh token when the cached one is near its expiry.
+    token: async () => {
+      if (!cached || cached.until < Date.now()) cached = { token: await mintToken(user, secret), until: Date.now() + 50 * 60_000 };
+      return cached.token;
+    },
+    WebSocket: DemoSocket as unknown as WebSocketConstructor,
+    reconnect: { baseDelayMs: 500, maxDelayMs: 5000 },
+  });
+  client.on("message", onMessage);
+  client.on("connection", onConnection);
+  client.on("read", (r) => {
+    const row = rows.find((x) => x.conversationId === r.conversationId);
+    if (row && r.userId === me && r.lastReadSeq > row.lastReadSeq) {
+      row.lastReadSeq = r.lastReadSeq; // read on another device
+      renderList();
+    }
+    if (open?.id === r.conversationId) {
+      open.reads.set(r.userId, Math.max(open.reads.get(r.userId) ?? 0, r.lastReadSeq));
+      renderMessages("keep");
+    }
+  });
+  client.on("members", (e) => {
+    if (!rows.some((r) => r.conversationId === e.conversationId)) adopt(e.conversationId, null); // we were added
+    if (open?.id === e.conversationId) void openConversation(e.conversationId).catch(report);
+  });
+  client.on("error", (e) => console.warn("chat:", e));
+
+  $("me").textContent = user;
+  $("login").hidden = true;
+  $("session").hidden = false;
+  $("app").hidden = false;
+  notice(null);
+  await loadInbox();
+  await client.connect();
+  document.body.dataset.ready = "true";
+}
+
+function signOut(): void {
+  client?.close();
+  client = null;
+  rows = [];
+  open = null;
+  me = "";
+  delete document.body.dataset.ready;
+  $("conversations").replaceChildren();
+  $("messages").replaceChildren();
+  listItems.clear();
+  messageItems.clear();
+  adopting.clear();
+  shownConversation = null;
+  $("composer").hidden = true;
+  $("older").hidden = true;
+  $("pane-title").textContent = "Pick a conversation";
+  $("pane-members").textContent = "";
+}
+
+// ---- wiring ----
+
+$("login").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  void signIn($<HTMLInputElement>("user").value.trim(), $<HTMLInputElement>("secret").value).catch(report);
+});
+$("logout").addEventListener("click", () => {
+  signOut();
+  $("login").hidden = false;
+  $("session").hidden = true;
+  $("app").hidden = true;
+  onConnection("closed");
+});
+$("new-direct").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const peer = $<HTMLInputElement>("peer");
+  void (async () => {
+    const c = await client!.openDirect(peer.value.trim());
+    peer.value = "";
+    await loadInbox();
+    await openConversation(c.conversationId);
+  })().catch(report);
+});
+$("new-group").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const title = $<HTMLInputElement>("group-title");
+  const members = $<HTMLInputElement>("group-members");
+  const memberIds = members.value.split(",").map((s) => s.trim()).filter(Boolean);
+  void (async () => {
+    const c = await client!.createGroup({ title: title.value, memberIds });
+    title.value = members.value = "";
+    await loadInbox();
+    await openConversation(c.conversationId);
+  })().catch(report);
+});
+$("composer").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const box = $<HTMLTextAreaElement>("body");
+  const text = box.value;
+  if (!client || !open || text === "") return;
+  box.value = "";
+  // The message shows up through the "message" event once the server numbered it.
+  client.send(open.id, text).catch((e) => {
+    box.value = text;
+    report(e);
+  });
+});
+$("body").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey) {
+    ev.preventDefault();
+    $<HTMLFormElement>("composer").requestSubmit();
+  }
+});
+$("conversations").addEventListener("click", (ev) => {
+  const li = (ev.target as Element).closest<HTMLElement>("li[data-id]");
+  if (li?.dataset.id) void openConversation(li.dataset.id).catch(report);
+});
+$("older").addEventListener("click", () => void loadOlder().catch(report));
+$("scroller").addEventListener("scroll", () => {
+  if ($("scroller").scrollTop === 0 && open?.hasOlder) void loadOlder().catch(report);
+});
+document.addEventListener("visibilitychange", markSeen);
+
+declare global {
+  interface Window {
+    chatDemo: unknown;
+  }
+}
+window.chatDemo = {
+  /** Cuts the live connection and keeps it cut (reconnect attempts fail) until goOnline(). */
+  goOffline() {
+    offline = true;
+    for (const s of sockets) s.close();
+  },
+  goOnline() {
+    offline = false;
+  },
+  get client() {
+    return client;
+  },
+  get connection() {
+    return client?.connectionState ?? "closed";
+  },
+};
+
+const initialUser = params.get("user");
+if (params.get("secret")) $<HTMLInputElement>("secret").value = params.get("secret")!;
+if (initialUser) {
+  $<HTMLInputElement>("user").value = initialUser;
+  void signIn(initialUser, $<HTMLInputElement>("secret").value).catch(report);
+}

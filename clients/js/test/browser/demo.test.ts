@@ -1,0 +1,199 @@
+// The demo page in headless Chromium (Debian's `chromium`, driven by playwright-core), two pages as
+// two users against the local stack: a new conversation and messages both ways; the unread badge,
+// and the read tick once the other side has read; a page whose socket is cut while messages are sent
+// catches up with no duplicate and no gap. Screenshots of both pages go to test-results/ on failure.
+//
+// The page: CHAT_DEMO_URL, else the stack's http://127.0.0.1:9003/, else this test serves
+// clients/demo/dist itself. The API: the page's defaults, or CHAT_API_URL / CHAT_WS_URL.
+// The browser: CHROMIUM_PATH, else `chromium` on PATH (apt-get install -y chromium).
+
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { extname, join, normalize } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, describe, it } from "node:test";
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { newUser, requireStack } from "../helpers/stack.js";
+
+const packageRoot = fileURLToPath(new URL("../../../", import.meta.url)); // clients/js (from build/test/browser)
+const demoDist = join(packageRoot, "..", "demo", "dist");
+const resultsDir = join(packageRoot, "test-results");
+
+function chromiumPath(): string {
+  if (process.env.CHROMIUM_PATH) return process.env.CHROMIUM_PATH;
+  for (const name of ["chromium", "chromium-browser"]) {
+    try {
+      return execFileSync("sh", ["-c", `command -v ${name}`], { encoding: "utf8" }).trim();
+    } catch {
+      // not this one
+    }
+  }
+  throw new Error("no Chromium found: apt-get install -y chromium (or set CHROMIUM_PATH)");
+}
+
+const TYPES: Record<string, string> = { ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".map": "application/json" };
+
+/** Serves clients/demo/dist on a free port, for when no stack serves the page. */
+async function serveDemo(): Promise<{ url: string; server: Server }> {
+  if (!existsSync(join(demoDist, "index.html"))) throw new Error(`${demoDist} is missing: run npm run build`);
+  const server = createServer((req, res) => {
+    const path = normalize(decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname)).replace(/^(\.\.[/\\])+/, "");
+    const file = join(demoDist, path.endsWith("/") ? "index.html" : path);
+    if (!file.startsWith(demoDist) || !existsSync(file)) {
+      res.writeHead(404).end();
+      return;
+    }
+    res.writeHead(200, { "Content-Type": TYPES[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as { port: number }).port;
+  return { url: `http://127.0.0.1:${port}/`, server };
+}
+
+async function reachable(url: string): Promise<boolean> {
+  try {
+    return (await fetch(url, { signal: AbortSignal.timeout(2000) })).ok;
+  } catch {
+    return false;
+  }
+}
+
+let context: BrowserContext;
+let profile: string;
+let demoUrl: string;
+let ownServer: Server | undefined;
+
+before(async () => {
+  await requireStack();
+  if (process.env.CHAT_DEMO_URL) demoUrl = process.env.CHAT_DEMO_URL;
+  else if (await reachable("http://127.0.0.1:9003/")) demoUrl = "http://127.0.0.1:9003/";
+  else {
+    const served = await serveDemo();
+    ownServer = served.server;
+    demoUrl = served.url;
+    console.log(`no page at :9003; serving ${demoDist} at ${demoUrl}`);
+  }
+  profile = mkdtempSync(join(tmpdir(), "chat-demo-chromium-"));
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: chromiumPath(),
+    headless: true,
+    args: [
+      "--no-sandbox",
+      "--headless",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+});
+
+after(async () => {
+  await context?.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+  ownServer?.close();
+});
+
+function pageUrl(user: string): string {
+  const u = new URL(demoUrl);
+  u.searchParams.set("user", user);
+  if (process.env.CHAT_API_URL) u.searchParams.set("api", process.env.CHAT_API_URL);
+  if (process.env.CHAT_WS_URL) u.searchParams.set("ws", process.env.CHAT_WS_URL);
+  if (process.env.CHAT_LOCAL_JWT_SECRET) u.searchParams.set("secret", process.env.CHAT_LOCAL_JWT_SECRET);
+  return u.toString();
+}
+
+async function openAs(user: string, log: string[], pages: Record<string, Page>, as: string): Promise<Page> {
+  const page = await context.newPage();
+  pages[as] = page; // for the screenshot, should anything below fail
+  page.on("console", (m) => log.push(`[${user} console.${m.type()}] ${m.text()}`));
+  page.on("pageerror", (e) => log.push(`[${user} pageerror] ${e.message}`));
+  await page.goto(pageUrl(user));
+  await page.waitForSelector("body[data-ready=true]", { timeout: 30_000 });
+  return page;
+}
+
+/** The seqs and bodies of the messages shown in a page's pane, in DOM order. */
+function shown(page: Page): Promise<{ seq: number; body: string }[]> {
+  return page.$$eval("#messages li", (lis) =>
+    lis.map((li) => ({ seq: Number((li as HTMLElement).dataset.seq), body: li.querySelector(".body")?.textContent ?? "" })),
+  );
+}
+
+async function send(page: Page, text: string): Promise<void> {
+  await page.fill("#body", text);
+  await page.press("#body", "Enter");
+}
+
+describe("demo page, two users in Chromium", () => {
+  it("conversation, unread badge, read tick, and catch-up after a cut socket", { timeout: 180_000 }, async (t) => {
+    const alice = newUser("alice");
+    const bob = newUser("bob");
+    const log: string[] = [];
+    const pages: Record<string, Page> = {};
+    try {
+      const a = await openAs(alice, log, pages, "alice");
+      const b = await openAs(bob, log, pages, "bob");
+
+      // Alice starts a direct conversation with Bob and writes.
+      await a.fill("#peer", bob);
+      await a.click("#new-direct button");
+      await a.waitForSelector("#composer:not([hidden])");
+      await send(a, "Hello Bob <b>not bold</b> 👋");
+      await a.waitForSelector('#messages li[data-seq="1"]');
+      assert.equal(await a.textContent('#messages li[data-seq="1"] .tick'), "✓ sent");
+
+      // Bob sees it in his list, unread.
+      const bobRow = b.locator("#conversations li", { hasText: alice });
+      await bobRow.waitFor({ timeout: 30_000 });
+      await b.waitForFunction(() => document.querySelector("#conversations .badge:not([hidden])")?.textContent === "1", null, { timeout: 30_000 });
+
+      // Bob opens it: the badge goes, and Alice's tick turns to read once his (debounced) mark lands.
+      await bobRow.click();
+      await b.waitForSelector('#messages li[data-seq="1"]');
+      assert.equal(await b.textContent('#messages li[data-seq="1"] .body'), "Hello Bob <b>not bold</b> 👋");
+      await b.waitForFunction(() => document.querySelectorAll("#conversations .badge:not([hidden])").length === 0);
+      await a.waitForFunction(() => document.querySelector('#messages li[data-seq="1"] .tick')?.textContent === "✓✓ read", null, { timeout: 30_000 });
+
+      // Bob replies; Alice has the conversation open and sees it.
+      await send(b, "Hi Alice");
+      await a.waitForSelector('#messages li[data-seq="2"]', { timeout: 30_000 });
+      assert.equal(await a.textContent('#messages li[data-seq="2"] .body'), "Hi Alice");
+
+      // Cut Bob's socket (and keep it cut), send meanwhile, then let him back.
+      await b.evaluate(() => (window as unknown as { chatDemo: { goOffline(): void } }).chatDemo.goOffline());
+      await b.waitForFunction(() => document.getElementById("status")?.dataset.state !== "open");
+      const offline = [1, 2, 3, 4, 5].map((i) => `sent while Bob was offline ${i}`);
+      for (const text of offline) {
+        await send(a, text);
+        await a.waitForFunction((n) => document.querySelectorAll("#messages li").length >= n, 2 + offline.indexOf(text) + 1);
+      }
+      await new Promise((r) => setTimeout(r, 1500));
+      assert.deepEqual((await shown(b)).map((m) => m.seq), [1, 2], "nothing reached Bob while his socket was cut");
+
+      await b.evaluate(() => (window as unknown as { chatDemo: { goOnline(): void } }).chatDemo.goOnline());
+      await b.waitForFunction(() => document.getElementById("status")?.dataset.state === "open", null, { timeout: 60_000 });
+      await b.waitForFunction(() => document.querySelectorAll("#messages li").length >= 7, null, { timeout: 30_000 });
+      await new Promise((r) => setTimeout(r, 1500)); // a duplicate would show up by now
+      const caughtUp = await shown(b);
+      assert.deepEqual(caughtUp.map((m) => m.seq), [1, 2, 3, 4, 5, 6, 7], "no gap, no duplicate, in order");
+      assert.deepEqual(caughtUp.slice(2).map((m) => m.body), offline);
+      // Bob has the conversation open, so he read them; Alice's ticks say so.
+      await a.waitForFunction(() => document.querySelector('#messages li[data-seq="7"] .tick')?.textContent === "✓✓ read", null, { timeout: 30_000 });
+    } catch (e) {
+      mkdirSync(resultsDir, { recursive: true });
+      for (const [who, page] of Object.entries(pages)) {
+        const file = join(resultsDir, `browser-${who}.png`);
+        await page.screenshot({ path: file, fullPage: true }).catch(() => {});
+        t.diagnostic(`screenshot: ${file}`);
+      }
+      for (const line of log.slice(-40)) t.diagnostic(line);
+      throw e;
+    }
+  });
+});

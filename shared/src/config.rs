@@ -1,9 +1,12 @@
 //! Configuration: every environment variable the functions read, read here once at init (README
 //! "Configuration"), and the AWS clients built from it.
 
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
 use std::fmt;
+use std::time::Duration;
 
 pub const DEFAULT_LOCAL_JWT_SECRET: &str = "local-dev-secret";
 
@@ -48,6 +51,40 @@ pub struct Config {
     pub region_configured: bool,
     /// `AWS_ACCESS_KEY_ID` is set (otherwise a local endpoint gets dummy credentials).
     pub credentials_configured: bool,
+    /// Time bounds of REST requests and DynamoDB calls (`CHAT_REQUEST_BUDGET_MS`,
+    /// `CHAT_DYNAMODB_TIMEOUT_MS`).
+    pub timeouts: Timeouts,
+}
+
+/// How long a REST request may keep retrying, and how long one DynamoDB call attempt may take.
+/// Against AWS a request must answer well inside the functions' 10 s timeout; a local emulator
+/// answers one request at a time, so under load it needs far longer for the same work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub request_budget: Duration,
+    pub dynamodb_attempt: Duration,
+}
+
+impl Timeouts {
+    pub const AWS: Timeouts = Timeouts {
+        request_budget: Duration::from_secs(6),
+        dynamodb_attempt: Duration::from_millis(1500),
+    };
+    pub const LOCAL: Timeouts = Timeouts {
+        request_budget: Duration::from_secs(20),
+        dynamodb_attempt: Duration::from_secs(10),
+    };
+}
+
+fn millis(name: &str, default: Duration) -> Result<Duration, String> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("{name} must be a number of milliseconds, not {v:?}")),
+    }
 }
 
 fn var(name: &str) -> Option<String> {
@@ -77,17 +114,28 @@ impl Config {
                 ))
             }
         };
+        let dynamodb_endpoint = var("DYNAMODB_ENDPOINT");
+        let defaults = if dynamodb_endpoint.is_some() {
+            Timeouts::LOCAL
+        } else {
+            Timeouts::AWS
+        };
+        let timeouts = Timeouts {
+            request_budget: millis("CHAT_REQUEST_BUDGET_MS", defaults.request_budget)?,
+            dynamodb_attempt: millis("CHAT_DYNAMODB_TIMEOUT_MS", defaults.dynamodb_attempt)?,
+        };
         Ok(Config {
             chat_table: var("CHAT_TABLE").unwrap_or_else(|| "ChatTable".into()),
             connections_table: var("CONNECTIONS_TABLE")
                 .unwrap_or_else(|| "ConnectionsTable".into()),
             event_stream: var("EVENT_STREAM").unwrap_or_else(|| "EventStream".into()),
-            dynamodb_endpoint: var("DYNAMODB_ENDPOINT"),
+            dynamodb_endpoint,
             kinesis_endpoint: var("KINESIS_ENDPOINT"),
             ws_management_endpoint: var("WS_MANAGEMENT_ENDPOINT"),
             auth,
             region_configured: var("AWS_REGION").is_some() || var("AWS_DEFAULT_REGION").is_some(),
             credentials_configured: var("AWS_ACCESS_KEY_ID").is_some(),
+            timeouts,
         })
     }
 
@@ -99,7 +147,22 @@ impl Config {
                 aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
             ))
             .build_https();
-        let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(https);
+        // Bounded calls: every request must answer within its deadline (retry.rs), so no single
+        // call may hang; the SDK retries throttling itself, briefly, before our own retries.
+        let attempt = self.timeouts.dynamodb_attempt;
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .operation_attempt_timeout(attempt)
+            .operation_timeout(attempt * 2)
+            .build();
+        let retries = RetryConfig::standard()
+            .with_max_attempts(3)
+            .with_initial_backoff(Duration::from_millis(20))
+            .with_max_backoff(Duration::from_millis(500));
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(https)
+            .timeout_config(timeouts)
+            .retry_config(retries);
         let local = self.dynamodb_endpoint.is_some() || self.kinesis_endpoint.is_some();
         if local && !self.region_configured {
             loader = loader.region(Region::new("us-east-1"));
@@ -117,6 +180,12 @@ impl Config {
             b = b.endpoint_url(url);
         }
         aws_sdk_dynamodb::Client::from_conf(b.build())
+    }
+
+    /// The chat table, its requests bounded by `timeouts.request_budget`.
+    pub fn chat_store(&self, sdk: &SdkConfig) -> crate::store::ChatStore {
+        crate::store::ChatStore::new(self.dynamodb_client(sdk), self.chat_table.clone())
+            .with_budget(self.timeouts.request_budget)
     }
 
     pub fn kinesis_client(&self, sdk: &SdkConfig) -> aws_sdk_kinesis::Client {

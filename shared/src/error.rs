@@ -17,9 +17,13 @@ pub enum ChatError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
-    /// Contention or DynamoDB throttling that did not clear within the bounded retries.
+    /// Contention or DynamoDB throttling that did not clear within the request's deadline.
     #[error("too many concurrent requests, retry later")]
     Throttled,
+    /// The database did not answer in time; the outcome is unknown to the client, which retries
+    /// (every write is safe to retry, docs/api.md §2).
+    #[error("temporarily unavailable, retry later")]
+    Unavailable,
     /// Details are logged, never returned to the client.
     #[error("internal error")]
     Internal(String),
@@ -44,6 +48,7 @@ impl ChatError {
             ChatError::PayloadTooLarge(_) => 413,
             ChatError::Throttled => 429,
             ChatError::Internal(_) => 500,
+            ChatError::Unavailable => 503,
         }
     }
 
@@ -56,7 +61,7 @@ impl ChatError {
             ChatError::Conflict(_) => "conflict",
             ChatError::PayloadTooLarge(_) => "payload_too_large",
             ChatError::Throttled => "throttled",
-            ChatError::Internal(_) => "internal",
+            ChatError::Internal(_) | ChatError::Unavailable => "internal",
         }
     }
 
@@ -98,6 +103,7 @@ mod tests {
                 "payload_too_large",
             ),
             (ChatError::Throttled, 429, "throttled"),
+            (ChatError::Unavailable, 503, "internal"),
         ];
         for (e, status, code) in cases {
             assert_eq!((e.status(), e.code()), (status, code));

@@ -1,61 +1,85 @@
-//! Bounded retries with jittered exponential backoff for optimistic-concurrency conflicts: a hot
-//! conversation keeps making progress, and a request that still loses gives up with `429` instead
-//! of hanging.
+//! Time bounds of a request: one deadline shared by every retry of it, and the waits between
+//! attempts.
 //!
-//! The bound is time, not a count: how many attempts a contended send needs depends on how many
-//! writers compete and how fast the database answers, while what a client can wait for is a
-//! duration (REST functions time out after 10 s).
+//! The bound is time, not a count: how many attempts a contended operation needs depends on how
+//! many writers compete and how fast the database answers, while what a client can wait for, and
+//! what Lambda allows (REST functions time out after 10 s), is a duration. A request that runs out
+//! of time (its budget: `config::Timeouts`) answers `429 throttled` with `Retry-After` (or `503` when the database itself did not
+//! answer), never the gateway's bare timeout.
 
 use std::time::{Duration, Instant};
 
-/// How long one request may keep retrying before it answers `429 throttled`.
-pub const RETRY_BUDGET: Duration = Duration::from_secs(6);
+/// When a request must stop starting new attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(Instant);
 
-/// Delay before attempt `attempt` (1-based; the first attempt does not wait): random up to 5, 10,
-/// 20 … ms, capped at 640 ms. Full jitter spreads contending writers out instead of letting them
-/// collide again in lockstep; the growing cap adapts to however many of them there are. (Retrying
-/// old requests more eagerly, to stop fresh ones overtaking them, was measured: fewer 429s under
-/// overload but half the throughput of a hot conversation, see README "Benchmark".)
+impl Deadline {
+    pub fn after(budget: Duration) -> Self {
+        Deadline(Instant::now() + budget)
+    }
+
+    pub fn remaining(&self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+
+    pub fn passed(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// Sleeps `d`, or less if the deadline comes first; false once the deadline has passed.
+    pub async fn sleep(&self, d: Duration) -> bool {
+        tokio::time::sleep(d.min(self.remaining())).await;
+        !self.passed()
+    }
+}
+
+/// A random duration in `[lo, hi]` (jitter, so contenders do not collide again in lockstep).
+pub fn jitter(lo: Duration, hi: Duration) -> Duration {
+    let span = hi.saturating_sub(lo).as_micros() as u64;
+    let r = uuid::Uuid::new_v4().as_u128() as u64 % (span + 1);
+    lo + Duration::from_micros(r)
+}
+
+/// Delay before attempt `attempt` (1-based; the first attempt does not wait) of an operation that
+/// lost to throttling or a transaction conflict: random up to 5, 10, 20 … ms, capped at 320 ms.
 pub fn backoff(attempt: u32) -> Duration {
     if attempt <= 1 {
         return Duration::ZERO;
     }
-    let cap_ms = 5u64 << (attempt - 2).min(7);
-    let jitter = uuid::Uuid::new_v4().as_u128() as u64 % (cap_ms + 1);
-    Duration::from_millis(jitter.max(1))
+    let cap = Duration::from_millis(5 << (attempt - 2).min(6));
+    jitter(Duration::from_millis(1), cap)
 }
 
-/// Attempts of one operation: `while retry.next().await { … }` then give up with `Throttled`.
+/// Attempts of one operation within a deadline: `while retry.next().await { … }`, then give up
+/// with `Throttled`.
 #[derive(Debug)]
 pub struct Retry {
-    started: Instant,
+    deadline: Deadline,
     attempt: u32,
 }
 
-impl Default for Retry {
-    fn default() -> Self {
+impl Retry {
+    pub fn until(deadline: Deadline) -> Self {
         Retry {
-            started: Instant::now(),
+            deadline,
             attempt: 0,
         }
     }
-}
 
-impl Retry {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Waits before the next attempt; false once the time budget is spent.
+    /// Waits before the next attempt (backoff); false once the deadline has passed.
     pub async fn next(&mut self) -> bool {
         self.attempt += 1;
-        if self.attempt > 1 {
-            if self.started.elapsed() >= RETRY_BUDGET {
-                return false;
-            }
-            tokio::time::sleep(backoff(self.attempt)).await;
+        if self.attempt == 1 {
+            return !self.deadline.passed();
         }
-        true
+        self.deadline.sleep(backoff(self.attempt)).await
+    }
+
+    /// The next attempt without waiting: the previous one lost to someone who made progress (a
+    /// failed condition), so there is nothing to wait for.
+    pub fn next_now(&mut self) -> bool {
+        self.attempt += 1;
+        !self.deadline.passed()
     }
 }
 
@@ -67,20 +91,35 @@ mod tests {
     fn backoff_is_bounded() {
         assert_eq!(backoff(1), Duration::ZERO);
         for a in 2..50 {
-            assert!(backoff(a) <= Duration::from_millis(640));
+            assert!(backoff(a) <= Duration::from_millis(320));
             assert!(backoff(a) >= Duration::from_millis(1));
         }
     }
 
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..100 {
+            let j = jitter(Duration::from_millis(2), Duration::from_millis(5));
+            assert!(j >= Duration::from_millis(2) && j <= Duration::from_millis(5));
+        }
+    }
+
     #[tokio::test]
-    async fn retries_end_after_the_budget() {
-        let mut fresh = Retry::new();
-        assert!(fresh.next().await, "the first attempt always runs");
-        assert!(fresh.next().await, "a retry within the budget runs");
-        let mut spent = Retry {
-            started: Instant::now() - RETRY_BUDGET,
-            attempt: 1,
-        };
-        assert!(!spent.next().await, "no retry once the budget is spent");
+    async fn retries_end_at_the_deadline() {
+        let mut fresh = Retry::until(Deadline::after(Duration::from_secs(5)));
+        assert!(fresh.next().await, "the first attempt runs");
+        assert!(fresh.next().await, "a retry within the deadline runs");
+        assert!(fresh.next_now());
+        let mut spent = Retry::until(Deadline::after(Duration::ZERO));
+        assert!(!spent.next().await, "nothing runs past the deadline");
+        assert!(!spent.next_now());
+    }
+
+    #[tokio::test]
+    async fn a_sleep_never_outlasts_the_deadline() {
+        let d = Deadline::after(Duration::from_millis(30));
+        let started = Instant::now();
+        assert!(!d.sleep(Duration::from_secs(10)).await);
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

@@ -30,6 +30,16 @@ pub fn unix_seconds(t: OffsetDateTime) -> i64 {
     t.unix_timestamp()
 }
 
+/// Milliseconds since the Unix epoch.
+pub fn unix_millis(t: OffsetDateTime) -> u64 {
+    (t.unix_timestamp_nanos() / 1_000_000).max(0) as u64
+}
+
+/// Microseconds since the Unix epoch (orders sends waiting for a group commit).
+pub fn unix_micros(t: OffsetDateTime) -> u64 {
+    (t.unix_timestamp_nanos() / 1_000).max(0) as u64
+}
+
 pub fn parse_rfc3339(s: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(s, &Rfc3339).ok()
 }

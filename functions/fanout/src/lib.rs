@@ -54,7 +54,7 @@ impl Fanout {
             .management_client(&sdk)
             .ok_or("WS_MANAGEMENT_ENDPOINT is not set")?;
         Ok(Fanout::new(
-            ChatStore::new(db.clone(), config.chat_table.clone()),
+            config.chat_store(&sdk),
             ConnectionStore::new(db, config.connections_table.clone()),
             management,
         ))

@@ -7,7 +7,7 @@ use aws_lambda_events::event::apigw::ApiGatewayWebsocketProxyRequest;
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use chat_shared::auth::TokenVerifier;
-use chat_shared::{ChatStore, Config, ConnectionStore};
+use chat_shared::{Config, ConnectionStore};
 use fanout::Fanout;
 use relay::Relay;
 use serde_json::{json, Value};
@@ -37,12 +37,12 @@ impl Handlers {
             .ok_or("no Management API endpoint")?;
         Ok(Handlers {
             ws: WsConnection::new(connections.clone(), verifier),
-            relay: Relay::new(config.kinesis_client(sdk), config.event_stream.clone()),
-            fanout: Fanout::new(
-                ChatStore::new(db, config.chat_table.clone()),
-                connections,
-                management,
+            relay: Relay::new(
+                config.kinesis_client(sdk),
+                config.event_stream.clone(),
+                config.chat_store(sdk),
             ),
+            fanout: Fanout::new(config.chat_store(sdk), connections, management),
         })
     }
 

@@ -26,7 +26,7 @@ impl App {
         let config = Config::from_env()?;
         let sdk = config.sdk_config().await;
         Ok(App {
-            store: ChatStore::new(config.dynamodb_client(&sdk), config.chat_table.clone()),
+            store: config.chat_store(&sdk),
             auth: Authenticator::from(&config.auth),
         })
     }
@@ -182,7 +182,7 @@ pub fn respond(result: Result<Response<Body>, ChatError>, request_id: &str) -> R
     let mut builder = Response::builder()
         .status(e.status())
         .header(header::CONTENT_TYPE, "application/json");
-    if matches!(e, ChatError::Throttled) {
+    if matches!(e, ChatError::Throttled | ChatError::Unavailable) {
         builder = builder.header(header::RETRY_AFTER, "1");
     }
     builder
@@ -197,6 +197,10 @@ where
     Fut: Future<Output = Result<Response<Body>, ChatError>>,
 {
     let id = request_id(&req);
+    let app = App {
+        store: app.store.for_request(),
+        ..app
+    };
     respond(handler(app, req).await, &id)
 }
 

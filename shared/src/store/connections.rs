@@ -19,6 +19,11 @@ use super::attrs::Item;
 use super::{batch_get, keys, sdk_error};
 use crate::domain::UserId;
 use crate::error::ChatError;
+use crate::retry::{Deadline, Retry};
+
+/// How long `$connect` and the fanout's reads may retry (their functions time out after 10 s and
+/// 60 s).
+const RETRY_BUDGET: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// API Gateway's maximum connection duration.
 pub const CONNECTION_TTL_SECS: i64 = 2 * 60 * 60;
@@ -67,7 +72,7 @@ impl ConnectionStore {
             .send()
             .await
             .map_err(|e| sdk_error("PutItem", e))?;
-        let mut retry = crate::retry::Retry::new();
+        let mut retry = Retry::until(Deadline::after(RETRY_BUDGET));
         while retry.next().await {
             // Add to the existing map, or create the map; the conditions make the two race-free.
             let add = self
@@ -175,7 +180,13 @@ impl ConnectionStore {
     ) -> Result<Vec<(UserId, String)>, ChatError> {
         let batches = users.chunks(100).map(|chunk| {
             let keys = chunk.iter().map(presence_key).collect();
-            batch_get(&self.db, &self.table, keys, false)
+            batch_get(
+                &self.db,
+                &self.table,
+                keys,
+                false,
+                Deadline::after(RETRY_BUDGET),
+            )
         });
         let mut out = Vec::new();
         for item in try_join_all(batches).await?.into_iter().flatten() {

@@ -13,7 +13,6 @@ use crate::domain::conversation::{
 use crate::domain::model::Conversation;
 use crate::domain::{ConversationId, ConversationType, UserId};
 use crate::error::ChatError;
-use crate::retry::Retry;
 
 /// Member items per transaction next to the conversation item (TransactWriteItems takes 100).
 const MEMBERS_PER_TX: usize = 99;
@@ -41,10 +40,10 @@ impl ChatStore {
         &self,
         parts: Vec<TransactWriteItem>,
     ) -> Result<TxOutcome, ChatError> {
-        let mut retry = Retry::new();
+        let mut retry = self.retry();
         while retry.next().await {
             match self.transact(parts.clone()).await? {
-                TxOutcome::Contended => continue,
+                TxOutcome::Conflict => continue,
                 done => return Ok(done),
             }
         }
@@ -215,21 +214,18 @@ impl ChatStore {
             }];
             for user in chunk.iter() {
                 // While a large group is still being written, a concurrent request with the same
-                // request id and the same content rewrites the same members harmlessly; different
-                // content is a conflict. Once the group exists, its request id just returns it.
-                parts.push(tx::update(
+                // request id and the same content rewrites the same members harmlessly (nobody
+                // can have read the group yet); different content is a conflict. Once the group
+                // exists, its request id just returns it.
+                let member = MemberItem {
+                    create_fp: Some(fingerprint.clone()),
+                    ..MemberItem::new(&id, user, 0, &now)
+                };
+                parts.push(tx::put(
                     &self.table,
-                    keys::member_key(&id, user),
-                    "SET memberId = :u, conversationId = :c, lastReadSeq = if_not_exists(lastReadSeq, :zero), \
-                     joinedAt = if_not_exists(joinedAt, :now), createFp = :fp",
+                    member.to_item()?,
                     Some("attribute_not_exists(pk) OR createFp = :fp"),
-                    &[
-                        (":u", s(user.as_str())),
-                        (":c", s(id.as_str())),
-                        (":zero", n(0)),
-                        (":now", s(&now)),
-                        (":fp", s(&fingerprint)),
-                    ],
+                    &[(":fp", s(&fingerprint))],
                 )?);
             }
             match self.transact_retrying(parts).await? {
@@ -257,7 +253,7 @@ impl ChatStore {
         id: &ConversationId,
         users: &[UserId],
     ) -> Result<Conversation, ChatError> {
-        let mut retry = Retry::new();
+        let mut retry = self.retry();
         while retry.next().await {
             let (conversation, members) = self.load_for_member(caller, id).await?;
             check_membership_change(conversation.kind)?;
@@ -300,10 +296,10 @@ impl ChatStore {
                     done.member_count = (members.len() + chunk.len()) as u32;
                     return Ok(done);
                 }
-                // Progress: the next chunk starts with a fresh retry budget.
-                TxOutcome::Committed => retry = Retry::new(),
+                // Progress: on to the next chunk.
+                TxOutcome::Committed => {}
                 // Lost to a send, another add or a removal: read again and retry.
-                TxOutcome::Cancelled(_) | TxOutcome::Contended => {}
+                TxOutcome::Cancelled(_) | TxOutcome::Conflict => {}
             }
         }
         Err(ChatError::Throttled)
@@ -338,7 +334,12 @@ impl ChatStore {
             return Err(ChatError::NotFound);
         }
         let parts = vec![
-            tx::delete(&self.table, keys::member_key(id, target), "attribute_exists(pk)")?,
+            tx::delete(
+                &self.table,
+                keys::member_key(id, target),
+                "attribute_exists(pk)",
+                &[],
+            )?,
             tx::update(
                 &self.table,
                 keys::conversation_key(id),

@@ -10,31 +10,42 @@ pub mod items;
 pub mod keys;
 mod messages;
 mod reads;
+mod send;
 mod tx;
 
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 
 use crate::error::ChatError;
+use crate::retry::{Deadline, Retry};
 
 pub use attrs::Item;
 pub use connections::ConnectionStore;
 pub use items::{ConversationItem, MemberItem};
 
-/// The chat table, reached through one DynamoDB client built at init.
+/// The chat table, reached through one DynamoDB client built at init. A request's copy carries
+/// its deadline (`with_deadline`), which every retry inside the store shares.
 #[derive(Clone, Debug)]
 pub struct ChatStore {
     db: Client,
     table: String,
+    /// How long one request may take (`Config::timeouts`).
+    budget: Duration,
+    deadline: Option<Deadline>,
 }
 
 /// Result of a TransactWriteItems: committed, or cancelled with one reason per item (in request
-/// order), or lost to a concurrent transaction.
+/// order), or lost to a concurrent transaction on one of its items (DynamoDB's
+/// `TransactionConflict`: retry after a short pause).
 enum TxOutcome {
     Committed,
     Cancelled(Vec<CancelReason>),
-    Contended,
+    Conflict,
 }
 
 struct CancelReason {
@@ -53,6 +64,7 @@ fn reason_failed(reasons: &[CancelReason], i: usize) -> Option<&CancelReason> {
     reasons.get(i).filter(|r| r.failed_condition())
 }
 
+/// Request-level errors that mean "too much at once": the SDK has already retried them.
 const THROTTLING: [&str; 5] = [
     "ProvisionedThroughputExceededException",
     "RequestLimitExceeded",
@@ -61,8 +73,9 @@ const THROTTLING: [&str; 5] = [
     "TransactionConflictException",
 ];
 
-/// Maps an SDK error: throttling to `Throttled`, the rest to `Internal` with the details (which
-/// the edge logs once and never shows).
+/// Maps an SDK error: throttling to `Throttled`; no answer (timeouts, connection failures) to
+/// `Unavailable`; the rest to `Internal` with the details (which the edge logs once and never
+/// shows).
 pub(crate) fn sdk_error<E, R>(op: &str, err: SdkError<E, R>) -> ChatError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -71,61 +84,127 @@ where
     if THROTTLING.contains(&err.code().unwrap_or_default()) {
         return ChatError::Throttled;
     }
+    if matches!(
+        err,
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_)
+    ) {
+        return ChatError::Unavailable;
+    }
     let detail = aws_sdk_dynamodb::error::DisplayErrorContext(&err);
     ChatError::internal(format!("{op}: {detail}"))
 }
+
+/// Whether a TransactWriteItems may or may not have been applied: no answer, or DynamoDB still
+/// working on an earlier attempt of the same token.
+fn ambiguous<R>(err: &SdkError<TransactWriteItemsError, R>) -> bool {
+    matches!(
+        err,
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
+    ) || matches!(
+        err.as_service_error(),
+        Some(TransactWriteItemsError::TransactionInProgressException(_))
+    )
+}
+
+/// The least time an ambiguous commit gets to be settled, even at the deadline.
+const SETTLE_TIME: Duration = Duration::from_millis(1500);
 
 impl ChatStore {
     pub fn new(db: Client, table: impl Into<String>) -> Self {
         ChatStore {
             db,
             table: table.into(),
+            budget: crate::config::Timeouts::AWS.request_budget,
+            deadline: None,
         }
     }
 
-    /// One TransactWriteItems call.
+    pub fn with_budget(self, budget: Duration) -> Self {
+        ChatStore { budget, ..self }
+    }
+
+    /// This store for one request starting now: every retry inside shares its deadline.
+    pub fn for_request(&self) -> Self {
+        ChatStore {
+            deadline: Some(Deadline::after(self.budget)),
+            ..self.clone()
+        }
+    }
+
+    /// The request's deadline (an operation outside a request gets the budget from now).
+    fn deadline(&self) -> Deadline {
+        self.deadline
+            .unwrap_or_else(|| Deadline::after(self.budget))
+    }
+
+    fn retry(&self) -> Retry {
+        Retry::until(self.deadline())
+    }
+
+    /// One TransactWriteItems, with a ClientRequestToken. When the answer is lost or DynamoDB is
+    /// still busy with the same token, the identical request is sent again with the same token:
+    /// DynamoDB applies a token at most once (for 10 minutes) and answers the repeat as it would
+    /// have answered the first, so the outcome reported is the true one.
     async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<TxOutcome, ChatError> {
-        match self
-            .db
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut answer = self.transact_once(&items, &token).await;
+        let settle_by = Deadline::after(self.deadline().remaining().max(SETTLE_TIME));
+        while matches!(&answer, Err(e) if ambiguous(e)) && !settle_by.passed() {
+            settle_by.sleep(Duration::from_millis(20)).await;
+            answer = self.transact_once(&items, &token).await;
+        }
+        let err = match answer {
+            Ok(_) => return Ok(TxOutcome::Committed),
+            Err(err) => err,
+        };
+        if ambiguous(&err) {
+            // Not settled in time: the client retries the same request, which is safe.
+            return Err(ChatError::Unavailable);
+        }
+        let Some(TransactWriteItemsError::TransactionCanceledException(e)) = err.as_service_error()
+        else {
+            return Err(sdk_error("TransactWriteItems", err));
+        };
+        let reasons: Vec<CancelReason> = e
+            .cancellation_reasons()
+            .iter()
+            .map(|r| CancelReason {
+                code: r.code().map(str::to_owned),
+                item: r.item().cloned(),
+            })
+            .collect();
+        let codes = || reasons.iter().filter_map(|r| r.code.as_deref());
+        if codes().any(|c| c == "TransactionConflict") {
+            return Ok(TxOutcome::Conflict);
+        }
+        if codes().any(|c| matches!(c, "ThrottlingError" | "ProvisionedThroughputExceeded")) {
+            return Err(ChatError::Throttled);
+        }
+        if let Some(other) = codes().find(|c| !matches!(*c, "None" | "ConditionalCheckFailed")) {
+            // Not a condition of ours: never guess an answer from it.
+            return Err(ChatError::internal(format!(
+                "transaction cancelled: {other}"
+            )));
+        }
+        Ok(TxOutcome::Cancelled(reasons))
+    }
+
+    async fn transact_once(
+        &self,
+        items: &[TransactWriteItem],
+        token: &str,
+    ) -> Result<(), SdkError<TransactWriteItemsError, HttpResponse>> {
+        self.db
             .transact_write_items()
-            .set_transact_items(Some(items))
+            .set_transact_items(Some(items.to_vec()))
+            .client_request_token(token)
             .send()
             .await
-        {
-            Ok(_) => Ok(TxOutcome::Committed),
-            Err(err) => {
-                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError as E;
-                match err.as_service_error() {
-                    Some(E::TransactionCanceledException(e)) => {
-                        let reasons: Vec<CancelReason> = e
-                            .cancellation_reasons()
-                            .iter()
-                            .map(|r| CancelReason {
-                                code: r.code().map(str::to_owned),
-                                item: r.item().cloned(),
-                            })
-                            .collect();
-                        let contended = reasons.iter().any(|r| {
-                            matches!(
-                                r.code.as_deref(),
-                                Some("TransactionConflict" | "ThrottlingError")
-                            )
-                        });
-                        Ok(if contended {
-                            TxOutcome::Contended
-                        } else {
-                            TxOutcome::Cancelled(reasons)
-                        })
-                    }
-                    Some(E::TransactionInProgressException(_)) => Ok(TxOutcome::Contended),
-                    _ => Err(sdk_error("TransactWriteItems", err)),
-                }
-            }
-        }
+            .map(|_| ())
     }
 
     async fn batch_get(&self, keys: Vec<Item>, consistent: bool) -> Result<Vec<Item>, ChatError> {
-        batch_get(&self.db, &self.table, keys, consistent).await
+        batch_get(&self.db, &self.table, keys, consistent, self.deadline()).await
     }
 }
 
@@ -135,10 +214,11 @@ pub(crate) async fn batch_get(
     table: &str,
     keys: Vec<Item>,
     consistent: bool,
+    deadline: Deadline,
 ) -> Result<Vec<Item>, ChatError> {
     let mut out = Vec::with_capacity(keys.len());
     let mut pending = keys;
-    let mut retry = crate::retry::Retry::new();
+    let mut retry = Retry::until(deadline);
     while retry.next().await {
         if pending.is_empty() {
             return Ok(out);

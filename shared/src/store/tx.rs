@@ -79,12 +79,18 @@ pub fn check(
     Ok(TransactWriteItem::builder().condition_check(c).build())
 }
 
-pub fn delete(table: &str, key: Item, condition: &str) -> Result<TransactWriteItem, ChatError> {
+pub fn delete(
+    table: &str,
+    key: Item,
+    condition: &str,
+    v: Values,
+) -> Result<TransactWriteItem, ChatError> {
     let d = built(
         Delete::builder()
             .table_name(table)
             .set_key(Some(key))
             .condition_expression(condition)
+            .set_expression_attribute_values(values(v))
             .return_values_on_condition_check_failure(OnFail::AllOld)
             .build(),
     )?;

@@ -1,6 +1,11 @@
 //! Relay: the chat table's stream (the outbox) → Kinesis, partition key = conversation id
 //! (docs/event-pipeline.md).
 //!
+//! Content: the conversation item carries only the last message's preview, so for messages a
+//! record names without their content (a group commit, a long body) the relay reads them from the
+//! table, one Query per conversation per batch; conversations above 200 members are pushed light
+//! and need no read.
+//!
 //! Order: stream records of one item arrive in order, and every conversation-level event comes
 //! from the conversation item (`events::stream`), so one conversation's events are already in
 //! `seq` order here. The relay packs them into one Kinesis record per conversation per PutRecords
@@ -8,15 +13,18 @@
 //! a record fails, the earliest stream record behind it is reported (ReportBatchItemFailures):
 //! Lambda redelivers from there, nothing is lost and nothing before it is repeated.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use chat_shared::events::plan::{group_by_conversation, put_rounds, BatchFailures, OutgoingRecord};
+use chat_shared::events::plan::{
+    group_by_conversation, put_rounds, BatchFailures, ConversationEvents, OutgoingRecord,
+};
 use chat_shared::events::stream::events_from_change;
-use chat_shared::Config;
+use chat_shared::events::Event;
+use chat_shared::{ChatStore, Config, ConversationId};
 
 /// Stay well under Kinesis' 1 MiB per record.
 const MAX_RECORD_BYTES: usize = 900 * 1024;
@@ -27,20 +35,31 @@ const MAX_RECORDS_PER_CALL: usize = 500;
 pub struct Relay {
     kinesis: aws_sdk_kinesis::Client,
     stream: String,
+    chat: ChatStore,
 }
 
 impl Relay {
-    pub fn new(kinesis: aws_sdk_kinesis::Client, stream: impl Into<String>) -> Self {
+    pub fn new(
+        kinesis: aws_sdk_kinesis::Client,
+        stream: impl Into<String>,
+        chat: ChatStore,
+    ) -> Self {
         Relay {
             kinesis,
             stream: stream.into(),
+            chat,
         }
     }
 
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
         let config = Config::from_env()?;
         let sdk = config.sdk_config().await;
-        Ok(Relay::new(config.kinesis_client(&sdk), config.event_stream))
+        let chat = config.chat_store(&sdk);
+        Ok(Relay::new(
+            config.kinesis_client(&sdk),
+            config.event_stream,
+            chat,
+        ))
     }
 
     pub async fn handle(&self, event: StreamEvent) -> DynamoDbEventResponse {
@@ -49,9 +68,15 @@ impl Relay {
 
         // Every event of the batch in stream order, with the record it comes from.
         let mut events = Vec::new();
+        let mut fill = HashSet::new();
         for (i, record) in records.iter().enumerate() {
             match events_from_change(&record.change.old_image, &record.change.new_image) {
-                Ok(found) => events.extend(found.into_iter().map(|e| (e, i))),
+                Ok(change) => {
+                    if change.fill {
+                        fill.extend(change.events.iter().map(|e| e.conversation_id().clone()));
+                    }
+                    events.extend(change.events.into_iter().map(|e| (e, i)));
+                }
                 Err(e) => {
                     // Not ours to skip: report it (and so everything after it) for retry; after the
                     // retries it goes to the on-failure destination, never silently away.
@@ -65,7 +90,19 @@ impl Relay {
         // A conversation whose record failed sends nothing more, so its events never enter
         // Kinesis out of order.
         let mut broken = HashSet::new();
-        for round in put_rounds(group_by_conversation(events), MAX_RECORD_BYTES) {
+        let mut groups = group_by_conversation(events);
+        for group in groups
+            .iter_mut()
+            .filter(|g| fill.contains(&g.conversation_id))
+        {
+            if let Err(e) = self.fill_content(group).await {
+                tracing::warn!(conversation = %group.conversation_id, error = ?e, "reading messages failed; batch will be retried");
+                broken.insert(group.conversation_id.clone());
+                failures.fail(group.first_record());
+            }
+        }
+        groups.retain(|g| !broken.contains(&g.conversation_id));
+        for round in put_rounds(groups, MAX_RECORD_BYTES) {
             let pending: Vec<OutgoingRecord> = round
                 .into_iter()
                 .filter(|o| !broken.contains(&o.batch.conversation_id))
@@ -85,6 +122,43 @@ impl Relay {
             response.batch_item_failures.push(failure);
         }
         response
+    }
+
+    /// Gives light `message.new` events their content, read from the table (1 Query).
+    async fn fill_content(
+        &self,
+        group: &mut ConversationEvents,
+    ) -> Result<(), chat_shared::ChatError> {
+        let seqs = group
+            .events
+            .iter()
+            .filter(|(e, _)| e.is_light())
+            .filter_map(|(e, _)| match e {
+                Event::MessageNew { seq, .. } => Some(*seq),
+                _ => None,
+            });
+        let (Some(from), Some(to)) = (seqs.clone().min(), seqs.max()) else {
+            return Ok(());
+        };
+        let id: &ConversationId = &group.conversation_id;
+        let found: HashMap<u64, Event> = self
+            .chat
+            .messages_between(id, from, to)
+            .await?
+            .iter()
+            .map(|m| (m.seq, Event::message_new(m)))
+            .collect();
+        for (event, _) in group.events.iter_mut() {
+            if let Event::MessageNew {
+                seq, body: None, ..
+            } = event
+            {
+                if let Some(full) = found.get(seq) {
+                    *event = full.clone();
+                }
+            }
+        }
+        Ok(())
     }
 
     /// One PutRecords call; returns the indexes of the entries that did not make it.

@@ -28,6 +28,16 @@ pub fn message_fingerprint(sender: &UserId, body: &str) -> String {
     hex_digest(&["message", sender.as_str(), body])
 }
 
+/// A new message's `createdAt`: the clock's time, but never before the conversation's previous
+/// message (clocks of two servers differ by a few milliseconds; times within one conversation
+/// must not go backwards). Both are fixed-width RFC 3339 UTC strings, which sort as time.
+pub fn message_time(now: String, previous: Option<&str>) -> String {
+    match previous {
+        Some(p) if p > now.as_str() => p.to_owned(),
+        _ => now,
+    }
+}
+
 /// The first 200 characters of a body.
 pub fn preview(body: &str) -> &str {
     match body.char_indices().nth(PREVIEW_CHARS) {
@@ -57,6 +67,15 @@ mod tests {
         assert_eq!(message_fingerprint(&a, "x"), message_fingerprint(&a, "x"));
         assert_ne!(message_fingerprint(&a, "x"), message_fingerprint(&b, "x"));
         assert_ne!(message_fingerprint(&a, "x"), message_fingerprint(&a, "y"));
+    }
+
+    #[test]
+    fn message_times_never_go_backwards() {
+        let earlier = "2026-01-01T00:00:00.100Z".to_owned();
+        let later = "2026-01-01T00:00:00.200Z";
+        assert_eq!(message_time(earlier.clone(), Some(later)), later);
+        assert_eq!(message_time(later.to_owned(), Some(&earlier)), later);
+        assert_eq!(message_time(earlier.clone(), None), earlier);
     }
 
     #[test]

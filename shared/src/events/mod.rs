@@ -6,6 +6,7 @@ pub mod stream;
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::model::Message;
 use crate::domain::{ConversationId, UserId};
 
 /// Conversations larger than this get the light `message.new` (no content).
@@ -63,6 +64,35 @@ impl Event {
         }
     }
 
+    /// `message.new` with the message's content.
+    pub fn message_new(m: &Message) -> Event {
+        Event::MessageNew {
+            conversation_id: m.conversation_id.clone(),
+            seq: m.seq,
+            sender_id: Some(m.sender_id.clone()),
+            client_msg_id: Some(m.client_msg_id.clone()),
+            body: Some(m.body.clone()),
+            created_at: Some(m.created_at.clone()),
+        }
+    }
+
+    /// The light `message.new`: that message `seq` exists, without its content.
+    pub fn light(conversation_id: &ConversationId, seq: u64) -> Event {
+        Event::MessageNew {
+            conversation_id: conversation_id.clone(),
+            seq,
+            sender_id: None,
+            client_msg_id: None,
+            body: None,
+            created_at: None,
+        }
+    }
+
+    /// A light `message.new` (no content).
+    pub fn is_light(&self) -> bool {
+        matches!(self, Event::MessageNew { body: None, .. })
+    }
+
     /// The form pushed to a conversation of `members` members: content-free `message.new` above
     /// 200 members (clients fetch the content when they need it).
     pub fn for_audience(&self, members: usize) -> Event {
@@ -71,14 +101,7 @@ impl Event {
                 conversation_id,
                 seq,
                 ..
-            } if members > FULL_PUSH_MAX_MEMBERS => Event::MessageNew {
-                conversation_id: conversation_id.clone(),
-                seq: *seq,
-                sender_id: None,
-                client_msg_id: None,
-                body: None,
-                created_at: None,
-            },
+            } if members > FULL_PUSH_MAX_MEMBERS => Event::light(conversation_id, *seq),
             other => other.clone(),
         }
     }

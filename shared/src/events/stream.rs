@@ -1,20 +1,33 @@
 //! Events from the chat table's stream (the outbox, docs/event-pipeline.md).
 //!
 //! Every conversation-level event comes from the conversation item's own stream records: a new
-//! `lastSeq` (with the message as `lastMessage`) is `message.new`, a new `membersVersion` is
+//! `lastSeq` is `message.new` for every seq it passed, a new `membersVersion` is
 //! `member.added`/`member.removed`. DynamoDB Streams keeps one item's records in order, so one
 //! conversation's messages reach the relay in `seq` order. `read.updated` comes from member items.
+//!
+//! The conversation item carries only the last message's preview, and a group commit moves
+//! `lastSeq` by several at once, so a record may say that messages exist without carrying their
+//! content: those `message.new` come out light, and `Change::fill` asks the relay to read their
+//! content from the table (conversations above 200 members are pushed light anyway).
 
 use serde_dynamo::{AttributeValue, Item};
 
-use super::Event;
+use super::{Event, FULL_PUSH_MAX_MEMBERS};
 use crate::error::ChatError;
 use crate::store::items::{from_item, ConversationItem, MembersChangeKind};
 use crate::store::keys;
 use crate::store::MemberItem;
 
+/// What one stream record stands for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    pub events: Vec<Event>,
+    /// The light `message.new` among `events` are to get their content from the table.
+    pub fill: bool,
+}
+
 /// The events one stream record (its old and new images) stands for; often none.
-pub fn events_from_change(old: &Item, new: &Item) -> Result<Vec<Event>, ChatError> {
+pub fn events_from_change(old: &Item, new: &Item) -> Result<Change, ChatError> {
     let sk = match new.get(keys::SK).or_else(|| old.get(keys::SK)) {
         Some(AttributeValue::S(sk)) => sk.as_str(),
         _ => "",
@@ -32,34 +45,36 @@ pub fn events_from_change(old: &Item, new: &Item) -> Result<Vec<Event>, ChatErro
         // A send moves the sender's watermark too; message.new already says so.
         let is_send = after.last_sent_seq != before.last_sent_seq;
         if after.last_read_seq > before.last_read_seq && !is_send {
-            return Ok(vec![Event::ReadUpdated {
-                conversation_id: after.conversation_id,
-                user_id: after.member_id,
-                last_read_seq: after.last_read_seq,
-            }]);
-        }
-    }
-    Ok(vec![])
-}
-
-fn conversation_events(before: Option<&ConversationItem>, after: &ConversationItem) -> Vec<Event> {
-    let mut events = Vec::new();
-    let (seq_before, version_before) = before.map_or((0, 0), |b| (b.last_seq, b.members_version));
-    if after.last_seq > seq_before {
-        if let Some(m) = after
-            .last_message
-            .as_ref()
-            .filter(|m| m.seq == after.last_seq)
-        {
-            events.push(Event::MessageNew {
-                conversation_id: after.conversation_id.clone(),
-                seq: m.seq,
-                sender_id: Some(m.sender_id.clone()),
-                client_msg_id: Some(m.client_msg_id.clone()),
-                body: Some(m.body.clone()),
-                created_at: Some(m.created_at.clone()),
+            return Ok(Change {
+                events: vec![Event::ReadUpdated {
+                    conversation_id: after.conversation_id,
+                    user_id: after.member_id,
+                    last_read_seq: after.last_read_seq,
+                }],
+                fill: false,
             });
         }
+    }
+    Ok(Change::default())
+}
+
+fn conversation_events(before: Option<&ConversationItem>, after: &ConversationItem) -> Change {
+    let mut events = Vec::new();
+    let (seq_before, version_before) = before.map_or((0, 0), |b| (b.last_seq, b.members_version));
+    let last = after
+        .last_message
+        .as_ref()
+        .filter(|m| m.seq == after.last_seq)
+        .and_then(|m| m.complete(&after.conversation_id));
+    let mut light = false;
+    for seq in seq_before + 1..=after.last_seq {
+        events.push(match &last {
+            Some(m) if m.seq == seq => Event::message_new(m),
+            _ => {
+                light = true;
+                Event::light(&after.conversation_id, seq)
+            }
+        });
     }
     if after.members_version > version_before {
         if let Some(change) = &after.members_change {
@@ -77,14 +92,17 @@ fn conversation_events(before: Option<&ConversationItem>, after: &ConversationIt
             });
         }
     }
-    events
+    Change {
+        events,
+        fill: light && after.member_count as usize <= FULL_PUSH_MAX_MEMBERS,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::events::tests::{conversation, user};
-    use crate::store::items::{MembersChange, StoredMessage};
+    use crate::store::items::{LastMessage, MembersChange};
 
     fn image<T: serde::Serialize>(value: &T, sk: &str) -> Item {
         let mut item: Item = serde_dynamo::to_item(value).unwrap();
@@ -104,12 +122,13 @@ mod tests {
             last_seq,
             created_at: "2026-01-01T00:00:00.000Z".into(),
             last_message_at: None,
-            last_message: (last_seq > 0).then(|| StoredMessage {
+            last_message: (last_seq > 0).then(|| LastMessage {
                 seq: last_seq,
                 client_msg_id: "id".into(),
                 sender_id: user("u"),
                 body: "b".into(),
                 created_at: "t".into(),
+                truncated: false,
             }),
             members_version,
             members_change: (members_version > 0).then(|| MembersChange {
@@ -121,13 +140,14 @@ mod tests {
 
     #[test]
     fn a_send_is_message_new_and_a_membership_change_is_member_added() {
-        let events =
+        let change =
             events_from_change(&image(&group(1, 0), "C"), &image(&group(2, 0), "C")).unwrap();
-        assert_eq!(events, vec![crate::events::tests::msg(2)]);
-        let events =
+        assert_eq!(change.events, vec![crate::events::tests::msg(2)]);
+        assert!(!change.fill);
+        let change =
             events_from_change(&image(&group(2, 0), "C"), &image(&group(2, 1), "C")).unwrap();
         assert_eq!(
-            events,
+            change.events,
             vec![Event::MemberAdded {
                 conversation_id: conversation(),
                 user_ids: vec![user("n")]
@@ -137,8 +157,37 @@ mod tests {
         assert!(
             events_from_change(&Item::default(), &image(&group(0, 0), "C"))
                 .unwrap()
+                .events
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_group_commit_is_every_seq_in_order_the_earlier_ones_to_fill() {
+        let change =
+            events_from_change(&image(&group(3, 0), "C"), &image(&group(6, 0), "C")).unwrap();
+        assert_eq!(
+            change.events,
+            vec![
+                Event::light(&conversation(), 4),
+                Event::light(&conversation(), 5),
+                crate::events::tests::msg(6)
+            ]
+        );
+        assert!(change.fill);
+        // Above 200 members the light form is what gets pushed: nothing to read.
+        let (mut before, mut after) = (group(3, 0), group(6, 0));
+        before.member_count = 500;
+        after.member_count = 500;
+        let change = events_from_change(&image(&before, "C"), &image(&after, "C")).unwrap();
+        assert_eq!(change.events.len(), 3);
+        assert!(!change.fill);
+        // A cut preview is not the message: its content is read too.
+        let mut long = group(7, 0);
+        long.last_message.as_mut().unwrap().truncated = true;
+        let change = events_from_change(&image(&group(6, 0), "C"), &image(&long, "C")).unwrap();
+        assert_eq!(change.events, vec![Event::light(&conversation(), 7)]);
+        assert!(change.fill);
     }
 
     #[test]
@@ -149,17 +198,19 @@ mod tests {
             last_read_seq: read,
             last_sent_seq: sent,
             joined_at: None,
+            create_fp: None,
         };
         let (old, read) = (image(&member(1, 0), "M#m"), image(&member(3, 0), "M#m"));
         assert_eq!(
-            events_from_change(&old, &read).unwrap(),
+            events_from_change(&old, &read).unwrap().events,
             vec![crate::events::tests::read("m", 3)]
         );
         let sent = image(&member(4, 4), "M#m");
-        assert!(events_from_change(&old, &sent).unwrap().is_empty());
+        assert!(events_from_change(&old, &sent).unwrap().events.is_empty());
         let message = image(&group(1, 0), "S#00000000000000000001");
         assert!(events_from_change(&Item::default(), &message)
             .unwrap()
+            .events
             .is_empty());
     }
 }

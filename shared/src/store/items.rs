@@ -48,10 +48,11 @@ pub struct ConversationItem {
     pub created_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_message_at: Option<String>,
-    /// The whole last message: the inbox previews it and the relay turns its changes into
-    /// `message.new` events in `seq` order (the stream orders records per item).
+    /// The last message with its body cut to the inbox preview, so this hot item stays small
+    /// (cheap to write on every send and to read for every inbox entry). The relay turns its
+    /// changes into `message.new` events in `seq` order (the stream orders records per item).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_message: Option<StoredMessage>,
+    pub last_message: Option<LastMessage>,
     /// Bumped by every membership change; `members_change` says what changed.
     #[serde(default)]
     pub members_version: u64,
@@ -104,7 +105,7 @@ impl ConversationItem {
         self.last_message.as_ref().map(|m| MessagePreview {
             seq: m.seq,
             sender_id: m.sender_id.clone(),
-            body: preview(&m.body).to_owned(),
+            body: m.body.clone(),
             created_at: m.created_at.clone(),
         })
     }
@@ -125,6 +126,10 @@ pub struct MemberItem {
     pub last_sent_seq: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joined_at: Option<String>,
+    /// Group members written at creation: the fingerprint of the creating request, so that the
+    /// same request retried rewrites them harmlessly and another one is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_fp: Option<String>,
 }
 
 impl MemberItem {
@@ -140,6 +145,7 @@ impl MemberItem {
             last_read_seq,
             last_sent_seq: 0,
             joined_at: Some(now.to_owned()),
+            create_fp: None,
         }
     }
 
@@ -152,38 +158,43 @@ impl MemberItem {
     }
 }
 
-/// A message as stored: the item `S#<seq>` (with `conversationId`) and the conversation's
-/// `lastMessage`.
+/// The conversation's `lastMessage`: the message with its body cut to the first 200 characters
+/// (`truncated` says whether that cut anything).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StoredMessage {
+pub struct LastMessage {
     pub seq: u64,
     pub client_msg_id: String,
     pub sender_id: UserId,
     pub body: String,
     pub created_at: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
-impl StoredMessage {
-    pub fn from_message(m: &Message) -> Self {
-        StoredMessage {
+impl LastMessage {
+    pub fn of(m: &Message) -> Self {
+        let cut = preview(&m.body);
+        LastMessage {
             seq: m.seq,
             client_msg_id: m.client_msg_id.clone(),
             sender_id: m.sender_id.clone(),
-            body: m.body.clone(),
+            body: cut.to_owned(),
             created_at: m.created_at.clone(),
+            truncated: cut.len() < m.body.len(),
         }
     }
 
-    pub fn into_message(self, conversation_id: &ConversationId) -> Message {
-        Message {
+    /// The whole message, when the preview is all of it.
+    pub fn complete(&self, conversation_id: &ConversationId) -> Option<Message> {
+        (!self.truncated).then(|| Message {
             conversation_id: conversation_id.clone(),
             seq: self.seq,
-            client_msg_id: self.client_msg_id,
-            sender_id: self.sender_id,
-            body: self.body,
-            created_at: self.created_at,
-        }
+            client_msg_id: self.client_msg_id.clone(),
+            sender_id: self.sender_id.clone(),
+            body: self.body.clone(),
+            created_at: self.created_at.clone(),
+        })
     }
 }
 
@@ -242,6 +253,29 @@ pub struct SendKeyItem {
     pub sender_id: UserId,
     pub fingerprint: String,
     pub created_at: String,
+    /// The request that created the message: it answers `201`, every other request with this
+    /// `clientMsgId` `200` (or `409`).
+    #[serde(default)]
+    pub request_id: String,
+}
+
+/// `sk = P#<clientMsgId>`: a send waiting to be committed with others (a group commit), written
+/// only when the conversation item is contended. Whoever commits next gives it its seq and
+/// deletes it in the same transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingItem {
+    pub conversation_id: ConversationId,
+    /// Lower-case `clientMsgId`: the key of this item and of the `X#` item it becomes.
+    pub client_msg_key: String,
+    pub client_msg_id: String,
+    pub sender_id: UserId,
+    pub body: String,
+    pub fingerprint: String,
+    /// The request that wrote it (see `SendKeyItem::request_id`).
+    pub request_id: String,
+    /// Microseconds since the epoch on the sender's clock: commits take the oldest first.
+    pub enqueued_at: u64,
 }
 
 #[cfg(test)]
@@ -259,12 +293,13 @@ mod tests {
             last_seq: 7,
             created_at: "2026-01-01T00:00:00.000Z".into(),
             last_message_at: Some("2026-01-01T00:00:01.000Z".into()),
-            last_message: Some(StoredMessage {
+            last_message: Some(LastMessage {
                 seq: 7,
                 client_msg_id: "6f1c2a1e-98c1-4d6b-9a51-0e4b7c1d2e3f".into(),
                 sender_id: UserId::parse("u2").unwrap(),
                 body: "hi".into(),
                 created_at: "2026-01-01T00:00:01.000Z".into(),
+                truncated: false,
             }),
             members_version: 2,
             members_change: Some(MembersChange {
@@ -293,6 +328,28 @@ mod tests {
         );
         assert!(!item.contains_key("directMembers"));
         assert_eq!(from_item::<ConversationItem, _>(item).unwrap(), c);
+    }
+
+    #[test]
+    fn last_message_keeps_the_preview_and_says_when_it_cut() {
+        let id = ConversationId::parse("g-00000000000000000000000000000001").unwrap();
+        let m = |body: &str| Message {
+            conversation_id: id.clone(),
+            seq: 3,
+            client_msg_id: "c".into(),
+            sender_id: UserId::parse("u").unwrap(),
+            body: body.into(),
+            created_at: "t".into(),
+        };
+        let short = LastMessage::of(&m("hello"));
+        assert!(!short.truncated);
+        assert_eq!(short.complete(&id), Some(m("hello")));
+        let long = LastMessage::of(&m(&"長".repeat(300)));
+        assert!(long.truncated);
+        assert_eq!(long.body.chars().count(), 200);
+        assert_eq!(long.complete(&id), None);
+        let item: Item = serde_dynamo::to_item(&short).unwrap();
+        assert!(!item.contains_key("truncated"), "absent when false");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! | `C` | the conversation (lastSeq, memberCount, last message, membership change) |
 //! | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
 //! | `S#<seq, 20 digits>` | a message |
+//! | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
 //! | `X#<clientMsgId>` | the idempotency key of a send, kept forever |
 //!
 //! `C` sorts just before `M#…`, so one Query `sk BETWEEN "C" AND "M$"` reads a conversation and all
@@ -64,6 +65,13 @@ pub fn send_key_sk(client_msg_key: &str) -> String {
     format!("X#{client_msg_key}")
 }
 
+pub const PENDING_PREFIX: &str = "P#";
+pub const PENDING_END_SK: &str = "P$";
+
+pub fn pending_sk(client_msg_key: &str) -> String {
+    format!("{PENDING_PREFIX}{client_msg_key}")
+}
+
 pub fn user_connections_pk(user: &UserId) -> String {
     format!("U#{user}")
 }
@@ -94,5 +102,9 @@ mod tests {
         assert!(member_sk(&highest).as_str() < MEMBERS_END_SK);
         assert!(MEMBERS_END_SK < FIRST_MESSAGE_SK);
         assert!(send_key_sk("0").as_str() > LAST_MESSAGE_SK);
+        // Pending sends sort between members and messages: one Query reads just them.
+        assert!(MEMBERS_END_SK < pending_sk("0").as_str());
+        assert!(pending_sk("ffffffff-ffff-ffff-ffff-ffffffffffff").as_str() < PENDING_END_SK);
+        assert!(PENDING_END_SK < FIRST_MESSAGE_SK);
     }
 }

@@ -1,0 +1,682 @@
+//! `sendMessage` (docs/api.md §10): a gap-free `seq`, idempotent by `clientMsgId` forever, under
+//! any concurrency (docs/data-model.md §4).
+//!
+//! **Alone** (the common case): one transaction moves the conversation's `lastSeq` from N to N+1
+//! on condition `lastSeq = N`, puts the message `S#N+1` and the idempotency key `X#<clientMsgId>`
+//! (only if absent), and moves the sender's watermark on condition it is a member.
+//!
+//! **Combined** (a hot conversation): a send that lost that race joins the conversation's pending
+//! set (`P#<clientMsgId>`, a conditional put) and from then on every pending sender works for all
+//! of them: it reads the pending set, oldest first, and commits up to 24 of them in one
+//! transaction — consecutive seqs, their messages and keys, the pending items deleted, each
+//! sender's watermark — on the same `lastSeq = N` condition. One commit serves many senders, so
+//! throughput grows with contention instead of collapsing, and old sends go first. Each request
+//! answers as soon as its own message is committed, by itself or by another.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+
+use super::attrs::{get_n, get_s, n, s, Item};
+use super::items::{from_item, to_item, LastMessage, MessageItem, PendingItem, SendKeyItem};
+use super::{keys, reason_failed, sdk_error, tx, ChatStore, TxOutcome};
+use crate::api::requests::SendMessage;
+use crate::domain::message::{message_fingerprint, message_time};
+use crate::domain::model::Message;
+use crate::domain::{ConversationId, UserId};
+use crate::error::ChatError;
+use crate::retry::jitter;
+
+/// Parts of the transaction of a send alone, in order (cancellation reasons come in this order).
+const ALONE_CONVERSATION: usize = 0;
+const ALONE_KEY: usize = 2;
+const ALONE_MEMBER: usize = 3;
+
+/// Sends per group commit: each takes its message, its key and its pending item, plus one
+/// watermark per sender and the conversation item: 1 + 4 × 24 ≤ 100 items per transaction.
+const MAX_BATCH: usize = 24;
+const MAX_TX_ITEMS: usize = 100;
+
+/// What the conversation item says right now, for the next commit.
+#[derive(Debug, Clone)]
+struct Head {
+    last_seq: u64,
+    last_message_at: Option<String>,
+    /// Until when (unix ms) group commits said sends were queued.
+    busy_until: u64,
+}
+
+impl Head {
+    /// From the conversation item (as read, or as a failed condition returned it).
+    fn of(item: &Item) -> Option<Head> {
+        Some(Head {
+            last_seq: get_n(item, "lastSeq")?,
+            last_message_at: get_s(item, "lastMessageAt").map(str::to_owned),
+            busy_until: get_n(item, "busyUntil").unwrap_or(0),
+        })
+    }
+
+    /// Sends are queued: a new one joins the queue rather than racing it.
+    fn busy(&self) -> bool {
+        self.busy_until > crate::time::unix_millis(crate::time::now())
+    }
+}
+
+/// How long after a group commit new sends queue up rather than try alone.
+const BUSY_FOR: Duration = Duration::from_millis(250);
+
+/// How long a queued send waits before it looks whether it was committed (and commits the queue
+/// itself if not): about one commit, so that commits carry many sends.
+const GATHER: Duration = Duration::from_millis(20);
+const MAX_PAUSE: Duration = Duration::from_millis(400);
+
+/// One send request.
+struct Send<'a> {
+    id: &'a ConversationId,
+    caller: &'a UserId,
+    request: &'a SendMessage,
+    fingerprint: String,
+    /// Tells this request apart from a replay of the same `clientMsgId`.
+    request_id: String,
+}
+
+enum Alone {
+    Done(Message, bool),
+    /// Another send took the seq (or holds the conversation item): combine, from this head.
+    Lost(Head),
+}
+
+/// How a group commit attempt ended.
+enum Batch {
+    /// Committed: the messages, in batch order.
+    Committed(Vec<Message>),
+    /// Someone else committed first (the head they left, when the cancellation carried it): read
+    /// again and go on at once.
+    Progressed(Option<Head>),
+    /// These pending sends cannot be committed (their sender is no longer a member, or their
+    /// `clientMsgId` was meanwhile committed by a replay): take them out of the set.
+    Drop(Vec<PendingItem>),
+    /// An item was in another transaction: go on after a short pause.
+    Conflict,
+}
+
+impl ChatStore {
+    /// `sendMessage`. Returns `(message, created)`.
+    ///
+    /// DynamoDB, alone: 1 GetItem + 1 TransactWriteItems (a replay too). Combined: + 1 PutItem,
+    /// then per round a GetItem and a Query of the pending set (concurrently) and a
+    /// TransactWriteItems, until its message is committed; + 1 GetItem to learn the outcome when
+    /// another sender committed it.
+    pub async fn send_message(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        request: &SendMessage,
+    ) -> Result<(Message, bool), ChatError> {
+        let send = Send {
+            id,
+            caller,
+            request,
+            fingerprint: message_fingerprint(caller, &request.body),
+            request_id: uuid::Uuid::new_v4().to_string(),
+        };
+        let head = self.head(id).await?.ok_or(ChatError::NotFound)?;
+        if head.busy() {
+            return self.send_combined(&send, head).await;
+        }
+        match self.send_alone(&send, &head).await? {
+            Alone::Done(message, created) => Ok((message, created)),
+            Alone::Lost(head) => self.send_combined(&send, head).await,
+        }
+    }
+
+    /// `lastSeq` and `lastMessageAt` of a conversation (None: no such conversation). 1 strongly
+    /// consistent GetItem.
+    async fn head(&self, id: &ConversationId) -> Result<Option<Head>, ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::conversation_key(id)))
+            .consistent_read(true)
+            .projection_expression("lastSeq, lastMessageAt, busyUntil")
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        Ok(out.item().and_then(Head::of))
+    }
+
+    async fn send_alone(&self, send: &Send<'_>, head: &Head) -> Result<Alone, ChatError> {
+        let message = Message {
+            conversation_id: send.id.clone(),
+            seq: head.last_seq + 1,
+            client_msg_id: send.request.client_msg_id.clone(),
+            sender_id: send.caller.clone(),
+            body: send.request.body.clone(),
+            created_at: message_time(crate::time::now_rfc3339(), head.last_message_at.as_deref()),
+        };
+        let key = SendKeyItem {
+            conversation_id: send.id.clone(),
+            seq: message.seq,
+            client_msg_id: message.client_msg_id.clone(),
+            sender_id: send.caller.clone(),
+            fingerprint: send.fingerprint.clone(),
+            created_at: message.created_at.clone(),
+            request_id: send.request_id.clone(),
+        };
+        let parts = vec![
+            self.advance_conversation(send.id, head.last_seq, &message, None)?,
+            tx::put(
+                &self.table,
+                MessageItem::new(&message).to_item()?,
+                Some("attribute_not_exists(pk)"),
+                &[],
+            )?,
+            tx::put(
+                &self.table,
+                to_item(
+                    &key,
+                    keys::conversation_pk(send.id),
+                    keys::send_key_sk(&send.request.client_msg_key),
+                )?,
+                Some("attribute_not_exists(pk)"),
+                &[],
+            )?,
+            self.sender_watermark(send.id, send.caller, message.seq)?,
+        ];
+        let reasons = match self.transact(parts).await? {
+            TxOutcome::Committed => return Ok(Alone::Done(message, true)),
+            TxOutcome::Conflict => return Ok(Alone::Lost(head.clone())),
+            TxOutcome::Cancelled(reasons) => reasons,
+        };
+        if let Some(r) = reason_failed(&reasons, ALONE_KEY) {
+            let original = r
+                .item
+                .clone()
+                .ok_or_else(|| ChatError::internal("no item for a failed key"))?;
+            let (message, created) = answer(from_item(original)?, send)?;
+            return Ok(Alone::Done(message, created));
+        }
+        if reason_failed(&reasons, ALONE_MEMBER).is_some() {
+            return Err(ChatError::NotFound);
+        }
+        match reason_failed(&reasons, ALONE_CONVERSATION) {
+            Some(r) => match r.item.as_ref().and_then(Head::of) {
+                Some(newer) => Ok(Alone::Lost(newer)),
+                None => Err(ChatError::NotFound),
+            },
+            // Only the message item's condition failed: a seq taken without moving lastSeq
+            // cannot happen; treat it as a lost race and let the combined path read again.
+            None => Ok(Alone::Lost(head.clone())),
+        }
+    }
+
+    /// The conversation item's part of a commit: `lastSeq` from `seen` to `last.seq`, the last
+    /// message's preview, its time.
+    fn advance_conversation(
+        &self,
+        id: &ConversationId,
+        seen: u64,
+        last: &Message,
+        busy_until: Option<u64>,
+    ) -> Result<aws_sdk_dynamodb::types::TransactWriteItem, ChatError> {
+        let preview =
+            serde_dynamo::to_attribute_value(LastMessage::of(last)).map_err(ChatError::internal)?;
+        let mut values = vec![
+            (":next", n(last.seq)),
+            (":at", s(&last.created_at)),
+            (":message", preview),
+            (":seen", n(seen)),
+        ];
+        let mut expression =
+            "SET lastSeq = :next, lastMessageAt = :at, lastMessage = :message".to_owned();
+        if let Some(until) = busy_until {
+            expression.push_str(", busyUntil = :busy");
+            values.push((":busy", n(until)));
+        }
+        tx::update(
+            &self.table,
+            keys::conversation_key(id),
+            &expression,
+            Some("lastSeq = :seen"),
+            &values,
+        )
+    }
+
+    /// A sender's part of a commit: its watermark (and last sent seq) to its newest message, on
+    /// condition it is (still) a member.
+    fn sender_watermark(
+        &self,
+        id: &ConversationId,
+        sender: &UserId,
+        seq: u64,
+    ) -> Result<aws_sdk_dynamodb::types::TransactWriteItem, ChatError> {
+        tx::update(
+            &self.table,
+            keys::member_key(id, sender),
+            "SET lastReadSeq = :next, lastSentSeq = :next",
+            Some("attribute_exists(pk)"),
+            &[(":next", n(seq))],
+        )
+    }
+
+    async fn send_combined(
+        &self,
+        send: &Send<'_>,
+        head: Head,
+    ) -> Result<(Message, bool), ChatError> {
+        let started = std::time::Instant::now();
+        let enqueued = self.enqueue(send).await?;
+        // A commit takes a few round trips: wait about that long, as the database answers now.
+        let pause = (GATHER + started.elapsed() * 2).min(MAX_PAUSE);
+        let deadline = self.deadline();
+        let mut head = Some(head);
+        let mut wait = true;
+        loop {
+            // Let more sends join (they all go into the next commit), and let the commits of
+            // sends queued earlier land: each pending request looks after its own message a
+            // moment after it queued it, the earliest first, so the earliest commits for all.
+            if wait && !deadline.sleep(jitter(pause, pause * 3 / 2)).await {
+                return self.give_up(send, enqueued).await;
+            }
+            if let Some(key) = self.send_key(send).await? {
+                return answer(key, send);
+            }
+            let batch = oldest_batch(self.pending(send.id).await?);
+            let mine = &send.request.client_msg_key;
+            let Some(rank) = batch.iter().position(|p| &p.client_msg_key == mine) else {
+                if batch.len() < MAX_BATCH {
+                    // Neither committed nor pending any more: dropped, its sender is no member.
+                    return self.settled(send).await;
+                }
+                // Behind a full batch: commit that one, then look again.
+                wait = false;
+                if let Some(next) = self.commit_for_others(&mut head, send, batch).await? {
+                    return Ok(next);
+                }
+                continue;
+            };
+            let current = match head.take() {
+                Some(h) => h,
+                None => self.head(send.id).await?.ok_or(ChatError::NotFound)?,
+            };
+            let created = batch[rank].request_id == send.request_id;
+            match self.commit_batch(&current, batch).await? {
+                Batch::Committed(mut messages) => return Ok((messages.swap_remove(rank), created)),
+                // Someone committed first, maybe this very send: look at once.
+                Batch::Progressed(next) => {
+                    head = next;
+                    wait = false;
+                }
+                Batch::Drop(items) => {
+                    for p in items {
+                        self.drop_pending(&p).await?;
+                    }
+                    wait = false;
+                }
+                // Another commit is in flight, likely with this send in it: give it time.
+                Batch::Conflict => wait = true,
+            }
+        }
+    }
+
+    /// Commits a batch that does not hold this request's send (it is further back in the queue).
+    async fn commit_for_others(
+        &self,
+        head: &mut Option<Head>,
+        send: &Send<'_>,
+        batch: Vec<PendingItem>,
+    ) -> Result<Option<(Message, bool)>, ChatError> {
+        let current = match head.take() {
+            Some(h) => h,
+            None => self.head(send.id).await?.ok_or(ChatError::NotFound)?,
+        };
+        match self.commit_batch(&current, batch).await? {
+            Batch::Progressed(next) => *head = next,
+            Batch::Drop(items) => {
+                for p in items {
+                    self.drop_pending(&p).await?;
+                }
+            }
+            Batch::Committed(_) | Batch::Conflict => {}
+        }
+        Ok(None)
+    }
+
+    /// Joins the pending set: a put of `P#<clientMsgId>` on condition it is absent. Returns
+    /// whether this request wrote it; false when a replay of the same send is already pending
+    /// (then this request waits for that one). DynamoDB: 1 PutItem.
+    async fn enqueue(&self, send: &Send<'_>) -> Result<bool, ChatError> {
+        let item = PendingItem {
+            conversation_id: send.id.clone(),
+            client_msg_key: send.request.client_msg_key.clone(),
+            client_msg_id: send.request.client_msg_id.clone(),
+            sender_id: send.caller.clone(),
+            body: send.request.body.clone(),
+            fingerprint: send.fingerprint.clone(),
+            request_id: send.request_id.clone(),
+            enqueued_at: crate::time::unix_micros(crate::time::now()),
+        };
+        let put = self
+            .db
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(
+                &item,
+                keys::conversation_pk(send.id),
+                keys::pending_sk(&item.client_msg_key),
+            )?))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let err = match put {
+            Ok(_) => return Ok(true),
+            Err(e) => e,
+        };
+        use aws_sdk_dynamodb::operation::put_item::PutItemError;
+        match err.as_service_error() {
+            Some(PutItemError::ConditionalCheckFailedException(e)) => {
+                let existing: PendingItem = from_item(e.item().cloned().unwrap_or_default())?;
+                if existing.sender_id != *send.caller || existing.fingerprint != send.fingerprint {
+                    return Err(conflict());
+                }
+                Ok(false)
+            }
+            _ => Err(sdk_error("PutItem", err)),
+        }
+    }
+
+    /// The pending sends of a conversation. DynamoDB: 1 strongly consistent Query (its first
+    /// page: bodies are at most 16 KiB, so at least 60 sends).
+    async fn pending(&self, id: &ConversationId) -> Result<Vec<PendingItem>, ChatError> {
+        let out = self
+            .db
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
+            .expression_attribute_values(":from", s(keys::PENDING_PREFIX))
+            .expression_attribute_values(":to", s(keys::PENDING_END_SK))
+            .send()
+            .await
+            .map_err(|e| sdk_error("Query", e))?;
+        out.items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_item)
+            .collect()
+    }
+
+    /// One group commit of `batch` after `head`, in one transaction.
+    async fn commit_batch(&self, head: &Head, batch: Vec<PendingItem>) -> Result<Batch, ChatError> {
+        let Some(first) = batch.first() else {
+            return Ok(Batch::Progressed(None));
+        };
+        let id = first.conversation_id.clone();
+        let at = message_time(crate::time::now_rfc3339(), head.last_message_at.as_deref());
+        let messages: Vec<Message> = batch
+            .iter()
+            .zip(head.last_seq + 1..)
+            .map(|(p, seq)| Message {
+                conversation_id: id.clone(),
+                seq,
+                client_msg_id: p.client_msg_id.clone(),
+                sender_id: p.sender_id.clone(),
+                body: p.body.clone(),
+                created_at: at.clone(),
+            })
+            .collect();
+        let last = messages.last().expect("a batch is never empty");
+        // While sends are queued, the conversation says so: new sends queue up behind them instead
+        // of racing them for the item (and winning, since they are quicker).
+        let busy_until = crate::time::unix_millis(crate::time::now()) + BUSY_FOR.as_millis() as u64;
+        let mut parts =
+            vec![self.advance_conversation(&id, head.last_seq, last, Some(busy_until))?];
+        // Per send: its message, its key, its pending item gone (on condition it is the one read).
+        for (p, m) in batch.iter().zip(&messages) {
+            let key = SendKeyItem {
+                conversation_id: id.clone(),
+                seq: m.seq,
+                client_msg_id: p.client_msg_id.clone(),
+                sender_id: p.sender_id.clone(),
+                fingerprint: p.fingerprint.clone(),
+                created_at: m.created_at.clone(),
+                request_id: p.request_id.clone(),
+            };
+            let pk = keys::conversation_pk(&id);
+            parts.push(tx::put(
+                &self.table,
+                MessageItem::new(m).to_item()?,
+                Some("attribute_not_exists(pk)"),
+                &[],
+            )?);
+            parts.push(tx::put(
+                &self.table,
+                to_item(&key, pk.clone(), keys::send_key_sk(&p.client_msg_key))?,
+                Some("attribute_not_exists(pk)"),
+                &[],
+            )?);
+            parts.push(tx::delete(
+                &self.table,
+                keys::key(pk, keys::pending_sk(&p.client_msg_key)),
+                "requestId = :rid",
+                &[(":rid", s(&p.request_id))],
+            )?);
+        }
+        // Per sender: one watermark update (a transaction touches an item once), to its newest.
+        let mut newest: BTreeMap<&UserId, u64> = BTreeMap::new();
+        for m in &messages {
+            newest.insert(&m.sender_id, m.seq);
+        }
+        let senders: Vec<&UserId> = newest.keys().copied().collect();
+        for (sender, seq) in &newest {
+            parts.push(self.sender_watermark(&id, sender, *seq)?);
+        }
+        let reasons = match self.transact(parts).await? {
+            TxOutcome::Committed => return Ok(Batch::Committed(messages)),
+            TxOutcome::Conflict => return Ok(Batch::Conflict),
+            TxOutcome::Cancelled(reasons) => reasons,
+        };
+        let failed = |i: usize| reason_failed(&reasons, i).is_some();
+        if let Some(r) = reason_failed(&reasons, 0) {
+            return Ok(Batch::Progressed(r.item.as_ref().and_then(Head::of)));
+        }
+        let mut drop = Vec::new();
+        for (i, p) in batch.iter().enumerate() {
+            let (key, pending) = (2 + 3 * i, 3 + 3 * i);
+            if failed(pending) {
+                // Committed or dropped by someone else since we read it.
+                return Ok(Batch::Progressed(None));
+            }
+            if failed(key) {
+                drop.push(p.clone());
+            }
+        }
+        let member_parts = 1 + 3 * batch.len();
+        for (j, sender) in senders.iter().enumerate() {
+            if failed(member_parts + j) {
+                drop.extend(batch.iter().filter(|p| &&p.sender_id == sender).cloned());
+            }
+        }
+        Ok(if drop.is_empty() {
+            Batch::Progressed(None)
+        } else {
+            Batch::Drop(drop)
+        })
+    }
+
+    /// Takes a send out of the pending set without committing it. DynamoDB: 1 DeleteItem.
+    async fn drop_pending(&self, p: &PendingItem) -> Result<bool, ChatError> {
+        let deleted = self
+            .db
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::key(
+                keys::conversation_pk(&p.conversation_id),
+                keys::pending_sk(&p.client_msg_key),
+            )))
+            .condition_expression("requestId = :rid")
+            .expression_attribute_values(":rid", s(&p.request_id))
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some("ConditionalCheckFailedException" | "TransactionConflictException")
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(sdk_error("DeleteItem", e)),
+        }
+    }
+
+    /// The send is no longer pending: committed (its key exists) or dropped because its sender
+    /// is not a member. DynamoDB: 1 GetItem.
+    async fn settled(&self, send: &Send<'_>) -> Result<(Message, bool), ChatError> {
+        match self.send_key(send).await? {
+            Some(key) => answer(key, send),
+            None => Err(ChatError::NotFound),
+        }
+    }
+
+    async fn send_key(&self, send: &Send<'_>) -> Result<Option<SendKeyItem>, ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::key(
+                keys::conversation_pk(send.id),
+                keys::send_key_sk(&send.request.client_msg_key),
+            )))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        out.item.map(from_item).transpose()
+    }
+
+    /// The deadline passed while pending: withdraw the send, unless it was committed meanwhile
+    /// (then that is the answer). A replay waiting for another request's send leaves it be.
+    async fn give_up(&self, send: &Send<'_>, enqueued: bool) -> Result<(Message, bool), ChatError> {
+        if enqueued {
+            let mine = PendingItem {
+                conversation_id: send.id.clone(),
+                client_msg_key: send.request.client_msg_key.clone(),
+                client_msg_id: send.request.client_msg_id.clone(),
+                sender_id: send.caller.clone(),
+                body: String::new(),
+                fingerprint: send.fingerprint.clone(),
+                request_id: send.request_id.clone(),
+                enqueued_at: 0,
+            };
+            if !self.drop_pending(&mine).await? {
+                // Being committed right now, or already: its key says which.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Some(key) = self.send_key(send).await? {
+                    return answer(key, send);
+                }
+            }
+        }
+        Err(ChatError::Throttled)
+    }
+}
+
+/// The answer for a send whose key exists: the original message when sender and body match (and
+/// `created` only for the request that created it), otherwise a conflict.
+fn answer(key: SendKeyItem, send: &Send<'_>) -> Result<(Message, bool), ChatError> {
+    if key.sender_id != *send.caller || key.fingerprint != send.fingerprint {
+        return Err(conflict());
+    }
+    let created = key.request_id == send.request_id;
+    Ok((
+        Message {
+            conversation_id: key.conversation_id,
+            seq: key.seq,
+            client_msg_id: key.client_msg_id,
+            sender_id: key.sender_id,
+            body: send.request.body.clone(),
+            created_at: key.created_at,
+        },
+        created,
+    ))
+}
+
+fn conflict() -> ChatError {
+    ChatError::Conflict(
+        "clientMsgId was already used for a different message in this conversation".into(),
+    )
+}
+
+/// The next group commit: the oldest pending sends first, as many as one transaction holds.
+fn oldest_batch(mut pending: Vec<PendingItem>) -> Vec<PendingItem> {
+    pending.sort_by(|a, b| {
+        (a.enqueued_at, &a.client_msg_key).cmp(&(b.enqueued_at, &b.client_msg_key))
+    });
+    let mut batch: Vec<PendingItem> = Vec::new();
+    let mut senders: Vec<&UserId> = Vec::new();
+    for p in &pending {
+        let new_sender = !senders.contains(&&p.sender_id);
+        let items = 1 + 3 * (batch.len() + 1) + senders.len() + usize::from(new_sender);
+        if batch.len() == MAX_BATCH || items > MAX_TX_ITEMS {
+            break;
+        }
+        if new_sender {
+            senders.push(&p.sender_id);
+        }
+        batch.push(p.clone());
+    }
+    batch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(key: &str, sender: &str, at: u64) -> PendingItem {
+        PendingItem {
+            conversation_id: ConversationId::parse("g-00000000000000000000000000000001").unwrap(),
+            client_msg_key: key.into(),
+            client_msg_id: key.into(),
+            sender_id: UserId::parse(sender).unwrap(),
+            body: "b".into(),
+            fingerprint: "f".into(),
+            request_id: key.into(),
+            enqueued_at: at,
+        }
+    }
+
+    #[test]
+    fn batches_take_the_oldest_first() {
+        let batch = oldest_batch(vec![
+            pending("c", "u1", 30),
+            pending("a", "u2", 10),
+            pending("b", "u1", 20),
+        ]);
+        let keys: Vec<&str> = batch.iter().map(|p| p.client_msg_key.as_str()).collect();
+        assert_eq!(keys, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn batches_fit_one_transaction() {
+        // Distinct senders: 4 items each, plus the conversation.
+        let many: Vec<PendingItem> = (0..40)
+            .map(|i| pending(&format!("k{i:02}"), &format!("u{i}"), i))
+            .collect();
+        let batch = oldest_batch(many);
+        assert_eq!(batch.len(), MAX_BATCH);
+        assert!(4 * batch.len() < MAX_TX_ITEMS, "1 + 4 per send fits");
+        // One sender: 3 items each, still at most 24 per commit.
+        let one: Vec<PendingItem> = (0..40)
+            .map(|i| pending(&format!("k{i:02}"), "u", i))
+            .collect();
+        assert_eq!(oldest_batch(one).len(), MAX_BATCH);
+        assert!(oldest_batch(vec![]).is_empty());
+    }
+}

@@ -6,45 +6,76 @@ pub mod push;
 pub mod server;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::api::http::{self, App};
 use chat_shared::auth::{mint_hs256, Authenticator};
+use chat_shared::config::Timeouts;
 use chat_shared::{ChatStore, Config};
 use serde_json::{json, Value};
 
 pub const TEST_SECRET: &str = "test-secret";
 
-/// Counts DynamoDB round trips (HTTP requests, retries included) by operation name.
+/// Every DynamoDB round trip (HTTP request, retries included): its operation, how long it took,
+/// and for writes the request body (to compute write units from item sizes, `capacity`).
 #[derive(Debug, Default)]
 pub struct CallLog {
-    total: AtomicUsize,
-    names: Mutex<Vec<String>>,
+    calls: Mutex<Vec<Call>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// `GetItem`, `TransactWriteItems`, …
+    pub name: String,
+    pub elapsed: Duration,
+    /// The JSON request of a write (PutItem, UpdateItem, DeleteItem, TransactWriteItems,
+    /// BatchWriteItem).
+    pub write: Option<Vec<u8>>,
 }
 
 impl CallLog {
+    /// The operation names since the last take, in order.
     pub fn take(&self) -> Vec<String> {
-        self.total.store(0, Ordering::SeqCst);
-        std::mem::take(&mut *self.names.lock().unwrap())
+        self.take_calls().into_iter().map(|c| c.name).collect()
+    }
+
+    pub fn take_calls(&self) -> Vec<Call> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
     }
 }
 
 #[derive(Debug, Clone)]
 struct Counter(Arc<CallLog>);
 
+#[derive(Debug, Clone)]
+struct Started(Call, Instant);
+
+impl Storable for Started {
+    type Storer = StoreReplace<Self>;
+}
+
+const WRITES: [&str; 5] = [
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "TransactWriteItems",
+    "BatchWriteItem",
+];
+
 impl Intercept for Counter {
     fn name(&self) -> &'static str {
         "CallCounter"
     }
 
-    /// Every HTTP attempt, named by its `X-Amz-Target` (`DynamoDB_20120810.GetItem` → `GetItem`).
+    /// Names the attempt by its `X-Amz-Target` (`DynamoDB_20120810.GetItem` → `GetItem`).
     fn read_before_transmit(
         &self,
         ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
+        cfg: &mut ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
         let name = ctx
             .request()
@@ -53,8 +84,30 @@ impl Intercept for Counter {
             .and_then(|t| t.rsplit('.').next())
             .unwrap_or_default()
             .to_owned();
-        self.0.total.fetch_add(1, Ordering::SeqCst);
-        self.0.names.lock().unwrap().push(name);
+        let write = WRITES
+            .contains(&name.as_str())
+            .then(|| ctx.request().body().bytes().map(<[u8]>::to_vec))
+            .flatten();
+        let call = Call {
+            name,
+            elapsed: Duration::ZERO,
+            write,
+        };
+        cfg.interceptor_state()
+            .store_put(Started(call, Instant::now()));
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        _ctx: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if let Some(Started(mut call, at)) = cfg.load::<Started>().cloned() {
+            call.elapsed = at.elapsed();
+            self.0.calls.lock().unwrap().push(call);
+        }
         Ok(())
     }
 }
@@ -157,10 +210,22 @@ impl Resp {
     }
 }
 
+/// The handlers' settings for the test server: its endpoint, and the local stack's timeouts (the
+/// emulator answers one request at a time).
+pub fn config() -> Config {
+    Config {
+        dynamodb_endpoint: Some(server::dynamodb_endpoint()),
+        timeouts: Timeouts::LOCAL,
+        ..Config::from_env().unwrap()
+    }
+}
+
 /// The handlers over a store on the test server, with call counting.
 pub struct TestApp {
     pub app: App,
     pub calls: Arc<CallLog>,
+    /// The same DynamoDB client the store uses, for tests that set up or inspect items directly.
+    pub db: aws_sdk_dynamodb::Client,
     routes: Vec<(String, String, String)>,
 }
 
@@ -188,24 +253,38 @@ impl TestApp {
     }
 
     pub async fn with_auth(auth: Authenticator) -> TestApp {
-        let endpoint = server::dynamodb_endpoint();
-        let config = Config {
-            dynamodb_endpoint: Some(endpoint.clone()),
-            ..Config::from_env().unwrap()
+        Self::build(auth, Timeouts::LOCAL.request_budget, None).await
+    }
+
+    /// Local auth, requests bounded by `budget`, and an extra interceptor on the DynamoDB client
+    /// (e.g. one that loses an answer).
+    pub async fn custom(budget: Duration, interceptor: Option<SharedInterceptor>) -> TestApp {
+        let auth = Authenticator::LocalHs256 {
+            secret: TEST_SECRET.as_bytes().to_vec(),
         };
+        Self::build(auth, budget, interceptor).await
+    }
+
+    async fn build(
+        auth: Authenticator,
+        budget: Duration,
+        interceptor: Option<SharedInterceptor>,
+    ) -> TestApp {
+        let config = config();
         let sdk = config.sdk_config().await;
         let calls = Arc::new(CallLog::default());
-        let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .endpoint_url(endpoint)
-            .interceptor(Counter(calls.clone()))
-            .build();
-        let store = ChatStore::new(
-            aws_sdk_dynamodb::Client::from_conf(conf),
-            config.chat_table.clone(),
-        );
+        let mut conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .endpoint_url(server::dynamodb_endpoint())
+            .interceptor(Counter(calls.clone()));
+        if let Some(i) = interceptor {
+            conf = conf.interceptor(i);
+        }
+        let db = aws_sdk_dynamodb::Client::from_conf(conf.build());
+        let store = ChatStore::new(db.clone(), config.chat_table.clone()).with_budget(budget);
         TestApp {
             app: App { store, auth },
             calls,
+            db,
             routes: router(),
         }
     }

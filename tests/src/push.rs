@@ -18,16 +18,15 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::{server, token, TEST_SECRET};
+use crate::{token, TEST_SECRET};
 
 /// The handlers' settings for the test emulator (local HS256 auth with the tests' secret).
 pub fn chat_config() -> Config {
     Config {
-        dynamodb_endpoint: Some(server::dynamodb_endpoint()),
         auth: AuthMode::Local {
             secret: TEST_SECRET.as_bytes().to_vec(),
         },
-        ..Config::from_env().unwrap()
+        ..crate::config()
     }
 }
 

@@ -67,3 +67,26 @@ fn start_emulator() -> String {
     *SERVER.lock().unwrap() = Some((child, stdin));
     endpoint
 }
+
+/// Changes the emulator's simulation settings at run time (`POST /moto-api/chat/config`, see
+/// infra/moto_server.py), e.g. `{"txWindowMs": 2000}`. Only for a test binary's own emulator.
+pub fn emulator_settings(settings: &serde_json::Value) {
+    use std::io::{Read, Write};
+    let endpoint = dynamodb_endpoint();
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let body = settings.to_string();
+    let mut stream = std::net::TcpStream::connect(host).expect("connect to the emulator");
+    write!(
+        stream,
+        "POST /moto-api/chat/config HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+        "{answer}"
+    );
+}

@@ -227,7 +227,11 @@ async fn the_relay_reports_exactly_the_undecodable_record() {
         let mut config = chat_config();
         config.kinesis_endpoint = config.dynamodb_endpoint.clone();
         let sdk = config.sdk_config().await;
-        let relay = relay::Relay::new(config.kinesis_client(&sdk), config.event_stream.clone());
+        let relay = relay::Relay::new(
+            config.kinesis_client(&sdk),
+            config.event_stream.clone(),
+            config.chat_store(&sdk),
+        );
         // An id no fanout finds a conversation for.
         let conv = format!("g-{}", uuid::Uuid::new_v4().simple());
         let mut broken = read_record("2000000000000000000002", &conv, "u2", 0, 1);

@@ -74,13 +74,26 @@ async fn sends(t: &Arc<TestApp>, senders: usize, per_sender: usize) -> Row {
         .into_iter()
         .flat_map(|r| r.unwrap())
         .collect();
+    let calls = t.calls.take_calls();
+    let mut by: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
+    for c in &calls {
+        let e = by.entry(c.name.clone()).or_default();
+        e.0 += 1;
+        e.1 += c.elapsed;
+    }
+    for (n, (k, d)) in &by {
+        eprintln!(
+            "  {senders:>2} senders: {n:<20} {k:>6} calls, mean {:.1} ms",
+            d.as_secs_f64() * 1000.0 / *k as f64
+        );
+    }
     Row {
         name: format!("send, {senders} concurrent sender(s), one conversation"),
         ops: results.len(),
         elapsed: start.elapsed(),
         errors: results.iter().filter(|(_, s)| *s != 201).count(),
         latencies: results.into_iter().map(|(d, _)| d).collect(),
-        calls: t.calls.take().len(),
+        calls: calls.len(),
     }
 }
 
@@ -124,6 +137,11 @@ async fn main() {
     rows.push(sends(&t, 1, n).await);
     rows.push(sends(&t, 8, n / 8).await);
     rows.push(sends(&t, 16, n / 16).await);
+    rows.push(sends(&t, 32, n / 32).await);
+    if std::env::var("BENCH_ONLY_SENDS").is_ok() {
+        print(&rows);
+        return;
+    }
 
     let (a, b) = (unique("a"), unique("b"));
     let c = t.direct(&a, &b).await;

@@ -147,11 +147,11 @@ async fn contended_fallback_keeps_the_same_rules() {
     let bob = chat_shared::UserId::parse(&b).unwrap();
     let c = chat_shared::ConversationId::parse(&c).unwrap();
     let store = &t.app.store;
-    let r = store.mark_read_plain(&bob, &c, 2).await.unwrap();
+    let r = store.mark_read(&bob, &c, 2).await.unwrap();
     assert_eq!((r.last_read_seq, r.advanced), (2, true));
-    let r = store.mark_read_plain(&bob, &c, 1).await.unwrap();
+    let r = store.mark_read(&bob, &c, 1).await.unwrap();
     assert_eq!((r.last_read_seq, r.advanced), (2, false));
-    let r = store.mark_read_plain(&bob, &c, 99).await.unwrap();
+    let r = store.mark_read(&bob, &c, 99).await.unwrap();
     assert_eq!(
         (r.last_read_seq, r.advanced),
         (3, true),
@@ -159,12 +159,12 @@ async fn contended_fallback_keeps_the_same_rules() {
     );
     let s = chat_shared::UserId::parse(&stranger).unwrap();
     assert_eq!(
-        store.mark_read_plain(&s, &c, 1).await.unwrap_err(),
+        store.mark_read(&s, &c, 1).await.unwrap_err(),
         chat_shared::ChatError::NotFound
     );
     assert_eq!(
         store
-            .mark_read_plain(
+            .mark_read(
                 &bob,
                 &chat_shared::ConversationId::parse("g-0123456789abcdef0123456789abcdef").unwrap(),
                 1

@@ -1,0 +1,463 @@
+//! A hot conversation (docs/data-model.md §4): sends that lose the race for the conversation item
+//! are committed together (group commit), with the emulator's DynamoDB transaction conflicts on.
+//! This binary has its own emulator, so one test may change its settings (under `SETTINGS`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
+use chat_shared::config::Timeouts;
+use chat_tests::{new_uuid, server, unique, Resp, TestApp};
+use serde_json::{json, Value};
+use tokio::sync::RwLock;
+
+/// Tests that change the emulator's settings hold it for writing; the others for reading.
+static SETTINGS: RwLock<()> = RwLock::const_new(());
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn key(conversation: &str, sk: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        ("pk".to_owned(), s(&format!("C#{conversation}"))),
+        ("sk".to_owned(), s(sk)),
+    ])
+}
+
+/// Marks the conversation as busy with queued sends (what a group commit does), so that every
+/// send queues up: the combined path, deterministically.
+async fn force_busy(t: &TestApp, conversation: &str) {
+    let until = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
+    t.db.update_item()
+        .table_name("ChatTable")
+        .set_key(Some(key(conversation, "C")))
+        .update_expression("SET busyUntil = :u")
+        .expression_attribute_values(":u", AttributeValue::N(until.to_string()))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The `clientMsgId`s still pending in the conversation.
+async fn pending(t: &TestApp, conversation: &str) -> Vec<String> {
+    let out =
+        t.db.query()
+            .table_name("ChatTable")
+            .consistent_read(true)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
+            .expression_attribute_values(":pk", s(&format!("C#{conversation}")))
+            .expression_attribute_values(":p", s("P#"))
+            .send()
+            .await
+            .unwrap();
+    out.items()
+        .iter()
+        .map(|i| i["clientMsgKey"].as_s().unwrap().clone())
+        .collect()
+}
+
+/// Every message of the conversation, in order (walking `afterSeq`).
+async fn history(t: &TestApp, conversation: &str, user: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let r = t
+            .get(
+                &format!(
+                    "/conversations/{conversation}/messages?afterSeq={}&limit=100",
+                    out.len()
+                ),
+                user,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let page = r.body["messages"].as_array().unwrap().clone();
+        let more = r.body["hasMore"].as_bool().unwrap();
+        out.extend(page);
+        if !more {
+            return out;
+        }
+    }
+}
+
+/// Sends as a client does: a 429 or 503 is retried with the same `clientMsgId`.
+async fn send_like_a_client(t: &TestApp, conversation: &str, user: &str, body: &str) -> Resp {
+    let id = new_uuid();
+    loop {
+        let r = t
+            .post(
+                &format!("/conversations/{conversation}/messages"),
+                user,
+                json!({"clientMsgId": id, "body": body}),
+            )
+            .await;
+        if r.status != 429 && r.status != 503 {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn concurrent_senders_are_committed_together_without_gaps() {
+    let _shared = SETTINGS.read().await;
+    let t = Arc::new(TestApp::new().await);
+    let owner = unique("o");
+    let members: Vec<String> = (0..15).map(|i| format!("{owner}-{i}")).collect();
+    let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+    let c = t.group(&owner, &refs).await;
+    t.calls.take();
+    let senders: Vec<String> = std::iter::once(owner.clone()).chain(members).collect();
+    let tasks = senders.iter().cloned().map(|user| {
+        let (t, c) = (t.clone(), c.clone());
+        tokio::spawn(async move {
+            let mut acked = vec![];
+            for i in 0..4 {
+                let r = send_like_a_client(&t, &c, &user, &format!("{user} #{i}")).await;
+                assert_eq!(r.status, 201, "{r:?}");
+                acked.push(r.body);
+            }
+            acked
+        })
+    });
+    let acked: Vec<Value> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect();
+    let calls = t.calls.take();
+    assert!(
+        calls.iter().any(|c| c == "PutItem"),
+        "the contended sends queued up: {calls:?}"
+    );
+
+    let all = history(&t, &c, &owner).await;
+    let seqs: Vec<u64> = all.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=64).collect::<Vec<_>>(), "exactly 1..N");
+    let by_id: HashMap<&str, &Value> = all
+        .iter()
+        .map(|m| (m["clientMsgId"].as_str().unwrap(), m))
+        .collect();
+    for a in &acked {
+        let stored = by_id[a["clientMsgId"].as_str().unwrap()];
+        assert_eq!(
+            stored["seq"], a["seq"],
+            "every acknowledged send is at its seq"
+        );
+        assert_eq!(stored["body"], a["body"]);
+        assert_eq!(stored["senderId"], a["senderId"]);
+    }
+    // createdAt never goes backwards within the conversation.
+    let times: Vec<&str> = all
+        .iter()
+        .map(|m| m["createdAt"].as_str().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    // Each sender's watermark moved with its newest message.
+    let mut newest: BTreeMap<&str, u64> = BTreeMap::new();
+    for m in &all {
+        newest.insert(m["senderId"].as_str().unwrap(), m["seq"].as_u64().unwrap());
+    }
+    let reads = t.get(&format!("/conversations/{c}/reads"), &owner).await;
+    for m in reads.body["members"].as_array().unwrap() {
+        let user = m["userId"].as_str().unwrap();
+        assert!(m["lastReadSeq"].as_u64().unwrap() >= newest[user], "{m}");
+    }
+    assert!(pending(&t, &c).await.is_empty(), "nothing left queued");
+}
+
+#[tokio::test]
+async fn a_queued_send_of_a_removed_member_is_dropped() {
+    let _shared = SETTINGS.read().await;
+    let t = TestApp::new().await;
+    let (owner, gone, stays) = (unique("o"), unique("gone"), unique("stays"));
+    let c = t.group(&owner, &[&gone, &stays]).await;
+    // A send of `gone` waiting in the queue (its request ended: nobody else will commit it).
+    let id = new_uuid();
+    let mut item = key(&c, &format!("P#{id}"));
+    for (k, v) in [
+        ("conversationId", c.as_str()),
+        ("clientMsgKey", id.as_str()),
+        ("clientMsgId", id.as_str()),
+        ("senderId", gone.as_str()),
+        ("body", "sent just before leaving"),
+        ("fingerprint", "f"),
+        ("requestId", "a request that has ended"),
+    ] {
+        item.insert(k.to_owned(), s(v));
+    }
+    item.insert("enqueuedAt".to_owned(), AttributeValue::N("1".into()));
+    t.db.put_item()
+        .table_name("ChatTable")
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    let r = t
+        .call(
+            "DELETE",
+            &format!("/conversations/{c}/members/{gone}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204);
+
+    force_busy(&t, &c).await;
+    let r = t.send(&c, &stays, "still here").await;
+    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
+    let all = history(&t, &c, &owner).await;
+    assert_eq!(
+        all.len(),
+        1,
+        "nothing of the removed member is stored: {all:?}"
+    );
+    assert_eq!(all[0]["senderId"], stays.as_str());
+    assert!(
+        pending(&t, &c).await.is_empty(),
+        "its queued send was dropped"
+    );
+}
+
+#[tokio::test]
+async fn replays_of_a_queued_send_create_one_message() {
+    let _shared = SETTINGS.read().await;
+    let t = Arc::new(TestApp::new().await);
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.group(&a, &[&b]).await;
+    t.send(&c, &b, "before").await;
+    force_busy(&t, &c).await;
+    let id = new_uuid();
+    let tasks = (0..6).map(|_| {
+        let (t, c, a, id) = (t.clone(), c.clone(), a.clone(), id.clone());
+        tokio::spawn(async move {
+            t.post(
+                &format!("/conversations/{c}/messages"),
+                &a,
+                json!({"clientMsgId": id, "body": "once"}),
+            )
+            .await
+        })
+    });
+    let results: Vec<Resp> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let mut statuses: Vec<u16> = results.iter().map(|r| r.status).collect();
+    statuses.sort();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 201], "{results:?}");
+    assert!(results.iter().all(|r| r.body["seq"] == 2));
+    assert_eq!(history(&t, &c, &a).await.len(), 2);
+    // And after the commit: the original, again.
+    let again = t
+        .post(
+            &format!("/conversations/{c}/messages"),
+            &a,
+            json!({"clientMsgId": id, "body": "once"}),
+        )
+        .await;
+    assert_eq!((again.status, &again.body["seq"]), (200, &json!(2)));
+}
+
+#[tokio::test]
+async fn another_body_under_a_queued_clientmsgid_is_a_conflict() {
+    let _shared = SETTINGS.read().await;
+    let t = Arc::new(TestApp::new().await);
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.group(&a, &[&b]).await;
+    force_busy(&t, &c).await;
+    let id = new_uuid();
+    let tasks = ["first body", "second body"].map(|body| {
+        let (t, c, a, id) = (t.clone(), c.clone(), a.clone(), id.clone());
+        tokio::spawn(async move {
+            t.post(
+                &format!("/conversations/{c}/messages"),
+                &a,
+                json!({"clientMsgId": id, "body": body}),
+            )
+            .await
+        })
+    });
+    let results: Vec<Resp> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let mut outcome: Vec<(u16, &str)> = results.iter().map(|r| (r.status, r.code())).collect();
+    outcome.sort();
+    assert_eq!(outcome, [(201, ""), (409, "conflict")], "{results:?}");
+    let all = history(&t, &c, &a).await;
+    assert_eq!(all.len(), 1);
+    let winner = results.iter().find(|r| r.status == 201).unwrap();
+    assert_eq!(all[0]["body"], winner.body["body"]);
+}
+
+#[tokio::test]
+async fn read_receipts_go_through_while_the_conversation_is_busy() {
+    let _shared = SETTINGS.read().await;
+    let t = Arc::new(TestApp::new().await);
+    let owner = unique("o");
+    let readers: Vec<String> = (0..6).map(|i| format!("{owner}-r{i}")).collect();
+    let refs: Vec<&str> = readers.iter().map(String::as_str).collect();
+    let c = t.group(&owner, &refs).await;
+    let sends = (0..8).map(|i| {
+        let (t, c, owner) = (t.clone(), c.clone(), owner.clone());
+        tokio::spawn(async move { send_like_a_client(&t, &c, &owner, &format!("{i}")).await })
+    });
+    let receipts = readers.iter().cloned().map(|r| {
+        let (t, c) = (t.clone(), c.clone());
+        tokio::spawn(async move {
+            let mut statuses = vec![];
+            for seq in 1..=8 {
+                let resp = t
+                    .post(&format!("/conversations/{c}/read"), &r, json!({"seq": seq}))
+                    .await;
+                statuses.push(resp.status);
+            }
+            statuses
+        })
+    });
+    let (sent, read) = futures::join!(
+        futures::future::join_all(sends),
+        futures::future::join_all(receipts)
+    );
+    assert!(sent.into_iter().all(|r| r.unwrap().status == 201));
+    for statuses in read {
+        assert!(statuses.unwrap().iter().all(|s| *s == 200), "never 429");
+    }
+    // Each reader's watermark is at most lastSeq and at least what it last asked for, clamped.
+    let states = t.get(&format!("/conversations/{c}/reads"), &owner).await;
+    let last_seq = states.body["lastSeq"].as_u64().unwrap();
+    assert_eq!(last_seq, 8);
+    for m in states.body["members"].as_array().unwrap() {
+        assert!(m["lastReadSeq"].as_u64().unwrap() <= last_seq);
+    }
+}
+
+#[tokio::test]
+async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
+    let _exclusive = SETTINGS.write().await;
+    let t = Arc::new(TestApp::custom(Duration::from_millis(700), None).await);
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.group(&a, &[&b]).await;
+    // Every commit holds the conversation item for 3 s: the next send cannot get at it.
+    server::emulator_settings(&json!({"txWindowMs": 3000}));
+    let first = {
+        let (t, c, a) = (t.clone(), c.clone(), a.clone());
+        tokio::spawn(async move { t.send(&c, &a, "holds the item").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let id = new_uuid();
+    let late = t
+        .post(
+            &format!("/conversations/{c}/messages"),
+            &b,
+            json!({"clientMsgId": id, "body": "too late"}),
+        )
+        .await;
+    let took = started.elapsed();
+    assert_eq!(first.await.unwrap().status, 201);
+    server::emulator_settings(&json!({"txWindowMs": 10}));
+    assert_eq!((late.status, late.code()), (429, "throttled"), "{late:?}");
+    assert_eq!(
+        late.headers.get("retry-after").map(String::as_str),
+        Some("1")
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "answered near its deadline: {took:?}"
+    );
+    assert!(
+        pending(&t, &c).await.is_empty(),
+        "its queued send was withdrawn"
+    );
+    let all = history(&t, &c, &a).await;
+    assert_eq!(all.len(), 1, "nothing of the late send is stored");
+    // The client's retry goes through once the item is free.
+    let retry = t
+        .post(
+            &format!("/conversations/{c}/messages"),
+            &b,
+            json!({"clientMsgId": id, "body": "too late"}),
+        )
+        .await;
+    assert_eq!(
+        (retry.status, &retry.body["seq"]),
+        (201, &json!(2)),
+        "{retry:?}"
+    );
+}
+
+/// Loses the answer of the first `TransactWriteItems` after DynamoDB applied it.
+#[derive(Debug)]
+struct LoseFirstAnswer(AtomicUsize);
+
+#[derive(Debug, Clone)]
+struct IsTransaction;
+
+impl Storable for IsTransaction {
+    type Storer = StoreReplace<Self>;
+}
+
+impl Intercept for LoseFirstAnswer {
+    fn name(&self) -> &'static str {
+        "LoseFirstAnswer"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let target = ctx.request().headers().get("x-amz-target");
+        if target.is_some_and(|t| t.ends_with(".TransactWriteItems")) {
+            cfg.interceptor_state().store_put(IsTransaction);
+        }
+        Ok(())
+    }
+
+    fn read_before_deserialization(
+        &self,
+        ctx: &BeforeDeserializationInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let transaction = cfg.load::<IsTransaction>().is_some();
+        let ok = ctx.response().status().is_success();
+        if transaction && ok && self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            return Err("the answer was lost on the way back".into());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_commit_whose_answer_was_lost_is_settled_with_its_token() {
+    let _shared = SETTINGS.read().await;
+    let setup = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = setup.direct(&a, &b).await;
+    let lose = SharedInterceptor::new(LoseFirstAnswer(AtomicUsize::new(1)));
+    let t = TestApp::custom(Timeouts::LOCAL.request_budget, Some(lose)).await;
+    let r = t.send(&c, &a, "applied, answer lost").await;
+    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
+    let calls = t.calls.take();
+    assert_eq!(
+        calls.iter().filter(|c| *c == "TransactWriteItems").count(),
+        2,
+        "sent again with the same token: {calls:?}"
+    );
+    let next = t.send(&c, &b, "next").await;
+    assert_eq!(next.body["seq"], 2, "no gap, no duplicate");
+    assert_eq!(history(&t, &c, &a).await.len(), 2);
+}

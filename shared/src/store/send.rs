@@ -14,7 +14,7 @@
 //! answers as soon as its own message is committed, by itself or by another.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
@@ -70,6 +70,8 @@ const BUSY_FOR: Duration = Duration::from_millis(250);
 /// How long a queued send waits before it looks whether it was committed (and commits the queue
 /// itself if not): about one commit, so that commits carry many sends.
 const GATHER: Duration = Duration::from_millis(20);
+/// How long the oldest pending send may sit still before others commit it.
+const TAKE_OVER_AFTER: Duration = Duration::from_millis(300);
 const MAX_PAUSE: Duration = Duration::from_millis(400);
 
 /// One send request.
@@ -267,82 +269,71 @@ impl ChatStore {
         send: &Send<'_>,
         head: Head,
     ) -> Result<(Message, bool), ChatError> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let enqueued = self.enqueue(send).await?;
         // A commit takes a few round trips: wait about that long, as the database answers now.
         let pause = (GATHER + started.elapsed() * 2).min(MAX_PAUSE);
         let deadline = self.deadline();
         let mut head = Some(head);
-        let mut wait = true;
+        let mut wait = Some(pause);
+        // The oldest pending send when this request last looked, and since when.
+        let mut oldest_seen: Option<(String, Instant)> = None;
         loop {
-            // Let more sends join (they all go into the next commit), and let the commits of
-            // sends queued earlier land: each pending request looks after its own message a
-            // moment after it queued it, the earliest first, so the earliest commits for all.
-            if wait && !deadline.sleep(jitter(pause, pause * 3 / 2)).await {
-                return self.give_up(send, enqueued).await;
+            if let Some(w) = wait.take() {
+                if !deadline.sleep(jitter(w, w * 3 / 2)).await {
+                    return self.give_up(send, enqueued).await;
+                }
             }
             if let Some(key) = self.send_key(send).await? {
                 return answer(key, send);
             }
-            let batch = oldest_batch(self.pending(send.id).await?);
+            let queue = in_commit_order(self.pending(send.id).await?);
             let mine = &send.request.client_msg_key;
-            let Some(rank) = batch.iter().position(|p| &p.client_msg_key == mine) else {
-                if batch.len() < MAX_BATCH {
-                    // Neither committed nor pending any more: dropped, its sender is no member.
-                    return self.settled(send).await;
-                }
-                // Behind a full batch: commit that one, then look again.
-                wait = false;
-                if let Some(next) = self.commit_for_others(&mut head, send, batch).await? {
-                    return Ok(next);
-                }
-                continue;
+            let Some(position) = queue.iter().position(|p| &p.client_msg_key == mine) else {
+                // Neither committed nor pending any more (unless committed just now): dropped,
+                // its sender is no longer a member.
+                return self.settled(send).await;
             };
+            // The request of the oldest pending send commits, for up to 24; the others wait
+            // about one commit per batch ahead of them, and take over only when the oldest has
+            // not moved for a while (its request may have ended).
+            let oldest = queue[0].client_msg_key.clone();
+            let patience = (pause * 4).max(TAKE_OVER_AFTER);
+            let stalled = match &oldest_seen {
+                Some((key, since)) if *key == oldest => since.elapsed() > patience,
+                _ => {
+                    oldest_seen = Some((oldest, Instant::now()));
+                    false
+                }
+            };
+            if position > 0 && !stalled {
+                wait = Some(pause * (1 + (position / MAX_BATCH) as u32));
+                continue;
+            }
+            let batch = first_batch(queue);
             let current = match head.take() {
                 Some(h) => h,
                 None => self.head(send.id).await?.ok_or(ChatError::NotFound)?,
             };
-            let created = batch[rank].request_id == send.request_id;
+            let created = batch
+                .get(position)
+                .is_some_and(|p| p.request_id == send.request_id);
             match self.commit_batch(&current, batch).await? {
-                Batch::Committed(mut messages) => return Ok((messages.swap_remove(rank), created)),
-                // Someone committed first, maybe this very send: look at once.
-                Batch::Progressed(next) => {
-                    head = next;
-                    wait = false;
+                Batch::Committed(mut messages) if position < messages.len() => {
+                    return Ok((messages.swap_remove(position), created))
                 }
+                Batch::Committed(_) => {}
+                // Someone committed first, maybe this very send: look at once.
+                Batch::Progressed(next) => head = next,
                 Batch::Drop(items) => {
                     for p in items {
                         self.drop_pending(&p).await?;
                     }
-                    wait = false;
                 }
                 // Another commit is in flight, likely with this send in it: give it time.
-                Batch::Conflict => wait = true,
+                Batch::Conflict => wait = Some(pause),
             }
         }
-    }
-
-    /// Commits a batch that does not hold this request's send (it is further back in the queue).
-    async fn commit_for_others(
-        &self,
-        head: &mut Option<Head>,
-        send: &Send<'_>,
-        batch: Vec<PendingItem>,
-    ) -> Result<Option<(Message, bool)>, ChatError> {
-        let current = match head.take() {
-            Some(h) => h,
-            None => self.head(send.id).await?.ok_or(ChatError::NotFound)?,
-        };
-        match self.commit_batch(&current, batch).await? {
-            Batch::Progressed(next) => *head = next,
-            Batch::Drop(items) => {
-                for p in items {
-                    self.drop_pending(&p).await?;
-                }
-            }
-            Batch::Committed(_) | Batch::Conflict => {}
-        }
-        Ok(None)
     }
 
     /// Joins the pending set: a put of `P#<clientMsgId>` on condition it is absent. Returns
@@ -614,23 +605,28 @@ fn conflict() -> ChatError {
     )
 }
 
-/// The next group commit: the oldest pending sends first, as many as one transaction holds.
-fn oldest_batch(mut pending: Vec<PendingItem>) -> Vec<PendingItem> {
+/// The pending sends in the order they are committed: the oldest first.
+fn in_commit_order(mut pending: Vec<PendingItem>) -> Vec<PendingItem> {
     pending.sort_by(|a, b| {
         (a.enqueued_at, &a.client_msg_key).cmp(&(b.enqueued_at, &b.client_msg_key))
     });
+    pending
+}
+
+/// The next group commit: the first sends of the queue, as many as one transaction holds.
+fn first_batch(queue: Vec<PendingItem>) -> Vec<PendingItem> {
     let mut batch: Vec<PendingItem> = Vec::new();
-    let mut senders: Vec<&UserId> = Vec::new();
-    for p in &pending {
-        let new_sender = !senders.contains(&&p.sender_id);
+    let mut senders: Vec<UserId> = Vec::new();
+    for p in queue {
+        let new_sender = !senders.contains(&p.sender_id);
         let items = 1 + 3 * (batch.len() + 1) + senders.len() + usize::from(new_sender);
         if batch.len() == MAX_BATCH || items > MAX_TX_ITEMS {
             break;
         }
         if new_sender {
-            senders.push(&p.sender_id);
+            senders.push(p.sender_id.clone());
         }
-        batch.push(p.clone());
+        batch.push(p);
     }
     batch
 }
@@ -654,11 +650,11 @@ mod tests {
 
     #[test]
     fn batches_take_the_oldest_first() {
-        let batch = oldest_batch(vec![
+        let batch = first_batch(in_commit_order(vec![
             pending("c", "u1", 30),
             pending("a", "u2", 10),
             pending("b", "u1", 20),
-        ]);
+        ]));
         let keys: Vec<&str> = batch.iter().map(|p| p.client_msg_key.as_str()).collect();
         assert_eq!(keys, ["a", "b", "c"]);
     }
@@ -669,14 +665,14 @@ mod tests {
         let many: Vec<PendingItem> = (0..40)
             .map(|i| pending(&format!("k{i:02}"), &format!("u{i}"), i))
             .collect();
-        let batch = oldest_batch(many);
+        let batch = first_batch(many);
         assert_eq!(batch.len(), MAX_BATCH);
         assert!(4 * batch.len() < MAX_TX_ITEMS, "1 + 4 per send fits");
         // One sender: 3 items each, still at most 24 per commit.
         let one: Vec<PendingItem> = (0..40)
             .map(|i| pending(&format!("k{i:02}"), "u", i))
             .collect();
-        assert_eq!(oldest_batch(one).len(), MAX_BATCH);
-        assert!(oldest_batch(vec![]).is_empty());
+        assert_eq!(first_batch(one).len(), MAX_BATCH);
+        assert!(first_batch(vec![]).is_empty());
     }
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole system locally (README "Set-up"), in the foreground; Ctrl-C stops everything it started.
-#   REST API        http://127.0.0.1:9000  (cargo lambda watch, the API's own paths)
+#   REST API        http://127.0.0.1:9000  (the local HTTP API stand-in, in front of cargo lambda watch
+#                   on :9010 running the functions with concurrent instances)
 #   WebSocket API   ws://127.0.0.1:9001/?token=...   (+ Management API on :9002)
+#   demo chat page  http://127.0.0.1:9003/ (clients/demo on the TypeScript SDK)
 #   DynamoDB, DynamoDB Streams, Kinesis: our moto launcher on :4566 (DynamoDB: DYNAMODB_ENDPOINT if set)
 #   stream -> relay -> Kinesis -> fanout pollers (the same handler code as in AWS)
 set -euo pipefail
@@ -10,6 +12,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 REST_PORT="${CHAT_REST_PORT:-9000}"
+FUNCTIONS_PORT="${CHAT_FUNCTIONS_PORT:-9010}"
+DEMO_PORT="${CHAT_DEMO_PORT:-9003}"
 WS_PORT="${CHAT_WS_PORT:-9001}"
 MANAGEMENT_PORT="${CHAT_MANAGEMENT_PORT:-9002}"
 EMULATOR_PORT="${CHAT_EMULATOR_PORT:-4566}"
@@ -59,25 +63,33 @@ export EVENT_STREAM="${EVENT_STREAM:-EventStream}"
 export WS_MANAGEMENT_ENDPOINT="http://127.0.0.1:$MANAGEMENT_PORT"
 export CHAT_WS_PORT="$WS_PORT" CHAT_MANAGEMENT_PORT="$MANAGEMENT_PORT"
 
+# The demo page and the SDK it runs on (clients/js builds both).
+bash infra/setup-clients.sh
+export CHAT_DEMO_DIR="$repo/clients/demo/dist" CHAT_DEMO_PORT="$DEMO_PORT"
+
 # Build once up front so the first request does not wait for a compile.
 echo "run-local: building (the first build takes a few minutes)"
 cargo build --workspace --bins --quiet
 
-target/debug/local-gateway &
+# The gateway also serves the REST API on $REST_PORT, in front of the functions.
+CHAT_REST_PORT="$REST_PORT" CHAT_REST_UPSTREAM="http://127.0.0.1:$FUNCTIONS_PORT" target/debug/local-gateway &
 pids+=($!)
 
-cargo lambda watch -A 127.0.0.1 -P "$REST_PORT" &
+# Lambda runs concurrent requests in separate instances: --concurrency lets each function serve
+# up to 32 requests at once, so races reach the store locally too.
+cargo lambda watch -A 127.0.0.1 -P "$FUNCTIONS_PORT" --concurrency 32 &
 pids+=($!)
 for _ in $(seq 1 150); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$REST_PORT") 2>/dev/null && break
+  (exec 3<>"/dev/tcp/127.0.0.1/$FUNCTIONS_PORT") 2>/dev/null && break
   sleep 0.2
 done
 
 cat <<EOT
 
 Chat backend running locally
-  REST API         http://127.0.0.1:$REST_PORT
+  REST API         http://127.0.0.1:$REST_PORT  (functions: cargo lambda watch on :$FUNCTIONS_PORT, 32 concurrent requests each)
   WebSocket        ws://127.0.0.1:$WS_PORT/?token=<token>
+  Demo chat page   http://127.0.0.1:$DEMO_PORT/
   Management API   $WS_MANAGEMENT_ENDPOINT
   DynamoDB         $DYNAMODB_ENDPOINT  (tables $CHAT_TABLE, $CONNECTIONS_TABLE)
   Kinesis          $KINESIS_ENDPOINT  (stream $EVENT_STREAM)

@@ -20,7 +20,9 @@ mod management;
 mod mapping;
 mod pipeline;
 mod registry;
+mod rest_edge;
 mod shutdown;
+mod static_files;
 mod websocket;
 
 use std::net::SocketAddr;
@@ -62,6 +64,10 @@ pub struct GatewayConfig {
     pub chat: Config,
     /// The stream → relay → Kinesis → fanout pollers; `None` serves the two APIs only.
     pub pipeline: Option<PipelineConfig>,
+    /// The HTTP API's stand-in in front of `cargo lambda watch`: `(address, watch's URL)`.
+    pub rest: Option<(SocketAddr, String)>,
+    /// The demo chat page: `(address, folder of the built page)`.
+    pub demo: Option<(SocketAddr, std::path::PathBuf)>,
 }
 
 /// The two event source mappings (template.yaml: RelayEventSource, FanoutEventSource).
@@ -96,8 +102,10 @@ impl Default for PipelineConfig {
     }
 }
 
+pub const DEFAULT_REST_PORT: u16 = 9000;
 pub const DEFAULT_WS_PORT: u16 = 9001;
 pub const DEFAULT_MANAGEMENT_PORT: u16 = 9002;
+pub const DEFAULT_DEMO_PORT: u16 = 9003;
 
 impl GatewayConfig {
     /// Default addresses and pipeline for these handler settings.
@@ -108,11 +116,15 @@ impl GatewayConfig {
             stage: "local".into(),
             chat,
             pipeline: Some(PipelineConfig::default()),
+            rest: None,
+            demo: None,
         }
     }
 
-    /// `Config::from_env` plus `CHAT_WS_PORT` (9001), `CHAT_MANAGEMENT_PORT` (9002) and
-    /// `CHAT_GATEWAY_START` (`TRIM_HORIZON`, the default, or `LATEST`).
+    /// `Config::from_env` plus `CHAT_WS_PORT` (9001), `CHAT_MANAGEMENT_PORT` (9002),
+    /// `CHAT_GATEWAY_START` (`TRIM_HORIZON`, the default, or `LATEST`), and, when set,
+    /// `CHAT_REST_UPSTREAM` (where `cargo lambda watch` listens; the REST API is then served on
+    /// `CHAT_REST_PORT`, 9000) and `CHAT_DEMO_DIR` (the demo page, on `CHAT_DEMO_PORT`, 9003).
     pub fn from_env() -> Result<GatewayConfig, String> {
         let mut config = GatewayConfig::new(Config::from_env()?);
         let port = |name: &str, default: u16| match std::env::var(name) {
@@ -128,6 +140,16 @@ impl GatewayConfig {
         config
             .management_addr
             .set_port(port("CHAT_MANAGEMENT_PORT", DEFAULT_MANAGEMENT_PORT)?);
+        let local = |p| SocketAddr::from(([127, 0, 0, 1], p));
+        if let Ok(upstream) = std::env::var("CHAT_REST_UPSTREAM") {
+            config.rest = Some((local(port("CHAT_REST_PORT", DEFAULT_REST_PORT)?), upstream));
+        }
+        if let Ok(dir) = std::env::var("CHAT_DEMO_DIR") {
+            config.demo = Some((
+                local(port("CHAT_DEMO_PORT", DEFAULT_DEMO_PORT)?),
+                dir.into(),
+            ));
+        }
         if let Ok(start) = std::env::var("CHAT_GATEWAY_START") {
             let position = match start.trim() {
                 "" | "TRIM_HORIZON" => StartingPosition::TrimHorizon,
@@ -157,6 +179,10 @@ pub struct RunningGateway {
     /// `http://HOST:PORT/{stage}`, what `WS_MANAGEMENT_ENDPOINT` would be deployed (the paths also
     /// work without the stage prefix).
     pub management_url: String,
+    /// `http://HOST:PORT`, the REST API (when configured).
+    pub rest_url: Option<String>,
+    /// `http://HOST:PORT/`, the demo page (when configured).
+    pub demo_url: Option<String>,
     registry: registry::Registry,
     stats: Arc<Stats>,
     trigger: shutdown::Trigger,
@@ -205,9 +231,31 @@ impl Gateway {
             let registry = management.clone();
             async move { management::handle(req, &registry).await }
         });
+        let mut rest_url = None;
+        if let Some((addr, upstream)) = &config.rest {
+            let listener = TcpListener::bind(addr).await?;
+            rest_url = Some(format!("http://{}", listener.local_addr()?));
+            let edge = rest_edge::RestEdge::new(upstream.clone());
+            http::serve(listener, shutdown.clone(), move |req, _| {
+                let edge = edge.clone();
+                async move { edge.handle(req).await }
+            });
+        }
+        let mut demo_url = None;
+        if let Some((addr, dir)) = &config.demo {
+            let listener = TcpListener::bind(addr).await?;
+            demo_url = Some(format!("http://{}/", listener.local_addr()?));
+            let dir = Arc::new(dir.clone());
+            http::serve(listener, shutdown.clone(), move |req, _| {
+                let dir = dir.clone();
+                async move { static_files::serve(&dir, req.method(), req.uri().path()).await }
+            });
+        }
         Ok(RunningGateway {
             ws_url: format!("ws://{ws_addr}/"),
             management_url,
+            rest_url,
+            demo_url,
             registry,
             stats,
             trigger,

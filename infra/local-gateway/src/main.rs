@@ -28,10 +28,16 @@ async fn main() -> ExitCode {
     };
     let dynamodb = chat.dynamodb_endpoint.as_deref().unwrap_or("AWS");
     let kinesis = chat.kinesis_endpoint.as_deref().unwrap_or(dynamodb);
+    if let Some(url) = &gateway.rest_url {
+        println!("local-gateway: REST API        {url} (CORS, errors in the API's shape)");
+    }
     println!(
         "local-gateway: WebSocket API   {}?token=<JWT>",
         gateway.ws_url
     );
+    if let Some(url) = &gateway.demo_url {
+        println!("local-gateway: demo page       {url}");
+    }
     println!(
         "local-gateway: Management API  {} (paths also without the stage prefix)",
         gateway.management_url

@@ -204,7 +204,9 @@ where
     respond(handler(app, req).await, &id)
 }
 
-/// Runs a REST function: builds the `App` once, then serves requests with `handler`.
+/// Runs a REST function: builds the `App` once, then serves requests with `handler`, several at
+/// once where the host runs concurrent requests in one instance (locally: `cargo lambda watch
+/// --concurrency`), one at a time on classic Lambda.
 pub async fn serve<F, Fut>(handler: F) -> Result<(), lambda_http::Error>
 where
     F: Fn(App, Request) -> Fut + Clone + Send + Sync + 'static,
@@ -212,7 +214,7 @@ where
 {
     crate::config::init_tracing();
     let app = App::from_env().await?;
-    lambda_http::run(lambda_http::service_fn(move |req: Request| {
+    lambda_http::run_concurrent(lambda_http::service_fn(move |req: Request| {
         let (app, handler) = (app.clone(), handler.clone());
         async move { Ok::<_, lambda_http::Error>(handle(app, req, handler).await) }
     }))

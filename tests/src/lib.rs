@@ -2,6 +2,8 @@
 //! template.yaml) once per test binary, or uses `DYNAMODB_ENDPOINT` when set, and calls the real
 //! function handlers with API Gateway v2 (HTTP API) events routed like `cargo lambda watch` does.
 
+pub mod bench;
+pub mod capacity;
 pub mod push;
 pub mod server;
 
@@ -31,6 +33,8 @@ pub struct Call {
     /// `GetItem`, `TransactWriteItems`, …
     pub name: String,
     pub elapsed: Duration,
+    /// Answered with a 2xx (a cancelled transaction or a failed condition is not).
+    pub ok: bool,
     /// The JSON request of a write (PutItem, UpdateItem, DeleteItem, TransactWriteItems,
     /// BatchWriteItem).
     pub write: Option<Vec<u8>>,
@@ -91,6 +95,7 @@ impl Intercept for Counter {
         let call = Call {
             name,
             elapsed: Duration::ZERO,
+            ok: false,
             write,
         };
         cfg.interceptor_state()
@@ -100,12 +105,13 @@ impl Intercept for Counter {
 
     fn read_after_attempt(
         &self,
-        _ctx: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        ctx: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
         if let Some(Started(mut call, at)) = cfg.load::<Started>().cloned() {
             call.elapsed = at.elapsed();
+            call.ok = ctx.response().is_some_and(|r| r.status().is_success());
             self.0.calls.lock().unwrap().push(call);
         }
         Ok(())

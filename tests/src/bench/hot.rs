@@ -1,0 +1,240 @@
+//! One hot conversation: `n` senders in a closed loop (each sends its next message as soon as the
+//! previous one is acknowledged, retrying 429/503 with the same `clientMsgId` after `Retry-After`
+//! as clients do), optionally with 50 members sending read receipts at about ten per send. After
+//! each row the conversation must hold exactly 1..N, every acknowledged send at its seq.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::target::Target;
+use super::{percentile, write_units, Table};
+use crate::{new_uuid, unique};
+
+const READERS: usize = 50;
+const RECEIPTS_PER_SEND: u64 = 10;
+
+pub struct Outcome {
+    pub sends_per_s: f64,
+}
+
+pub fn table() -> Table {
+    Table::new(vec![
+        "scenario",
+        "sends",
+        "sends/s",
+        "ratio",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "give-ups",
+        "receipts/s",
+        "DynamoDB calls/send",
+        "write units/send",
+        "1..N, acks at their seq",
+    ])
+}
+
+/// One row: `senders` senders, `per_sender` messages each.
+pub async fn row(
+    target: &Target,
+    table: &mut Table,
+    senders: usize,
+    per_sender: usize,
+    receipts: bool,
+    baseline: Option<f64>,
+) -> Outcome {
+    let owner = unique("hot");
+    let others: Vec<String> = (1..senders).map(|i| format!("{owner}-s{i}")).collect();
+    let readers: Vec<String> = if receipts {
+        (0..READERS).map(|i| format!("{owner}-r{i}")).collect()
+    } else {
+        vec![]
+    };
+    let members: Vec<&String> = others.iter().chain(&readers).collect();
+    let (status, created) = target
+        .call(
+            "POST",
+            "/conversations",
+            &owner,
+            Some(json!({"type": "group", "title": "hot", "memberIds": members})),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let c = created["conversationId"].as_str().unwrap().to_owned();
+    if let Some(t) = target.app() {
+        t.calls.take_calls();
+    }
+
+    let sent = Arc::new(AtomicU64::new(0));
+    let give_ups = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Instant::now();
+    let sender_tasks: Vec<_> = std::iter::once(owner.clone())
+        .chain(others)
+        .map(|user| {
+            let (target, c, sent, give_ups) =
+                (target.clone(), c.clone(), sent.clone(), give_ups.clone());
+            tokio::spawn(async move {
+                let mut acked = vec![];
+                for i in 0..per_sender {
+                    let id = new_uuid();
+                    let body =
+                        json!({"clientMsgId": id, "body": format!("message {i} from {user}")});
+                    let began = Instant::now();
+                    loop {
+                        let (status, answer) = target
+                            .call(
+                                "POST",
+                                &format!("/conversations/{c}/messages"),
+                                &user,
+                                Some(body.clone()),
+                            )
+                            .await;
+                        match status {
+                            201 | 200 => {
+                                acked.push((began.elapsed(), answer));
+                                sent.fetch_add(1, Ordering::SeqCst);
+                                break;
+                            }
+                            429 | 503 => {
+                                give_ups.fetch_add(1, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                            }
+                            other => panic!("send answered {other}: {answer}"),
+                        }
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    let receipts_done = Arc::new(AtomicU64::new(0));
+    let reader_tasks: Vec<_> = readers
+        .iter()
+        .cloned()
+        .map(|reader| {
+            let (target, c, sent, done, receipts_done) = (
+                target.clone(),
+                c.clone(),
+                sent.clone(),
+                done.clone(),
+                receipts_done.clone(),
+            );
+            tokio::spawn(async move {
+                while !done.load(Ordering::SeqCst) {
+                    let seen = sent.load(Ordering::SeqCst);
+                    if receipts_done.load(Ordering::SeqCst) >= seen * RECEIPTS_PER_SEND {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    receipts_done.fetch_add(1, Ordering::SeqCst);
+                    let (status, answer) = target
+                        .call(
+                            "POST",
+                            &format!("/conversations/{c}/read"),
+                            &reader,
+                            Some(json!({"seq": seen})),
+                        )
+                        .await;
+                    assert_eq!(status, 200, "a read receipt answered {status}: {answer}");
+                }
+            })
+        })
+        .collect();
+    let mut acked: Vec<(Duration, Value)> = vec![];
+    for t in sender_tasks {
+        acked.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    done.store(true, Ordering::SeqCst);
+    for t in reader_tasks {
+        t.await.unwrap();
+    }
+    let calls = match target.app() {
+        Some(t) => Some(t.calls.take_calls()),
+        None => None,
+    };
+
+    let ok = verify(target, &owner, &c, &acked).await;
+    let n = acked.len();
+    let rate = n as f64 / elapsed.as_secs_f64();
+    let latencies: Vec<Duration> = acked.iter().map(|(d, _)| *d).collect();
+    let (calls_per_send, units_per_send) = match (&calls, target.app()) {
+        (Some(calls), Some(t)) if !receipts => {
+            let (units, _) = write_units(t, calls).await;
+            (
+                format!("{:.2}", calls.len() as f64 / n as f64),
+                format!("{:.1}", units as f64 / n as f64),
+            )
+        }
+        _ => ("–".into(), "–".into()),
+    };
+    table.rows.push(vec![
+        format!(
+            "{senders} sender(s), one conversation{}",
+            if receipts {
+                ", + receipts from 50 members (~10 per send)"
+            } else {
+                ""
+            }
+        ),
+        n.to_string(),
+        format!("{rate:.1}"),
+        baseline.map_or("1.00".into(), |b| format!("{:.2}", rate / b)),
+        format!("{:.0}", percentile(&latencies, 0.5)),
+        format!("{:.0}", percentile(&latencies, 0.95)),
+        format!("{:.0}", percentile(&latencies, 0.99)),
+        give_ups.load(Ordering::SeqCst).to_string(),
+        if receipts {
+            format!(
+                "{:.0}",
+                receipts_done.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64()
+            )
+        } else {
+            "–".into()
+        },
+        calls_per_send,
+        units_per_send,
+        if ok { "yes".into() } else { "**NO**".into() },
+    ]);
+    Outcome { sends_per_s: rate }
+}
+
+/// Exactly 1..N, and every acknowledged `clientMsgId` at the seq it was acknowledged with.
+async fn verify(target: &Target, user: &str, c: &str, acked: &[(Duration, Value)]) -> bool {
+    let mut stored: Vec<Value> = vec![];
+    loop {
+        let (status, page) = target
+            .call(
+                "GET",
+                &format!(
+                    "/conversations/{c}/messages?afterSeq={}&limit=100",
+                    stored.len()
+                ),
+                user,
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{page}");
+        stored.extend(page["messages"].as_array().unwrap().iter().cloned());
+        if !page["hasMore"].as_bool().unwrap_or(false) {
+            break;
+        }
+    }
+    let gap_free = stored
+        .iter()
+        .enumerate()
+        .all(|(i, m)| m["seq"].as_u64() == Some(i as u64 + 1));
+    let by_id: HashMap<&str, u64> = stored
+        .iter()
+        .filter_map(|m| Some((m["clientMsgId"].as_str()?, m["seq"].as_u64()?)))
+        .collect();
+    let at_their_seq = acked.iter().all(|(_, a)| {
+        by_id.get(a["clientMsgId"].as_str().unwrap_or("")) == a["seq"].as_u64().as_ref()
+    });
+    gap_free && at_their_seq && stored.len() == acked.len()
+}

@@ -1,0 +1,134 @@
+//! The benchmark's scenarios (`cargo run -p chat-tests --bin bench`), each a module that returns
+//! a markdown table for docs/benchmarks.md.
+
+pub mod hot;
+pub mod ops;
+pub mod target;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+
+use crate::capacity;
+use crate::{Call, TestApp};
+
+/// A markdown table.
+pub struct Table {
+    pub header: Vec<&'static str>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(header: Vec<&'static str>) -> Self {
+        Table {
+            header,
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn print(&self) {
+        println!("| {} |", self.header.join(" | "));
+        let align: Vec<&str> = self
+            .header
+            .iter()
+            .enumerate()
+            .map(|(i, _)| if i == 0 { "---" } else { "---:" })
+            .collect();
+        println!("|{}|", align.join("|"));
+        for r in &self.rows {
+            println!("| {} |", r.join(" | "));
+        }
+        println!();
+    }
+}
+
+/// The `p`-th percentile of latencies, in milliseconds.
+pub fn percentile(latencies: &[Duration], p: f64) -> f64 {
+    let mut sorted = latencies.to_vec();
+    sorted.sort();
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// Write units of recorded calls (successful ones, and all of them), with the sizes of updated,
+/// deleted and checked items read back from the table.
+pub async fn write_units(t: &TestApp, calls: &[Call]) -> (u64, u64) {
+    let bodies: Vec<&[u8]> = calls.iter().filter_map(|c| c.write.as_deref()).collect();
+    let keys = capacity::keys_to_measure(&bodies);
+    let mut sizes = HashMap::new();
+    for chunk in keys.chunks(100) {
+        let request = KeysAndAttributes::builder()
+            .set_keys(Some(
+                chunk
+                    .iter()
+                    .map(|(pk, sk)| {
+                        HashMap::from([
+                            ("pk".to_owned(), AttributeValue::S(pk.clone())),
+                            ("sk".to_owned(), AttributeValue::S(sk.clone())),
+                        ])
+                    })
+                    .collect(),
+            ))
+            .build()
+            .unwrap();
+        let out =
+            t.db.batch_get_item()
+                .request_items("ChatTable", request)
+                .send()
+                .await
+                .unwrap();
+        for item in out
+            .responses
+            .unwrap_or_default()
+            .remove("ChatTable")
+            .unwrap_or_default()
+        {
+            let json: serde_json::Value = item_json(&item);
+            let (pk, sk) = (
+                json["pk"]["S"].as_str().unwrap(),
+                json["sk"]["S"].as_str().unwrap(),
+            );
+            sizes.insert(
+                format!("{pk}|{sk}"),
+                capacity::item_size(json.as_object().unwrap()),
+            );
+        }
+    }
+    let requests: Vec<(&[u8], bool)> = calls
+        .iter()
+        .filter_map(|c| c.write.as_deref().map(|w| (w, c.ok)))
+        .collect();
+    (
+        capacity::write_units_of(&requests, &sizes, false),
+        capacity::write_units_of(&requests, &sizes, true),
+    )
+}
+
+/// An SDK item in DynamoDB JSON (for sizing).
+pub fn item_json(item: &HashMap<String, AttributeValue>) -> serde_json::Value {
+    serde_json::Value::Object(
+        item.iter()
+            .map(|(k, v)| (k.clone(), value_json(v)))
+            .collect(),
+    )
+}
+
+fn value_json(v: &AttributeValue) -> serde_json::Value {
+    use serde_json::json;
+    match v {
+        AttributeValue::S(s) => json!({"S": s}),
+        AttributeValue::N(n) => json!({"N": n}),
+        AttributeValue::Bool(b) => json!({"BOOL": b}),
+        AttributeValue::Null(_) => json!({"NULL": true}),
+        AttributeValue::L(l) => json!({"L": l.iter().map(value_json).collect::<Vec<_>>()}),
+        AttributeValue::M(m) => json!({"M": item_json(m)}),
+        AttributeValue::Ss(s) => json!({"SS": s}),
+        AttributeValue::Ns(s) => json!({"NS": s}),
+        AttributeValue::B(b) => json!({"B": "x".repeat(b.as_ref().len() * 4 / 3)}),
+        _ => json!({"NULL": true}),
+    }
+}

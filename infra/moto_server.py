@@ -3,7 +3,7 @@
 
     python infra/moto_server.py [--host 127.0.0.1] [--port 4566] [--template template.yaml]
                                 [--region us-east-1] [--log-requests] [--exit-with-stdin]
-                                [--tx-window-ms 10] [--gsi-lag-ms 0]
+                                [--tx-window-ms 10] [--gsi-lag-ms 0] [--fast-path on]
 
 Runs moto's server app in-process (all services on one port; `POST /moto-api/reset` clears all
 state) with these fixes for moto 5.2.5's server mode (always on):
@@ -24,7 +24,38 @@ state) with these fixes for moto 5.2.5's server mode (always on):
   parameters it fails with IdempotentParameterMismatchException; while the first call is still
   in its transaction window (below) with TransactionInProgressException. A cancelled call does
   not use up its token.
-* moto's per-request listing of its own package directory is cached (a quarter of its time).
+* moto's per-request listing of its own package directory is cached (a quarter of its time), and
+  so is its per-request listing of a handler class's methods (inspect.getmembers).
+* A Query of the table reads only the queried partition. moto sorts every item of the table for
+  every Query, so a Query's cost grew with the whole table (seconds per call once a benchmark or
+  a long test run had written a few ten thousand items); DynamoDB reads one item collection.
+
+these speed-ups, which give the same answers as moto's own code (the tests send requests both
+ways and compare status, headers and bytes). On the chat backend's mix of requests moto alone
+spent ~7 ms of CPU per request (100-140 requests/s from 8 clients), with them ~2.5 ms (~350/s;
+infra/emulator_load.py):
+
+* DynamoDB, DynamoDB Streams and Kinesis requests (POST / with X-Amz-Target, signed for dynamodb
+  or kinesis, no Origin header) go straight to the handler moto's dispatcher would pick for them
+  (it is asked once per credential scope and target prefix), skipping the dispatcher and Flask;
+  the response is built as moto's Flask view and flask-cors build it. Everything else takes
+  moto's way (moto-api, other services, CORS requests).
+* Their responses are serialized by a copy of moto's JSON serializer compiled per output shape.
+  moto asks six alias providers for every member of every structure, ten per AttributeValue:
+  80 % of a 20-item Query. Same bytes; results it does not expect go to moto's serializer.
+* HTTP/1.1 keep-alive: werkzeug's server closes every connection after one response (a new TCP
+  connection and thread per request, and a 10 ms drain wait). Here a connection stays open when
+  the request had a Content-Length body, which the serialising middleware always reads whole;
+  chunked requests and HTTP/1.0 close as before. A response goes out in one write (TCP_NODELAY).
+* Update expressions are parsed once per text (moto parses each one twice per update, and never
+  changes the parsed tree), condition expressions lexed once per text; a tree is copied for
+  validation by a copier for plain syntax trees instead of copy.deepcopy, and moto's tree
+  traversers keep their constant node-class dispatch map instead of rebuilding it per node.
+* A Query sorts the partition by the sort key's string when all are strings: the order of
+  moto's DynamoType comparison, without its cost per comparison.
+
+`--fast-path off` / env `CHAT_EMULATOR_FAST_PATH=0` / `{"fastPath": false}` on the config
+endpoint (below) switches them off, leaving moto's own request handling with the fixes above.
 
 and these simulations of DynamoDB behaviour that moto lacks (switchable):
 
@@ -48,9 +79,9 @@ and these simulations of DynamoDB behaviour that moto lacks (switchable):
   conditional writes never show. Writes made while the lag was 0 are visible at once.
 
 Both can also be changed while running: `POST /moto-api/chat/config` with JSON
-`{"txWindowMs": N, "gsiLagMs": M}` (either key optional) answers the current settings as JSON, and
-so does `GET /moto-api/chat/config`. `POST /moto-api/reset` also clears the items in a
-transaction window, the request tokens and the index copies; it keeps these settings.
+`{"txWindowMs": N, "gsiLagMs": M, "fastPath": true}` (any key optional) answers the current
+settings as JSON, and so does `GET /moto-api/chat/config`. `POST /moto-api/reset` also clears the
+items in a transaction window, the request tokens and the index copies; it keeps the settings.
 
 Once listening, and after the template's tables and streams exist (--template, see
 create_resources.py), prints exactly one line `READY http://HOST:PORT` to stdout. Serves until
@@ -59,15 +90,21 @@ SIGTERM/SIGINT. `--port 0` picks a free port.
 from __future__ import annotations
 
 import argparse
+import base64
 import collections
 import copy
+import copyreg
+import enum
 import functools
+import inspect
 import hashlib
 import io
 import json
 import logging
 import os
+import selectors
 import signal
+import socket
 import sys
 import threading
 import time
@@ -75,21 +112,46 @@ import types
 from typing import Any, Callable, Iterable
 
 import moto
-from moto.dynamodbstreams.models import DynamoDBStreamsBackend
 import moto.backends
+import moto.core.responses
 import moto.dynamodb.models as ddb_models
+import moto.settings
+from botocore import xform_name
+from botocore.exceptions import ClientError
+from flask import Response as FlaskResponse
+from moto.core import DEFAULT_ACCOUNT_ID
 from moto.core.responses import ActionResult
+from moto.core.serialize import (
+    AttributePickerContext,
+    ClassPrefixAlias,
+    ExplicitAlias,
+    JSONSerializer,
+    ModelAlias,
+    NoAlias,
+    ShapeNameAlias,
+    ShapePrefixAlias,
+    TimestampSerializer,
+    XFormedAttributePicker,
+)
+from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException, TransactionCanceledException
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.parsing import validators
+from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node as AstNode
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 from moto.dynamodb.responses import DynamoHandler
+from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+from moto.moto_api import recorder
 from moto.moto_server.werkzeug_app import (
+    BackendRequest,
     DomainDispatcherApplication,
     MotoRequestHandler,
     create_backend_app,
 )
-from werkzeug.serving import make_server
+from werkzeug.exceptions import BadRequestKeyError, HTTPException, InternalServerError
+from werkzeug.serving import connection_dropped_errors, make_server
 from werkzeug.wsgi import get_input_stream
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -99,6 +161,7 @@ from create_resources import create_resources  # noqa: E402
 MOTO_VERSION = "5.2.5"
 
 TX_WINDOW_ENV, GSI_LAG_ENV = "CHAT_EMULATOR_TX_WINDOW_MS", "CHAT_EMULATOR_GSI_LAG_MS"
+FAST_PATH_ENV = "CHAT_EMULATOR_FAST_PATH"
 DEFAULT_TX_WINDOW_MS, DEFAULT_GSI_LAG_MS = 10, 0
 CONFIG_PATH = "/moto-api/chat/config"
 TOKEN_TTL_S = 600  # DynamoDB: a ClientRequestToken is valid for 10 minutes after the call ends
@@ -199,11 +262,13 @@ class Shadow:
 
 
 class Simulation:
-    """Settings and state of the transaction-window and index-lag simulations."""
+    """Settings and state of the transaction-window and index-lag simulations; also the switch
+    of the speed-ups (fast_path)."""
 
-    def __init__(self, tx_window_ms: float, gsi_lag_ms: float):
+    def __init__(self, tx_window_ms: float, gsi_lag_ms: float, fast_path: bool = True):
         self.tx_window_ms = tx_window_ms
         self.gsi_lag_ms = gsi_lag_ms
+        self.fast_path = fast_path
         self.reset()
 
     def reset(self) -> None:
@@ -211,10 +276,13 @@ class Simulation:
         self.tokens = Tokens()
         self.shadows: dict[int, Shadow] = {}  # id(table) -> its shadow
 
-    def settings(self) -> dict[str, float]:
-        return {"txWindowMs": self.tx_window_ms, "gsiLagMs": self.gsi_lag_ms}
+    def settings(self) -> dict[str, Any]:
+        return {"txWindowMs": self.tx_window_ms, "gsiLagMs": self.gsi_lag_ms, "fastPath": self.fast_path}
 
-    def configure(self, tx_window_ms: float | None = None, gsi_lag_ms: float | None = None) -> None:
+    def configure(self, tx_window_ms: float | None = None, gsi_lag_ms: float | None = None,
+                  fast_path: bool | None = None) -> None:
+        if fast_path is not None:
+            self.fast_path = fast_path
         if tx_window_ms is not None:
             self.tx_window_ms = tx_window_ms
             if not tx_window_ms:
@@ -327,15 +395,25 @@ def config_response(method: str, body: bytes, start_response: Callable[..., Any]
     return [data]
 
 
-def parse_config(body: bytes) -> dict[str, float]:
+def parse_config(body: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(body or b"{}")
     except ValueError:
         raise ValueError("body is not JSON") from None
-    names = {"txWindowMs": "tx_window_ms", "gsiLagMs": "gsi_lag_ms"}
+    names = {"txWindowMs": "tx_window_ms", "gsiLagMs": "gsi_lag_ms", "fastPath": "fast_path"}
     if not isinstance(doc, dict) or set(doc) - set(names):
         raise ValueError(f"expected a JSON object with keys among {sorted(names)}")
-    return {names[k]: milliseconds(v, k) for k, v in doc.items()}
+    if not isinstance(doc.get("fastPath", True), bool):
+        raise ValueError(f"fastPath: expected true or false, got {doc['fastPath']!r}")
+    return {names[k]: v if k == "fastPath" else milliseconds(v, k) for k, v in doc.items()}
+
+
+def on_off(value: str, what: str) -> bool:
+    words = {"1": True, "on": True, "true": True, "0": False, "off": False, "false": False}
+    flag = words.get(value.strip().lower())
+    if flag is None:
+        raise ValueError(f"{what}: expected on or off, got {value!r}")
+    return flag
 
 
 def milliseconds(value: Any, what: str) -> float:
@@ -585,6 +663,548 @@ def _index_read(name: str) -> Callable[[DynamoHandler], Any]:
     return handler
 
 
+# moto's Table.query looks for a partition's items among `all_items()` (every item of the table,
+# sorted). While a base-table Query runs (requests are serialised, see Serialized), all_items
+# answers with the queried partition only; everything else sees the whole table as before.
+_moto_query = Table.query
+_moto_all_items = Table.all_items
+_queried_partition: tuple[Table, Any] | None = None
+
+
+_QUERY_SIGNATURE = inspect.signature(_moto_query)
+
+
+def _partition_query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+    global _queried_partition
+    index_name = _QUERY_SIGNATURE.bind(self, hash_key, *args, **kwargs).arguments.get("index_name")
+    if index_name or hash_key is None or not self.range_key_attr:
+        return _moto_query(self, hash_key, *args, **kwargs)
+    _queried_partition = (self, hash_key)
+    try:
+        return _moto_query(self, hash_key, *args, **kwargs)
+    finally:
+        _queried_partition = None
+
+
+def _all_items(self: Table) -> list[Any]:
+    if _queried_partition is not None and _queried_partition[0] is self:
+        items = list(self.items.get(_queried_partition[1], {}).values())
+        if SIM.fast_path and all(item.range_key.type == "S" for item in items):
+            # The same order: DynamoType compares strings by value (cast_value), but slowly.
+            items.sort(key=lambda item: item.range_key.value)
+            return items
+        return sorted(items, key=lambda item: item.range_key)
+    return _moto_all_items(self)
+
+
+# --- speed: expression parsing -----------------------------------------------------------------
+# An UpdateItem (and each Update of a transaction) parses its UpdateExpression twice (handler and
+# backend), and every condition is lexed once or twice; a chat backend sends the same few
+# expressions over and over. The parsed update expression depends on its text only, and moto
+# never changes it (UpdateExpressionValidator works on a deep copy); the lexed condition tokens
+# depend on the text only, and moto copies the token deque before consuming it (below).
+
+_moto_update_make = UpdateExpressionParser.make
+_moto_lex_condition = ConditionExpressionParser._lex_condition_expression
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_update_expression(expression: str) -> Any:
+    return _moto_update_make(expression)  # an invalid one raises, and is not cached
+
+
+def _update_make(cls: type, expression: Any) -> Any:
+    if SIM.fast_path and cls is UpdateExpressionParser and isinstance(expression, str):
+        return _parsed_update_expression(expression)
+    return _moto_update_make.__func__(cls, expression)  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=4096)
+def _lexed_condition(expression: str) -> tuple[Any, ...]:
+    parser = ConditionExpressionParser(expression, None, None)
+    return tuple(_moto_lex_condition(parser))  # namedtuples; their children lists stay empty
+
+
+def _lex_condition(self: ConditionExpressionParser) -> collections.deque[Any]:
+    if SIM.fast_path and isinstance(self.condition_expression, str):
+        return collections.deque(_lexed_condition(self.condition_expression))
+    return _moto_lex_condition(self)
+
+
+# Validating an update expression deep-copies its syntax tree (copy.deepcopy: a quarter of an
+# UpdateItem's validation) and then runs ten traversers over it, each of which rebuilds its
+# constant {node class: method} map for every node it visits. _deepcopy_ast copies trees of plain
+# AST nodes (no copy hooks of their own) as copy.deepcopy does, and hands anything else to it.
+
+_plain_ast_classes: dict[type, bool] = {}
+
+
+def _plain_ast_class(cls: type) -> bool:
+    plain = _plain_ast_classes.get(cls)
+    if plain is None:
+        plain = _plain_ast_classes[cls] = (
+            issubclass(cls, AstNode) and cls not in copyreg.dispatch_table
+            and not any("__slots__" in vars(c) for c in cls.__mro__)
+            and getattr(cls, "__deepcopy__", None) is None and not hasattr(cls, "__setstate__")
+            and cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__
+            and cls.__getstate__ is object.__getstate__)  # type: ignore[attr-defined]
+    return plain
+
+
+def _deepcopy_ast(x: Any, memo: dict[int, Any] | None = None) -> Any:
+    if not SIM.fast_path:
+        return copy.deepcopy(x, memo)
+    return _copy_ast(x, {} if memo is None else memo)
+
+
+def _copy_ast(x: Any, memo: dict[int, Any]) -> Any:
+    cls = type(x)
+    if x is None or cls is str or cls is int or cls is bool or cls is float:
+        return x
+    done = memo.get(id(x), memo)
+    if done is not memo:
+        return done  # shared within the tree (a node's parent), as deepcopy's memo keeps it
+    if cls is list:
+        copied: list[Any] = []
+        memo[id(x)] = copied
+        copied.extend(_copy_ast(item, memo) for item in x)
+        return copied
+    if _plain_ast_class(cls):
+        node = cls.__new__(cls)  # as copy._reconstruct: new object, memo, then a copy of __dict__
+        memo[id(x)] = node
+        node.__dict__.update({name: _copy_ast(value, memo) for name, value in x.__dict__.items()})
+        return node
+    return copy.deepcopy(x, memo)
+
+
+_moto_nodes_to_be_processed = DepthFirstTraverser.nodes_to_be_processed
+_moto_process = DepthFirstTraverser.process
+
+
+def _processing(traverser: DepthFirstTraverser) -> tuple[Any, ...]:
+    cached = traverser.__dict__.get("_chat_processing")
+    if cached is None:  # _processing_map returns the same classes and methods on every call
+        cached = traverser.__dict__["_chat_processing"] = tuple(traverser._processing_map().items())
+    return cached
+
+
+def _nodes_to_be_processed(self: DepthFirstTraverser) -> tuple[type, ...]:
+    if not SIM.fast_path:
+        return _moto_nodes_to_be_processed(self)
+    return tuple(cls for cls, _ in _processing(self))
+
+
+def _process(self: DepthFirstTraverser, node: Any) -> Any:
+    if not SIM.fast_path:
+        return _moto_process(self, node)
+    for cls, processor in _processing(self):
+        if isinstance(node, cls):
+            return processor(node)
+    return None
+
+
+# --- speed: response serialization -------------------------------------------------------------
+# moto's JSONSerializer walks the output shape and, for every member of every structure (ten per
+# AttributeValue), asks six alias providers for candidate keys: 80 % of a 20-item Query's time.
+# _FastJSON does the same walk with everything that depends only on the shapes worked out once
+# per shape, and gives byte-for-byte the same body. It reads plain dicts itself; for any other
+# object (a model object, a dict subclass: the alias providers look at its class) it asks moto's
+# own attribute picker, and on anything unexpected it lets moto serialize the whole result.
+
+class _Fallback(Exception):
+    """Raised while compiling or serializing: serialize this result with moto's code instead."""
+
+
+_NOTHING = object()  # a member moto's serializer would leave out
+_PICKER = XFormedAttributePicker()  # moto's picker without response transformers
+
+
+def _candidate_keys(parent: Any, key: str, shape: Any) -> list[str]:
+    """The keys AttributePicker tries, in order, to find member `key` of structure `parent` in a
+    plain dict (see moto.core.serialize.DEFAULT_ALIAS_PROVIDERS; ExplicitAlias never applies to a
+    dict, ClassPrefixAlias uses the class name "dict")."""
+    aliases = []
+    if shape.type_name in ("list", "structure") and shape.name not in parent.members and key != shape.name:
+        aliases.append(shape.name)  # ShapeNameAlias
+    aliases.append(key)  # NoAlias
+    if key.lower().startswith(parent.name.lower()) and key[len(parent.name):] not in parent.members:
+        aliases.append(key[len(parent.name):])  # ShapePrefixAlias
+    if key.lower().startswith("dict"):
+        aliases.append(key[len("dict"):])  # ClassPrefixAlias
+    if shape.serialization.get("name", key) != key:
+        aliases.append(shape.serialization["name"])  # ModelAlias
+    out: list[str] = []
+    for alias in aliases:
+        for candidate in (alias, xform_name(alias)):  # XFormedAttributePicker
+            if "." in candidate:
+                raise _Fallback  # get_value would read it as a path
+            if candidate not in out:
+                out.append(candidate)
+    return out
+
+
+class _FastJSON:
+    """Compiled serializers for JSONSerializer._serialize_result, one per Shape object (moto's
+    shapes are cached: the service model, its operation models and their members)."""
+
+    def __init__(self) -> None:
+        self.converters: dict[int, tuple[Any, Callable[[Any], Any]]] = {}
+        self.timestamps = TimestampSerializer(JSONSerializer.DEFAULT_TIMESTAMP_FORMAT)
+
+    def converter(self, shape: Any) -> Callable[[Any], Any]:
+        """fn(value) -> what moto's JSONSerializer._serialize(d, value, shape, key) stores in
+        d[key], or _NOTHING when it stores nothing."""
+        entry = self.converters.get(id(shape))
+        if entry is None or entry[0] is not shape:
+            entry = self.converters[id(shape)] = (shape, self._compile(shape))  # keeps the shape alive
+        return entry[1]
+
+    def _compile(self, shape: Any) -> Callable[[Any], Any]:
+        kind = shape.type_name
+        if kind == "structure":
+            if shape.is_document_type:
+                return _fail
+            return self._structure(shape)
+        if kind == "list":
+            member = shape.member
+            if member.serialization.get("name", member.name) != member.name:
+                return _fail
+            return self._list(member)
+        if kind == "map":
+            if "name" in shape.value.serialization:
+                return _fail
+            return self._map(shape.value)
+        if kind == "string":
+            return _string
+        if kind in ("integer", "long"):
+            return int
+        if kind in ("float", "double"):
+            return float
+        if kind == "blob":
+            return _blob
+        if kind == "timestamp":
+            def timestamp(value: Any) -> Any:
+                out: dict[str, Any] = {}
+                self.timestamps.serialize(out, value, shape, "timestamp")
+                return out["timestamp"]
+            return timestamp
+        if hasattr(JSONSerializer, f"_serialize_type_{kind}"):
+            return _fail  # a type this does not mirror
+        return _identity  # boolean and the others: ResponseSerializer._default_serialize
+
+    def _structure(self, shape: Any) -> Callable[[Any], Any]:
+        members = []
+        for key, member in shape.members.items():
+            if "name" in member.serialization:
+                return _fail
+            try:
+                candidates = _candidate_keys(shape, key, member)
+            except _Fallback:
+                return _fail
+            members.append((key, member, candidates))
+        # For plain dicts: candidate key -> [(position of the member, rank among its candidates)].
+        by_candidate: dict[str, list[tuple[int, int]]] = {}
+        for position, (_, _, candidates) in enumerate(members):
+            for rank, candidate in enumerate(candidates):
+                by_candidate.setdefault(candidate, []).append((position, rank))
+        compiled: list[tuple[str, Any, Callable[[Any], Any]]] | None = None
+
+        def structure(value: Any) -> Any:
+            nonlocal compiled
+            if value is None:
+                return _NOTHING
+            if compiled is None:  # lazily: AttributeValue contains itself
+                compiled = [(k, m, self.converter(m)) for k, m, _ in members]
+            out: dict[str, Any] = {}
+            if type(value) is dict:
+                # Each member takes the first of its candidate keys that the dict has; looked up
+                # from the dict's side (an AttributeValue has one key, its shape ten members).
+                picked: dict[int, tuple[int, Any]] = {}
+                for name in value:
+                    for position, rank in by_candidate.get(name, ()):
+                        if position not in picked or rank < picked[position][0]:
+                            picked[position] = (rank, name)
+                for position in sorted(picked) if len(picked) > 1 else picked:
+                    member_value = value[picked[position][1]]
+                    if member_value is not None:
+                        key, _, convert = compiled[position]
+                        converted = convert(member_value)
+                        if converted is not _NOTHING:
+                            out[key] = converted
+            else:
+                for key, member, convert in compiled:
+                    member.parent = shape  # as moto's serializer sets it; its alias providers read it
+                    member_value = _PICKER(AttributePickerContext(obj=value, key=key, shape=member))
+                    if member_value is not None:
+                        converted = convert(member_value)
+                        if converted is not _NOTHING:
+                            out[key] = converted
+            return out
+        return structure
+
+    def _list(self, member: Any) -> Callable[[Any], Any]:
+        convert: Callable[[Any], Any] | None = None
+
+        def list_(value: Any) -> Any:
+            nonlocal convert
+            if convert is None:
+                convert = self.converter(member)
+            out = []
+            for item in value:
+                converted = convert(item)
+                out.append(item if converted is _NOTHING else converted)
+            return out
+        return list_
+
+    def _map(self, value_shape: Any) -> Callable[[Any], Any]:
+        convert: Callable[[Any], Any] | None = None
+
+        def map_(value: Any) -> Any:
+            nonlocal convert
+            if convert is None:
+                convert = self.converter(value_shape)
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                converted = convert(item)
+                if converted is not _NOTHING:
+                    out[key] = converted
+            return out
+        return map_
+
+
+def _fail(_: Any) -> Any:
+    raise _Fallback
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _string(value: Any) -> Any:
+    if type(value) is str:
+        return value
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return str(value) if value not in [None, {}, []] else value
+
+
+def _blob(value: Any) -> str:
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    return base64.b64encode(value).strip().decode("utf-8")
+
+
+_ALIAS_PROVIDERS = [ExplicitAlias, ShapeNameAlias, NoAlias, ShapePrefixAlias, ClassPrefixAlias, ModelAlias]
+_FAST_JSON = _FastJSON()
+_FAST_JSON_SERVICES = {"dynamodb", "dynamodbstreams", "kinesis"}
+_moto_serialize_result = JSONSerializer._serialize_result
+
+
+def _serialize_result(self: Any, resp: Any, result: Any) -> Any:
+    picker = self._value_picker
+    if (not SIM.fast_path or type(self) is not JSONSerializer or type(picker) is not XFormedAttributePicker
+            or picker.alias_providers != _ALIAS_PROVIDERS or picker.response_transformers
+            or self.service_model.service_name not in _FAST_JSON_SERVICES):
+        return _moto_serialize_result(self, resp, result)
+    shape = self.operation_model.output_shape
+    serialized: Any = {}
+    if shape is not None:
+        try:
+            serialized = _FAST_JSON.converter(shape)(result)
+        except Exception:  # moto's code fails the same way, or copes differently: let it decide
+            return _moto_serialize_result(self, resp, result)
+        if serialized is _NOTHING:
+            serialized = {}
+    return self._serialized_result_to_response(resp, result, shape, serialized)
+
+
+# --- speed: request dispatch -------------------------------------------------------------------
+# moto routes every request through DomainDispatcherApplication (which works out the service from
+# the signature's credential scope and X-Amz-Target) and a Flask app per service (request
+# context, URL map, CORS after-request hook) to the service's BaseResponse.dispatch. For the JSON
+# APIs used here, FastDispatch makes the same routing decision (asking the dispatcher itself,
+# once per scope and target prefix) and then does what moto's Flask view does, without Flask.
+
+_FAST_BACKENDS = {"dynamodb", "dynamodbstreams", "kinesis"}
+
+
+class FastDispatch:
+    """WSGI app: POST / of DynamoDB, DynamoDB Streams and Kinesis straight to moto's handler;
+    everything else (moto-api, other services, CORS requests) to moto's dispatcher."""
+
+    def __init__(self, dispatcher: DomainDispatcherApplication):
+        self.dispatcher = dispatcher
+        self.routes: dict[tuple[str, str, str], Callable[..., Any] | None] = {}
+
+    def route(self, environ: dict[str, Any]) -> Callable[..., Any] | None:
+        """moto's view for this request if it is one for the fast path, else None."""
+        if (environ.get("REQUEST_METHOD") != "POST" or environ.get("PATH_INFO") != "/"
+                or "HTTP_ORIGIN" in environ or "HTTP_ACCESS_CONTROL_REQUEST_PRIVATE_NETWORK" in environ):
+            return None  # CORS headers then depend on the request: leave them to flask-cors
+        auth, target = environ.get("HTTP_AUTHORIZATION"), environ.get("HTTP_X_AMZ_TARGET")
+        if not auth or not target or "." not in target:
+            return None
+        key = (auth.split(",")[0], target.split(".")[0], environ.get("HTTP_HOST", ""))
+        if key not in self.routes:
+            view = None
+            # Signed for DynamoDB (and its Streams) or Kinesis: then moto's dispatcher decides by
+            # the credential scope and the target prefix only (no body, path or host).
+            if "/dynamodb/aws4_request" in key[0] or "/kinesis/aws4_request" in key[0]:
+                try:
+                    backend = self.dispatcher.get_backend_for_host(
+                        self.dispatcher.infer_service_region_host(environ, "/"))
+                except Exception:  # moto's path fails the same way
+                    backend = None
+                if backend in _FAST_BACKENDS:
+                    view = _backend_view(backend)
+            if len(self.routes) > 1000:
+                self.routes.clear()
+            self.routes[key] = view
+        return self.routes[key]
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        view = self.route(environ) if SIM.fast_path else None
+        if view is None:
+            return self.dispatcher(environ, start_response)
+        # From here on, what moto's Flask view (moto.core.utils.convert_to_flask_response) and
+        # Flask do for it; an exception propagates as it does from moto's app (debug mode).
+        request = BackendRequest(environ)
+        try:
+            try:
+                recorder._record_request(request)
+                result = view(request, request.raw_url, dict(request.headers))
+            except ClientError as exc:
+                result = 400, {}, exc.response["Error"]["Message"]
+        except HTTPException as e:
+            if isinstance(e, BadRequestKeyError):
+                raise  # Flask in debug mode (moto's apps) lets these through
+            response = FlaskResponse.force_type(e, environ)  # Flask: the exception as the response
+        else:
+            if len(result) == 3:
+                status, headers, content = result
+            else:
+                status, headers, content = 200, {}, result
+            response = FlaskResponse(response=content, status=status, headers=headers)
+        if not moto.settings.DISABLE_GLOBAL_CORS and not response.headers.get("Access-Control-Allow-Origin"):
+            response.headers.add("Access-Control-Allow-Origin", "*")  # flask-cors, no Origin header
+        return response(environ, start_response)
+
+
+@functools.lru_cache(maxsize=None)
+def _backend_view(backend: str) -> Callable[..., Any]:
+    """The view moto's Flask app for `backend` serves POST / with (create_backend_app)."""
+    backend_dict = moto.backends.get_backend(backend)
+    return backend_dict[DEFAULT_ACCOUNT_ID]["us-east-1"].flask_paths["/"]
+
+
+# --- speed: HTTP connections -------------------------------------------------------------------
+# werkzeug's server closes every connection after one response (so each request is a new TCP
+# connection and a new thread), writes headers and body separately, and then waits up to 10 ms
+# per request to drain the socket. Serialized always reads the whole request body, so the
+# connection can stay open for the next request: HTTP/1.1 keep-alive, as the SDKs expect.
+
+class KeepAliveHandler(MotoRequestHandler):
+    """moto's request handler, but answers with one write and keeps the connection open when the
+    request body was read to its end (a Content-Length body; chunked ones close as before)."""
+
+    def setup(self) -> None:
+        super().setup()
+        # One write per response; the 100-continue interim answer must not hold it back (Nagle).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def run_wsgi(self) -> None:
+        if not SIM.fast_path:
+            return super().run_wsgi()
+        if self.headers.get("Expect", "").lower().strip(" \t") == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.environ = environ = self.make_environ()
+        length = environ.get("CONTENT_LENGTH", "")
+        keep_alive = (self.request_version == "HTTP/1.1" and not self.close_connection
+                      and "HTTP_TRANSFER_ENCODING" not in environ and (length == "" or length.isdigit()))
+        started: list[Any] = []
+        written: list[bytes] = []  # by the legacy write() callable, before the app's iterable
+
+        def start_response(status: str, headers: list[tuple[str, str]],
+                           exc_info: Any = None) -> Callable[[bytes], None]:
+            if exc_info:
+                try:
+                    if started:
+                        raise exc_info[1].with_traceback(exc_info[2])
+                finally:
+                    exc_info = None
+            elif started:
+                raise AssertionError("Headers already set")
+            started[:] = [status, headers]
+            return written.append
+
+        sent = False
+        try:
+            app_iter = self.server.app(environ, start_response)
+            try:
+                body = b"".join(written + list(app_iter))
+            finally:
+                if hasattr(app_iter, "close"):
+                    app_iter.close()
+            sent = True
+            self.send_whole(started[0], started[1], body, keep_alive)
+        except connection_dropped_errors as e:
+            self.close_connection = True
+            self.connection_dropped(e, environ)
+        except Exception as e:
+            self.close_connection = True
+            if self.server.passthrough_errors:
+                raise
+            if not sent:  # as werkzeug's run_wsgi: an error page, and the traceback in the log
+                try:
+                    started.clear()
+                    body = b"".join(InternalServerError()(environ, start_response))
+                    self.send_whole(started[0], started[1], body, keep_alive=False)
+                except Exception:
+                    pass
+            from werkzeug.debug.tbtools import DebugTraceback  # noqa: PLC0415 - as werkzeug does
+            self.server.log("error", f"Error on request:\n{DebugTraceback(e).render_traceback_text()}")
+        if self.close_connection:
+            self.drain()
+
+    def send_whole(self, status: str, headers: list[tuple[str, str]], body: bytes, keep_alive: bool) -> None:
+        """Writes what werkzeug's run_wsgi writes for this response (the same status line and
+        headers, but Connection: close only when not keeping the connection), in one write."""
+        try:
+            code_str, msg = status.split(None, 1)
+        except ValueError:
+            code_str, msg = status, ""
+        code = int(code_str)
+        self.send_response(code, msg)  # status line, Server, Date (buffered); the access log
+        names = set()
+        for key, value in headers:
+            self.send_header(key, value)
+            names.add(key.lower())
+        chunked = (not ("content-length" in names or self.command == "HEAD" or 100 <= code < 200
+                        or code in {204, 304}) and self.protocol_version >= "HTTP/1.1")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            body = (hex(len(body))[2:].encode() + b"\r\n" + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
+        if chunked or not keep_alive:
+            self.send_header("Connection", "close")  # sets self.close_connection
+        self._headers_buffer.append(b"\r\n")
+        data = b"".join(self._headers_buffer) + body
+        self._headers_buffer = []
+        self.wfile.write(data)
+
+    def drain(self) -> None:
+        """As werkzeug before closing: read what the client may still send (an unread body), so
+        that closing the socket does not reset the connection before the client reads the answer."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.connection, selectors.EVENT_READ)
+            total_size = total_reads = 0
+            while selector.select(timeout=0.01):
+                data = self.rfile.read(10_000_000)
+                total_size += len(data)
+                total_reads += 1
+                if not data or total_size >= 10_000_000_000 or total_reads > 1000:
+                    break
+
+
 def patch_moto() -> None:
     if moto.__version__ != MOTO_VERSION:
         sys.exit(f"moto_server.py: needs moto {MOTO_VERSION}, found {moto.__version__} "
@@ -611,6 +1231,18 @@ def patch_moto() -> None:
         return self.shard_iterators.pop(iterator_arn).get(limit)
 
     DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
+    Table.query = _partition_query  # type: ignore[method-assign]
+    Table.all_items = _all_items  # type: ignore[method-assign]
+    JSONSerializer._serialize_result = _serialize_result  # type: ignore[method-assign]
+    UpdateExpressionParser.make = classmethod(_update_make)  # type: ignore[method-assign, assignment]
+    ConditionExpressionParser._lex_condition_expression = _lex_condition  # type: ignore[method-assign]
+    validators.deepcopy = _deepcopy_ast  # type: ignore[attr-defined]
+    DepthFirstTraverser.nodes_to_be_processed = _nodes_to_be_processed  # type: ignore[method-assign]
+    DepthFirstTraverser.process = _process  # type: ignore[method-assign]
+    # moto lists a handler class's methods (inspect.getmembers) on every request, to check that the
+    # action is one; the classes do not change once patched (above).
+    moto.core.responses.method_names_from_class = functools.lru_cache(maxsize=None)(
+        moto.core.responses.method_names_from_class)
     # moto lists its package directory to route every request: a quarter of its time per request.
     list_modules = moto.backends.list_of_moto_modules
     moto.backends.list_of_moto_modules = functools.lru_cache(maxsize=None)(lambda: tuple(list_modules()))
@@ -618,16 +1250,25 @@ def patch_moto() -> None:
 
 # --- main -------------------------------------------------------------------------------------
 
-def settings_from(args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
-    """The simulation settings: a flag wins over its env var, which wins over the default."""
-    out = {}
+def settings_from(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """The settings: a flag wins over its env var, which wins over the default."""
+    out: dict[str, Any] = {}
     for name, flag, var, default in (("tx_window_ms", "--tx-window-ms", TX_WINDOW_ENV, DEFAULT_TX_WINDOW_MS),
-                                     ("gsi_lag_ms", "--gsi-lag-ms", GSI_LAG_ENV, DEFAULT_GSI_LAG_MS)):
-        value, what = getattr(args, name), flag
+                                     ("gsi_lag_ms", "--gsi-lag-ms", GSI_LAG_ENV, DEFAULT_GSI_LAG_MS),
+                                     ("fast_path", "--fast-path", FAST_PATH_ENV, True)):
+        value, what = getattr(args, name, None), flag
         if value is None and env.get(var, "").strip():
             value, what = env[var], var
-        out[name] = default if value is None else milliseconds(value, what)
+        if value is None:
+            out[name] = default
+        else:
+            out[name] = on_off(value, what) if name == "fast_path" else milliseconds(value, what)
     return out
+
+
+def make_app() -> Serialized:
+    """The WSGI app (after patch_moto)."""
+    return Serialized(FastDispatch(DomainDispatcherApplication(create_backend_app)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -643,6 +1284,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"(default: ${TX_WINDOW_ENV} or {DEFAULT_TX_WINDOW_MS})")
     parser.add_argument("--gsi-lag-ms", metavar="MS", help=f"global secondary index lag in ms; 0 = none "
                         f"(default: ${GSI_LAG_ENV} or {DEFAULT_GSI_LAG_MS})")
+    parser.add_argument("--fast-path", metavar="on|off", help=f"the speed-ups; off = moto's own request "
+                        f"handling (default: ${FAST_PATH_ENV} or on)")
     args = parser.parse_args(argv)
     try:
         SIM.configure(**settings_from(args, dict(os.environ)))
@@ -653,8 +1296,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.log_requests:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
-    app = Serialized(DomainDispatcherApplication(create_backend_app))
-    server = make_server(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler)
+    server = make_server(args.host, args.port, make_app(), threaded=True, request_handler=KeepAliveHandler)
     port = server.server_port
     os.environ["MOTO_PORT"] = str(port)  # moto builds some URLs with it
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(args.host, args.host)

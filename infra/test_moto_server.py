@@ -6,15 +6,21 @@ Starts the launcher on a free loopback port with the repository's template.yaml 
 fixes it makes to moto: serialised requests, in-place rollback of cancelled transactions (stream
 iterators keep working, no stream records, no item changes), fast transactions on a big table;
 and its simulations: transaction conflicts during a transaction's window, idempotent
-ClientRequestTokens, lagging global secondary indexes, their runtime switch and their reset.
+ClientRequestTokens, lagging global secondary indexes, their runtime switch and their reset;
+its speed-ups: the same answers (status, headers, bytes) with the fast path on and off, kept-alive
+connections, cached expressions; and that a Query reads exactly the queried partition.
 Simulation tests use windows and lags of 500 ms at most, and restore the defaults afterwards.
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
+import http.client
 import json
 import os
 import selectors
+import socket
 import subprocess
 import sys
 import tempfile
@@ -24,7 +30,8 @@ import unittest
 import urllib.error
 import urllib.request
 import uuid
-from typing import Any, Callable
+import zlib
+from typing import Any, Callable, NamedTuple
 
 import boto3
 from botocore.config import Config
@@ -34,7 +41,7 @@ INFRA = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(INFRA)
 CHAT_TABLE = "ChatTable"
 MEMBER_INDEX = "byMember"  # GSI of ChatTable: memberId (hash), pk (range)
-DEFAULTS = {"txWindowMs": 10, "gsiLagMs": 0}
+DEFAULTS = {"txWindowMs": 10, "gsiLagMs": 0, "fastPath": True}
 
 
 def slow_condition(condition: str, clauses: int) -> dict[str, Any]:
@@ -47,6 +54,17 @@ def slow_condition(condition: str, clauses: int) -> dict[str, Any]:
 
 def _code(e: ClientError) -> str:
     return e.response["Error"]["Code"]
+
+
+class Raw(NamedTuple):
+    """An HTTP answer as received."""
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
 
 
 class MotoServerTest(unittest.TestCase):
@@ -361,7 +379,7 @@ class MotoServerTest(unittest.TestCase):
         return caught.exception
 
     def test_transaction_conflicts_with_one_in_its_window(self) -> None:
-        self.assertEqual(self.configure(txWindowMs=300), {"txWindowMs": 300, "gsiLagMs": 0})
+        self.assertEqual(self.configure(txWindowMs=300), {**DEFAULTS, "txWindowMs": 300})
         ddb, pk = self.client("dynamodb"), f"conv-{uuid.uuid4()}"
         key = lambda sk: {"pk": {"S": pk}, "sk": {"S": sk}}  # noqa: E731
         ddb.put_item(TableName=CHAT_TABLE, Item={**key("meta"), "seq": {"N": "0"}})
@@ -430,7 +448,7 @@ class MotoServerTest(unittest.TestCase):
         ddb.delete_item(TableName=CHAT_TABLE, Key=key("checked"))
 
     def test_no_conflicts_without_window(self) -> None:
-        self.assertEqual(self.configure(txWindowMs=0), {"txWindowMs": 0, "gsiLagMs": 0})
+        self.assertEqual(self.configure(txWindowMs=0), {**DEFAULTS, "txWindowMs": 0})
         key = {"pk": {"S": f"counter-{uuid.uuid4()}"}, "sk": {"S": "c"}}
 
         def add(i: int, ddb: Any, _: threading.Barrier) -> None:
@@ -496,7 +514,7 @@ class MotoServerTest(unittest.TestCase):
     # --- (g) eventually consistent global secondary index -----------------------------------------
 
     def test_global_secondary_index_lags(self) -> None:
-        self.assertEqual(self.configure(gsiLagMs=300, txWindowMs=0), {"txWindowMs": 0, "gsiLagMs": 300})
+        self.assertEqual(self.configure(gsiLagMs=300, txWindowMs=0), {**DEFAULTS, "txWindowMs": 0, "gsiLagMs": 300})
         ddb, member = self.client("dynamodb"), f"user-{uuid.uuid4()}"
         conv = [f"conv-{uuid.uuid4()}" for _ in range(3)]
         key = lambda c: {"pk": {"S": c}, "sk": {"S": f"member#{member}"}}  # noqa: E731
@@ -544,12 +562,13 @@ class MotoServerTest(unittest.TestCase):
 
     def test_config_endpoint(self) -> None:
         self.assertEqual(self.configure(), DEFAULTS)
-        self.assertEqual(self.configure(gsiLagMs=2.5), {"txWindowMs": 10, "gsiLagMs": 2.5})
-        for bad in ({"txWindowMs": -1}, {"gsiLagMs": "soon"}, {"other": 1}):
+        self.assertEqual(self.configure(gsiLagMs=2.5), {**DEFAULTS, "gsiLagMs": 2.5})
+        for bad in ({"txWindowMs": -1}, {"gsiLagMs": "soon"}, {"other": 1}, {"fastPath": 1}):
             with self.assertRaises(urllib.error.HTTPError) as caught:
                 self.configure(**bad)
             self.assertEqual(caught.exception.code, 400)
-        self.assertEqual(self.configure(), {"txWindowMs": 10, "gsiLagMs": 2.5})
+        self.assertEqual(self.configure(), {**DEFAULTS, "gsiLagMs": 2.5})
+        self.assertEqual(self.configure(fastPath=False), {**DEFAULTS, "gsiLagMs": 2.5, "fastPath": False})
 
     def test_settings_from_flags_and_env(self) -> None:
         sys.path.insert(0, INFRA)
@@ -559,13 +578,19 @@ class MotoServerTest(unittest.TestCase):
             sys.path.remove(INFRA)
         env = {"CHAT_EMULATOR_TX_WINDOW_MS": "0", "CHAT_EMULATOR_GSI_LAG_MS": "250"}
         none = argparse.Namespace(tx_window_ms=None, gsi_lag_ms=None)
-        self.assertEqual(moto_server.settings_from(none, {}), {"tx_window_ms": 10, "gsi_lag_ms": 0})
-        self.assertEqual(moto_server.settings_from(none, env), {"tx_window_ms": 0, "gsi_lag_ms": 250})
+        defaults = {"tx_window_ms": 10, "gsi_lag_ms": 0, "fast_path": True}
+        self.assertEqual(moto_server.settings_from(none, {}), defaults)
+        self.assertEqual(moto_server.settings_from(none, env), {**defaults, "tx_window_ms": 0, "gsi_lag_ms": 250})
         flags = argparse.Namespace(tx_window_ms="5", gsi_lag_ms="1.5")
-        self.assertEqual(moto_server.settings_from(flags, env), {"tx_window_ms": 5, "gsi_lag_ms": 1.5})
+        self.assertEqual(moto_server.settings_from(flags, env), {**defaults, "tx_window_ms": 5, "gsi_lag_ms": 1.5})
+        off = argparse.Namespace(tx_window_ms=None, gsi_lag_ms=None, fast_path="off")
+        self.assertFalse(moto_server.settings_from(off, {})["fast_path"])
+        self.assertFalse(moto_server.settings_from(none, {"CHAT_EMULATOR_FAST_PATH": "0"})["fast_path"])
         for bad in ("-1", "abc", "nan"):
             with self.assertRaises(ValueError):
                 moto_server.settings_from(none, {"CHAT_EMULATOR_TX_WINDOW_MS": bad})
+            with self.assertRaises(ValueError):
+                moto_server.settings_from(none, {"CHAT_EMULATOR_FAST_PATH": bad})
 
     def test_reset_clears_simulation_state(self) -> None:
         self.configure(txWindowMs=300, gsiLagMs=300)
@@ -582,7 +607,8 @@ class MotoServerTest(unittest.TestCase):
         finally:
             sys.path.remove(INFRA)
         create_resources(self.url, os.path.join(REPO, "template.yaml"), "us-east-1", log=lambda _: None)
-        self.assertEqual(self.configure(), {"txWindowMs": 300, "gsiLagMs": 300}, "reset keeps the settings")
+        self.assertEqual(self.configure(), {**DEFAULTS, "txWindowMs": 300, "gsiLagMs": 300},
+                         "reset keeps the settings")
 
         # The item is no longer in a transaction, and the token is new again.
         ddb.put_item(TableName=CHAT_TABLE, Item={**key, "x": {"S": "y"}})
@@ -590,6 +616,269 @@ class MotoServerTest(unittest.TestCase):
                                  ClientRequestToken=token)
         self.wait_for_item(ddb, key, present=False)
         done()
+
+    # --- (i) the fast path: the same answers as moto's own request handling -----------------------
+
+    def raw(self, target: str, body: Any, conn: http.client.HTTPConnection | None = None,
+            service: str = "dynamodb", headers: dict[str, str] | None = None) -> Raw:
+        """POSTs `body` (JSON-encoded unless bytes) as the SDKs do; the answer, unparsed."""
+        host, port = self.url.rsplit("/", 1)[1].split(":")
+        if conn is None:
+            with contextlib.closing(http.client.HTTPConnection(host, int(port), timeout=30)) as own:
+                return self.raw(target, body, own, service, headers)
+        json_version = "1.1" if service == "kinesis" else "1.0"
+        conn.request("POST", "/", body=body if isinstance(body, bytes) else json.dumps(body).encode(), headers={
+            "Content-Type": f"application/x-amz-json-{json_version}", "X-Amz-Target": target,
+            "User-Agent": "test_moto_server", "X-Amz-Date": "20260101T000000Z",
+            "Authorization": f"AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/{service}/aws4_request, "
+                             "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=00",
+            **(headers or {})})
+        response = conn.getresponse()
+        return Raw(response.status, response.reason, response.getheaders(), response.read())
+
+    def assert_same_both_ways(self, target: str, body: Any, **kwargs: Any) -> Raw:
+        """Sends the request with the fast path off, then on: the same status, headers (but Date,
+        the request id and Connection) and body. Returns the fast path's answer."""
+        answers = []
+        for fast in (False, True):  # and on afterwards
+            self.configure(fastPath=fast)
+            answers.append(self.raw(target, body, **kwargs))
+        moto_answer, fast_answer = answers
+        varying = ("date", "x-amzn-requestid", "connection")
+        self.assertEqual((fast_answer.status, fast_answer.reason), (moto_answer.status, moto_answer.reason))
+        self.assertEqual([h for h in fast_answer.headers if h[0].lower() not in varying],
+                         [h for h in moto_answer.headers if h[0].lower() not in varying], target)
+        self.assertEqual(fast_answer.body, moto_answer.body, target)
+        self.assertIn(("Connection", "close"), moto_answer.headers)
+        if fast_answer.status != 500:  # moto's 500 page comes from werkzeug, without these
+            self.assertEqual([len(a.header("x-amzn-requestid") or "") for a in answers], [52, 52])
+            if target.startswith("DynamoDB_"):  # the SDKs check it when it is there
+                self.assertEqual(int(fast_answer.header("x-amz-crc32") or -1), zlib.crc32(fast_answer.body))
+        return fast_answer
+
+    def test_fast_path_answers_like_moto(self) -> None:
+        self.configure(txWindowMs=0)  # repeated transactions on the same items
+        ddb, pk = self.client("dynamodb"), f"fast-{uuid.uuid4()}"
+        latest = self.stream_iterator("LATEST")
+        key = lambda sk: {"pk": {"S": pk}, "sk": {"S": sk}}  # noqa: E731
+        rich = {**key("rich"), "s": {"S": "héllo ✓ \"quoted\" \\ /"}, "empty": {"S": ""},
+                "n": {"N": "-12.50"}, "big": {"N": "123456789012345678901234567890"},
+                "b": {"B": b"\x00\xff binary"}, "ss": {"SS": ["a", "b"]}, "ns": {"NS": ["1", "2.5"]},
+                "bs": {"BS": [b"x", b"\x01"]}, "null": {"NULL": True}, "t": {"BOOL": True}, "f": {"BOOL": False},
+                "l": {"L": [{"S": "x"}, {"N": "1"}, {"M": {"deep": {"L": [{"NULL": True}]}}}, {"B": b"in list"}]},
+                "m": {"M": {"a": {"S": "b"}, "nested": {"M": {"ss": {"SS": ["z"]}}}, "e": {"M": {}}}},
+                "memberId": {"S": f"member-{pk}"}}
+        ddb.put_item(TableName=CHAT_TABLE, Item=rich)
+        for i in range(5):
+            ddb.put_item(TableName=CHAT_TABLE, Item={**key(f"msg#{i}"), "i": {"N": str(i)}, "text": {"S": "t" * i}})
+        rich_json = json.loads(json.dumps(rich, default=lambda b: base64.b64encode(b).decode()))
+        ddb_target = "DynamoDB_20120810."
+        same = lambda action, body, **kw: self.assert_same_both_ways(ddb_target + action, body, **kw)  # noqa: E731
+
+        # Reads.
+        got = same("GetItem", {"TableName": CHAT_TABLE, "Key": key("rich")})
+        self.assertEqual(json.loads(got.body)["Item"], rich_json)
+        same("GetItem", {"TableName": CHAT_TABLE, "Key": key("missing"), "ReturnConsumedCapacity": "TOTAL"})
+        same("GetItem", {"TableName": CHAT_TABLE, "Key": key("rich"), "ConsistentRead": True,
+                         "ProjectionExpression": "#s, m.nested, l[2]", "ExpressionAttributeNames": {"#s": "s"}})
+        query = {"TableName": CHAT_TABLE, "KeyConditionExpression": "pk = :p AND begins_with(sk, :m)",
+                 "ExpressionAttributeValues": {":p": {"S": pk}, ":m": {"S": "msg#"}}}
+        page = json.loads(same("Query", {**query, "Limit": 2}).body)
+        self.assertEqual([i["sk"]["S"] for i in page["Items"]], ["msg#0", "msg#1"])
+        same("Query", {**query, "Limit": 2, "ExclusiveStartKey": page["LastEvaluatedKey"],
+                       "ScanIndexForward": False})
+        same("Query", {**query, "Select": "COUNT", "ReturnConsumedCapacity": "INDEXES"})
+        same("Query", {**query, "FilterExpression": "i > :one", "ExpressionAttributeValues": {
+            **query["ExpressionAttributeValues"], ":one": {"N": "1"}}})
+        same("Query", {"TableName": CHAT_TABLE, "IndexName": MEMBER_INDEX,
+                       "KeyConditionExpression": "memberId = :m",
+                       "ExpressionAttributeValues": {":m": {"S": f"member-{pk}"}}})
+        same("Scan", {"TableName": CHAT_TABLE, "Limit": 3})
+        same("BatchGetItem", {"RequestItems": {CHAT_TABLE: {"Keys": [key("rich"), key("msg#3"), key("missing")]}}})
+        same("TransactGetItems", {"TransactItems": [{"Get": {"TableName": CHAT_TABLE, "Key": key("rich")}},
+                                                    {"Get": {"TableName": CHAT_TABLE, "Key": key("missing")}}]})
+        same("DescribeTable", {"TableName": CHAT_TABLE})
+        same("ListTables", {})
+
+        # Writes that change nothing the second time, and failed ones.
+        update = {"TableName": CHAT_TABLE, "Key": key("msg#1"), "UpdateExpression": "SET #t = :t ADD tags :tag",
+                  "ExpressionAttributeNames": {"#t": "text"},
+                  "ExpressionAttributeValues": {":t": {"S": "edited"}, ":tag": {"SS": ["x"]}}}
+        for return_values in ("ALL_NEW", "UPDATED_OLD", "NONE"):
+            same("UpdateItem", {**update, "ReturnValues": return_values})
+        same("PutItem", {"TableName": CHAT_TABLE, "Item": rich_json, "ReturnValues": "ALL_OLD"})
+        same("DeleteItem", {"TableName": CHAT_TABLE, "Key": key("missing"), "ReturnValues": "ALL_OLD"})
+        failed = same("PutItem", {"TableName": CHAT_TABLE, "Item": rich_json,
+                                  "ConditionExpression": "attribute_not_exists(pk)",
+                                  "ReturnValuesOnConditionCheckFailure": "ALL_OLD"})
+        self.assertEqual((failed.status, json.loads(failed.body)["Item"]), (400, rich_json))
+        same("TransactWriteItems", {"TransactItems": [
+            {"Put": {"TableName": CHAT_TABLE, "Item": {**key("msg#2"), "i": {"N": "2"}, "text": {"S": "tt"}}}},
+            {"Update": {"TableName": CHAT_TABLE, "Key": key("msg#3"), "UpdateExpression": "SET i = :i",
+                        "ExpressionAttributeValues": {":i": {"N": "3"}}}}]})
+        cancelled = same("TransactWriteItems", {"TransactItems": [
+            {"Put": {"TableName": CHAT_TABLE, "Item": key("new")}},
+            {"ConditionCheck": {"TableName": CHAT_TABLE, "Key": key("rich"), "ConditionExpression": "n = :zero",
+                                "ExpressionAttributeValues": {":zero": {"N": "0"}},
+                                "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}]})
+        reasons = json.loads(cancelled.body)["CancellationReasons"]
+        self.assertEqual([r["Code"] for r in reasons], ["None", "ConditionalCheckFailed"])
+        self.assertEqual(reasons[1]["Item"], rich_json)
+        for bad in (
+                {"TableName": CHAT_TABLE, "Key": key("msg#1"), "UpdateExpression": "SET = oops"},
+                {"TableName": CHAT_TABLE, "Key": {"pk": {"S": pk}}, "UpdateExpression": "SET a = :a",
+                 "ExpressionAttributeValues": {":a": {"S": "a"}}},
+                {"TableName": "NoSuchTable", "Key": key("x"), "UpdateExpression": "REMOVE a"},
+                {"TableName": CHAT_TABLE, "Key": key("x"), "UpdateExpression": "REMOVE a",
+                 "ExpressionAttributeNames": {"#unused": "u"}}):
+            self.assertEqual(same("UpdateItem", bad).status, 400)
+        same("GetItem", {"TableName": "NoSuchTable", "Key": key("x")})
+        same("BatchGetItem", {"RequestItems": {CHAT_TABLE: {"Keys": [key("rich"), key("rich")]}}})
+        same("NoSuchAction", {})
+        same("GetItem", b"{not json")
+        self.assertEqual(ddb.get_item(TableName=CHAT_TABLE, Key=key("new")).get("Item"), None)
+
+        # Requests with an Origin header (CORS: flask-cors answers those) and other services.
+        same("GetItem", {"TableName": CHAT_TABLE, "Key": key("rich")}, headers={"Origin": "http://localhost:3000"})
+        streams_target, kinesis_target = "DynamoDBStreams_20120810.", "Kinesis_20131202."
+        arn = ddb.describe_table(TableName=CHAT_TABLE)["Table"]["LatestStreamArn"]
+        self.assert_same_both_ways(streams_target + "DescribeStream", {"StreamArn": arn})
+        self.assert_same_both_ways(streams_target + "ListStreams", {})
+        kinesis = self.client("kinesis")
+        put = kinesis.put_record(StreamName="EventStream", Data=b"\x00data", PartitionKey=pk)
+        iterator = kinesis.get_shard_iterator(
+            StreamName="EventStream", ShardId=put["ShardId"], ShardIteratorType="AT_SEQUENCE_NUMBER",
+            StartingSequenceNumber=put["SequenceNumber"])["ShardIterator"]
+        for action, body in (("GetRecords", {"ShardIterator": iterator, "Limit": 1}),
+                             ("DescribeStreamSummary", {"StreamName": "EventStream"}),
+                             ("ListShards", {"StreamName": "EventStream"}),
+                             ("DescribeStream", {"StreamName": "NoSuchStream"})):
+            self.assert_same_both_ways(kinesis_target + action, body, service="kinesis")
+
+        # DynamoDB Streams: GetRecords uses up its iterator, so one each way; the same records.
+        seq = self.client("dynamodbstreams").get_records(ShardIterator=latest, Limit=1)["Records"][0]["dynamodb"][
+            "SequenceNumber"]  # the INSERT of `rich`
+        records = []
+        for fast in (False, True):
+            self.configure(fastPath=fast)
+            shard = json.loads(self.raw(streams_target + "DescribeStream", {"StreamArn": arn}).body)
+            it = json.loads(self.raw(streams_target + "GetShardIterator", {
+                "StreamArn": arn, "ShardId": shard["StreamDescription"]["Shards"][-1]["ShardId"],
+                "ShardIteratorType": "AT_SEQUENCE_NUMBER", "SequenceNumber": seq}).body)["ShardIterator"]
+            answer = self.raw(streams_target + "GetRecords", {"ShardIterator": it, "Limit": 3})
+            self.assertEqual(answer.status, 200)
+            records.append(json.loads(answer.body)["Records"])
+        self.configure(fastPath=True)
+        self.assertEqual(records[0][0]["dynamodb"]["NewImage"], rich_json)
+        self.assertEqual(records[0], records[1])
+
+    def test_fast_path_keeps_connections_open(self) -> None:
+        host, port = self.url.rsplit("/", 1)[1].split(":")
+        get = {"TableName": CHAT_TABLE, "Key": {"pk": {"S": "keep-alive"}, "sk": {"S": "x"}}}
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        first = self.raw("DynamoDB_20120810.GetItem", get, conn)
+        sock = conn.sock
+        second = self.raw("DynamoDB_20120810.GetItem", get, conn)
+        self.assertIs(conn.sock, sock, "the connection was reused")
+        self.assertEqual((first.status, second.status, first.header("connection")), (200, 200, None))
+        # A client that asks to close.
+        closing = self.raw("DynamoDB_20120810.GetItem", get, conn, headers={"Connection": "close"})
+        self.assertEqual((closing.status, closing.header("connection")), (200, "close"))
+        conn.close()
+
+        # A chunked request body, and HTTP/1.0: answered, then the connection is closed.
+        body = json.dumps(get).encode()
+        head = (f"POST / HTTP/1.1\r\nHost: {host}\r\nX-Amz-Target: DynamoDB_20120810.GetItem\r\n"
+                "Content-Type: application/x-amz-json-1.0\r\nAuthorization: AWS4-HMAC-SHA256 "
+                "Credential=t/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0\r\n")
+        chunked = (head.encode() + b"Transfer-Encoding: chunked\r\n\r\n" + hex(len(body))[2:].encode()
+                   + b"\r\n" + body + b"\r\n0\r\n\r\n")
+        http_1_0 = (head.replace("HTTP/1.1", "HTTP/1.0").encode() + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body)
+        for request in (chunked, http_1_0):
+            with socket.create_connection((host, int(port)), timeout=30) as s:
+                s.sendall(request)
+                answer = b""
+                while chunk := s.recv(65536):
+                    answer += chunk
+            self.assertTrue(answer.startswith((b"HTTP/1.1 200 OK\r\n", b"HTTP/1.0 200 OK\r\n")), answer[:100])
+            self.assertIn(b"\r\nConnection: close\r\n", answer)
+            self.assertTrue(answer.endswith(b"\r\n\r\n{}"), answer[-100:])
+
+    def test_update_expression_cache_keeps_meaning(self) -> None:
+        ddb, pk = self.client("dynamodb"), f"cache-{uuid.uuid4()}"
+        expression = ("SET #c = if_not_exists(#c, :zero) + :inc, "
+                      "tags = list_append(if_not_exists(tags, :none), :tag)")
+        for i, sk in enumerate(("a", "b", "a")):
+            item = ddb.update_item(TableName=CHAT_TABLE, Key={"pk": {"S": pk}, "sk": {"S": sk}},
+                                   UpdateExpression=expression, ExpressionAttributeNames={"#c": "count"},
+                                   ExpressionAttributeValues={":zero": {"N": "0"}, ":inc": {"N": str(i + 1)},
+                                                              ":none": {"L": []}, ":tag": {"L": [{"S": f"t{i}"}]}},
+                                   ReturnValues="ALL_NEW")["Attributes"]
+        self.assertEqual((item["count"], item["tags"]), ({"N": "4"}, {"L": [{"S": "t0"}, {"S": "t2"}]}))
+        for _ in range(2):  # an invalid expression is rejected every time
+            self.assert_error("ValidationException", lambda: ddb.update_item(
+                TableName=CHAT_TABLE, Key={"pk": {"S": pk}, "sk": {"S": "a"}}, UpdateExpression="SET a = ",
+                ExpressionAttributeValues={":a": {"S": "a"}}))
+
+    # --- (j) Query reads one partition --------------------------------------------------------------
+
+    def test_query_reads_the_queried_partition(self) -> None:
+        ddb, prefix = self.client("dynamodb"), f"part-{uuid.uuid4()}"
+        sks = ["m#3", "a", "m#10", "z", "m#1", "b#", "m#2"]  # stored out of order
+        member = f"member-{prefix}"
+        writes = [{"PutRequest": {"Item": {"pk": {"S": f"{prefix}-{p}"}, "sk": {"S": sk}, "p": {"N": str(p)},
+                                           **({"memberId": {"S": member}} if sk == "a" else {})}}}
+                  for p in range(30) for sk in sks]
+        for start in range(0, len(writes), 25):
+            ddb.batch_write_item(RequestItems={CHAT_TABLE: writes[start:start + 25]})
+
+        def query(pk: str, forward: bool = True, limit: int | None = None, **extra: Any) -> list[str]:
+            out, start = [], None
+            while True:
+                page = ddb.query(TableName=CHAT_TABLE, KeyConditionExpression="pk = :p",
+                                 ExpressionAttributeValues={":p": {"S": pk}}, ScanIndexForward=forward,
+                                 **({"Limit": limit} if limit else {}),
+                                 **({"ExclusiveStartKey": start} if start else {}), **extra)
+                self.assertTrue(all(i["pk"]["S"] == pk for i in page.get("Items", [])))
+                out += [i["sk"]["S"] for i in page.get("Items", [])] or [page["Count"]] * ("Select" in extra)
+                start = page.get("LastEvaluatedKey")
+                if not start:
+                    return out
+
+        for fast in (True, False):  # the same with moto's own request handling
+            self.configure(fastPath=fast)
+            self.assertEqual(query(f"{prefix}-13"), sorted(sks))
+            self.assertEqual(query(f"{prefix}-13", limit=3), sorted(sks))
+            self.assertEqual(query(f"{prefix}-0", forward=False, limit=2), sorted(sks, reverse=True))
+            self.assertEqual(query(f"{prefix}-29", Select="COUNT"), [len(sks)])
+            self.assertEqual(query(f"{prefix}-nope"), [])
+            between = ddb.query(TableName=CHAT_TABLE, KeyConditionExpression="pk = :p AND sk BETWEEN :a AND :b",
+                                ExpressionAttributeValues={":p": {"S": f"{prefix}-7"}, ":a": {"S": "m#1"},
+                                                           ":b": {"S": "m#3"}}, ScanIndexForward=False)["Items"]
+            self.assertEqual([i["sk"]["S"] for i in between], ["m#3", "m#2", "m#10", "m#1"])
+            index = ddb.query(TableName=CHAT_TABLE, IndexName=MEMBER_INDEX, KeyConditionExpression="memberId = :m",
+                              ExpressionAttributeValues={":m": {"S": member}})["Items"]
+            self.assertEqual([i["pk"]["S"] for i in index], sorted(f"{prefix}-{p}" for p in range(30)))
+        self.configure(fastPath=True)
+
+        # A numeric sort key sorts by number, not by its text.
+        table = f"PartitionQuery-{uuid.uuid4().hex[:8]}"
+        ddb.create_table(TableName=table, BillingMode="PAY_PER_REQUEST",
+                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                               {"AttributeName": "n", "AttributeType": "N"}],
+                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                    {"AttributeName": "n", "KeyType": "RANGE"}])
+        try:
+            for pk in ("x", "y"):
+                for n in ("10", "9", "100", "-1", "2.5"):
+                    ddb.put_item(TableName=table, Item={"pk": {"S": pk}, "n": {"N": n}})
+            items = ddb.query(TableName=table, KeyConditionExpression="pk = :p",
+                              ExpressionAttributeValues={":p": {"S": "y"}})["Items"]
+            self.assertEqual([(i["pk"]["S"], i["n"]["N"]) for i in items],
+                             [("y", "-1"), ("y", "2.5"), ("y", "9"), ("y", "10"), ("y", "100")])
+        finally:
+            ddb.delete_table(TableName=table)
 
 def _rss_mib(pid: int) -> str:
     try:

@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Load generator for the local DynamoDB emulator (infra/moto_server.py): requests/s and latency.
+
+    .venv/bin/python infra/emulator_load.py --url http://127.0.0.1:4566 [--clients 1,8] [--seconds 15]
+                                            [--items 5000] [--client raw|boto3] [--pid PID]
+
+Fills ChatTable with --items items (100 partitions; once per emulator run: skipped when they are
+there), then runs, for each client count, that many threads for --seconds each, doing a mix like
+the chat backend's: GetItem 30 %, Query of one partition (Limit 20, newest first) 20 %, UpdateItem
+15 %, 4-item TransactWriteItems 10 %, PutItem 10 %, BatchGetItem of 10 keys 10 %, DeleteItem 5 %.
+Prints requests/s, latency percentiles per operation, the error types of 400 answers (a few are
+expected: transaction conflicts, updates of items another thread deleted), and with --pid the
+emulator's CPU time per request (user + system, from /proc; less sensitive than requests/s to
+other load on the machine). Puts and transactions add items to the queried partitions, so
+compare emulators on fresh starts with the same runs.
+
+`--client raw` (default) sends the JSON requests over http.client connections (kept alive when
+the emulator allows) with SDK-like headers, so that little client CPU competes with the
+emulator; `--client boto3` uses boto3 (one client per thread), as the tests do.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import http.client
+import json
+import os
+import random
+import threading
+import time
+import urllib.parse
+import uuid
+from typing import Any
+
+TABLE = "ChatTable"
+PARTITIONS = 100
+MIX = (("GetItem", 30), ("Query", 20), ("UpdateItem", 15), ("TransactWriteItems", 10),
+       ("PutItem", 10), ("BatchGetItem", 10), ("DeleteItem", 5))
+
+
+def key(p: int, s: int) -> dict[str, Any]:
+    return {"pk": {"S": f"load-conv-{p}"}, "sk": {"S": f"msg#{s:06}"}}
+
+
+class Ops:
+    """Request parameters for each operation of the mix (one instance per thread)."""
+
+    def __init__(self, per_partition: int, seed: int):
+        self.rnd = random.Random(seed)
+        self.per_partition = per_partition
+        self.thread = uuid.uuid4().hex[:8]
+        self.created: list[dict[str, Any]] = []
+        self.n = 0
+
+    def existing(self) -> dict[str, Any]:
+        return key(self.rnd.randrange(PARTITIONS), self.rnd.randrange(self.per_partition))
+
+    def new_item(self, p: int) -> dict[str, Any]:
+        self.n += 1
+        return {"pk": {"S": f"load-conv-{p}"}, "sk": {"S": f"new#{self.thread}#{self.n:08}"},
+                "text": {"S": "x" * self.rnd.randrange(20, 200)}, "by": {"S": f"user-{self.rnd.randrange(50)}"}}
+
+    def make(self, op: str) -> dict[str, Any]:
+        rnd = self.rnd
+        if op == "GetItem":
+            return {"TableName": TABLE, "Key": self.existing()}
+        if op == "Query":
+            return {"TableName": TABLE, "KeyConditionExpression": "pk = :p AND begins_with(sk, :m)",
+                    "ExpressionAttributeValues": {":p": {"S": f"load-conv-{rnd.randrange(PARTITIONS)}"},
+                                                  ":m": {"S": "msg#"}},
+                    "Limit": 20, "ScanIndexForward": False}
+        if op == "UpdateItem":
+            return {"TableName": TABLE, "Key": self.existing(),
+                    "UpdateExpression": "SET #t = :t, edits = if_not_exists(edits, :zero) + :one",
+                    "ConditionExpression": "attribute_exists(pk)",
+                    "ExpressionAttributeNames": {"#t": "text"},
+                    "ExpressionAttributeValues": {":t": {"S": f"edited {rnd.random()}"},
+                                                  ":zero": {"N": "0"}, ":one": {"N": "1"}},
+                    "ReturnValues": "ALL_NEW"}
+        if op == "TransactWriteItems":
+            p = rnd.randrange(PARTITIONS)
+            meta = {"pk": {"S": f"load-conv-{p}"}, "sk": {"S": "meta"}}
+            msg, idem = self.new_item(p), self.new_item(p)
+            self.created.append({"pk": msg["pk"], "sk": msg["sk"]})
+            self.created.append({"pk": idem["pk"], "sk": idem["sk"]})
+            return {"TransactItems": [
+                {"Update": {"TableName": TABLE, "Key": meta, "UpdateExpression": "ADD seq :one",
+                            "ExpressionAttributeValues": {":one": {"N": "1"}}}},
+                {"Put": {"TableName": TABLE, "Item": msg, "ConditionExpression": "attribute_not_exists(pk)"}},
+                {"Put": {"TableName": TABLE, "Item": idem, "ConditionExpression": "attribute_not_exists(pk)"}},
+                {"Update": {"TableName": TABLE, "Key": self.existing(),
+                            "UpdateExpression": "SET lastReadSeq = :s",
+                            "ConditionExpression": "attribute_exists(pk)",
+                            "ExpressionAttributeValues": {":s": {"N": str(rnd.randrange(10**6))}}}},
+            ]}
+        if op == "PutItem":
+            item = self.new_item(rnd.randrange(PARTITIONS))
+            self.created.append({"pk": item["pk"], "sk": item["sk"]})
+            return {"TableName": TABLE, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}
+        if op == "BatchGetItem":
+            keys = {json.dumps(k, sort_keys=True): k for k in (self.existing() for _ in range(10))}
+            return {"RequestItems": {TABLE: {"Keys": list(keys.values())}}}  # duplicates: ValidationException
+        if op == "DeleteItem":
+            target = self.created.pop(rnd.randrange(len(self.created))) if self.created else self.existing()
+            return {"TableName": TABLE, "Key": target, "ReturnValues": "ALL_OLD"}
+        raise ValueError(op)
+
+
+class RawClient:
+    """One connection, kept alive when the server allows."""
+
+    def __init__(self, url: str):
+        parsed = urllib.parse.urlsplit(url)
+        self.host, self.port = parsed.hostname, parsed.port
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        self.errors: collections.Counter[str] = collections.Counter()
+
+    def call(self, op: str, params: dict[str, Any]) -> int:
+        status, data = self.send(op, params)
+        if status != 200:
+            self.errors[json.loads(data).get("__type", "?").split("#")[-1]] += 1
+        return status
+
+    def send(self, op: str, params: dict[str, Any]) -> tuple[int, bytes]:
+        body = json.dumps(params).encode()
+        headers = {
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": f"DynamoDB_20120810.{op}",
+            "User-Agent": "emulator-load/1 (raw http.client)",
+            "X-Amz-Date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+            "Authorization": "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, "
+                             "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=" + "0" * 64,
+        }
+        for attempt in (0, 1):
+            try:
+                self.conn.request("POST", "/", body=body, headers=headers)
+                response = self.conn.getresponse()
+                return response.status, response.read()
+            except ConnectionError:  # the server closed the connection: a new one (as SDKs do)
+                self.conn.close()
+                if attempt:
+                    raise
+        raise AssertionError
+
+
+class Boto3Client:
+    def __init__(self, url: str):
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import ClientError
+        self.error = ClientError
+        self.ddb = boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1",
+                                aws_access_key_id="test", aws_secret_access_key="test",
+                                config=Config(retries={"max_attempts": 1}))
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.methods = {op: getattr(self.ddb, "".join("_" + c.lower() if c.isupper() else c for c in op)[1:])
+                        for op, _ in MIX}
+
+    def call(self, op: str, params: dict[str, Any]) -> int:
+        try:
+            self.methods[op](**params)
+            return 200
+        except self.error as e:
+            self.errors[e.response["Error"]["Code"]] += 1
+            return e.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def fill(url: str, items: int) -> int:
+    """Puts `items` items in PARTITIONS partitions (and a meta item each); returns items per partition."""
+    per = max(1, items // PARTITIONS)
+    client = RawClient(url)
+    writes = [{"PutRequest": {"Item": {**key(p, s), "text": {"S": f"message {s} of {p}"},
+                                       "by": {"S": f"user-{s % 7}"}}}}
+              for p in range(PARTITIONS) for s in range(per)]
+    writes += [{"PutRequest": {"Item": {"pk": {"S": f"load-conv-{p}"}, "sk": {"S": "meta"}, "seq": {"N": "0"}}}}
+               for p in range(PARTITIONS)]
+    if "Item" in json.loads(client.send("GetItem", {"TableName": TABLE, "Key": key(PARTITIONS - 1, per - 1)})[1]):
+        return per  # filled by an earlier run
+    for i in range(0, len(writes), 25):
+        assert client.call("BatchWriteItem", {"RequestItems": {TABLE: writes[i:i + 25]}}) == 200
+    return per
+
+
+def cpu_seconds(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(url: str, clients: int, seconds: float, per: int, kind: str, pid: int | None) -> None:
+    ops = [op for op, weight in MIX for _ in range(weight)]
+    latencies: dict[str, list[float]] = {op: [] for op, _ in MIX}
+    statuses: dict[int, int] = {}
+    errors: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+    barrier = threading.Barrier(clients + 1)
+    stop = [0.0]
+
+    def worker(i: int) -> None:
+        client = RawClient(url) if kind == "raw" else Boto3Client(url)
+        gen = Ops(per, seed=i * 7919 + int(time.time()))
+        mine: dict[str, list[float]] = {op: [] for op, _ in MIX}
+        codes: dict[int, int] = {}
+        barrier.wait()
+        while time.monotonic() < stop[0]:
+            op = gen.rnd.choice(ops)
+            params = gen.make(op)
+            started = time.monotonic()
+            status = client.call(op, params)
+            mine[op].append(time.monotonic() - started)
+            codes[status] = codes.get(status, 0) + 1
+        with lock:
+            for op, values in mine.items():
+                latencies[op] += values
+            for status, n in codes.items():
+                statuses[status] = statuses.get(status, 0) + n
+            errors.update(client.errors)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # clients built
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    stop[0] = t0 + seconds
+    barrier.wait()
+    for t in threads:
+        t.join()
+    elapsed, cpu = time.monotonic() - t0, cpu_seconds(pid) - cpu0
+    total = sum(len(v) for v in latencies.values())
+    line = f"{clients} client(s), {kind}: {total / elapsed:.0f} req/s ({total} in {elapsed:.1f} s)"
+    if pid is not None:
+        line += f"; emulator CPU {1000 * cpu / max(total, 1):.2f} ms/req ({cpu / elapsed:.0%} of a core)"
+    print(line + f"; statuses {dict(sorted(statuses.items()))}" + (f" {dict(errors)}" if errors else ""))
+    for op, values in latencies.items():
+        if values:
+            values.sort()
+            pick = lambda q: 1000 * values[min(len(values) - 1, int(q * len(values)))]  # noqa: E731
+            print(f"    {op:<20} n={len(values):<6} p50 {pick(0.5):6.1f} ms  p95 {pick(0.95):6.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--clients", default="1,8", help="comma-separated client counts")
+    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--items", type=int, default=5000)
+    parser.add_argument("--client", choices=("raw", "boto3"), default="raw")
+    parser.add_argument("--pid", type=int, help="the emulator's process id, to report its CPU time")
+    args = parser.parse_args()
+    per = fill(args.url, args.items)
+    for n in (int(c) for c in args.clients.split(",")):
+        run(args.url, n, args.seconds, per, args.client, args.pid)
+
+
+if __name__ == "__main__":
+    main()

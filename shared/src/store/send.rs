@@ -48,6 +48,17 @@ struct Head {
     busy_until: u64,
 }
 
+impl Batch {
+    fn name(&self) -> &'static str {
+        match self {
+            Batch::Committed(_) => "committed",
+            Batch::Progressed(_) => "progressed",
+            Batch::Drop(_) => "drop",
+            Batch::Conflict => "conflict",
+        }
+    }
+}
+
 impl Head {
     /// From the conversation item (as read, or as a failed condition returned it).
     fn of(item: &Item) -> Option<Head> {
@@ -72,7 +83,6 @@ const BUSY_FOR: Duration = Duration::from_millis(250);
 const GATHER: Duration = Duration::from_millis(20);
 /// How long the oldest pending send may sit still before others commit it.
 const TAKE_OVER_AFTER: Duration = Duration::from_millis(300);
-const MAX_PAUSE: Duration = Duration::from_millis(400);
 
 /// One send request.
 struct Send<'a> {
@@ -271,8 +281,8 @@ impl ChatStore {
     ) -> Result<(Message, bool), ChatError> {
         let started = Instant::now();
         let enqueued = self.enqueue(send).await?;
-        // A commit takes a few round trips: wait about that long, as the database answers now.
-        let pause = (GATHER + started.elapsed() * 2).min(MAX_PAUSE);
+        // About one commit: long enough for sends queued meanwhile to join the next one.
+        let pause = GATHER;
         let deadline = self.deadline();
         let mut head = Some(head);
         let mut wait = Some(pause);
@@ -285,6 +295,7 @@ impl ChatStore {
                 }
             }
             if let Some(key) = self.send_key(send).await? {
+                tracing::debug!(waited_ms = started.elapsed().as_millis() as u64, pause_ms = pause.as_millis() as u64, "committed by another");
                 return answer(key, send);
             }
             let queue = in_commit_order(self.pending(send.id).await?);
@@ -298,7 +309,7 @@ impl ChatStore {
             // about one commit per batch ahead of them, and take over only when the oldest has
             // not moved for a while (its request may have ended).
             let oldest = queue[0].client_msg_key.clone();
-            let patience = (pause * 4).max(TAKE_OVER_AFTER);
+            let patience = TAKE_OVER_AFTER;
             let stalled = match &oldest_seen {
                 Some((key, since)) if *key == oldest => since.elapsed() > patience,
                 _ => {
@@ -318,7 +329,17 @@ impl ChatStore {
             let created = batch
                 .get(position)
                 .is_some_and(|p| p.request_id == send.request_id);
-            match self.commit_batch(&current, batch).await? {
+            let size = batch.len();
+            let outcome = self.commit_batch(&current, batch).await?;
+            tracing::debug!(
+                position,
+                size,
+                stalled,
+                outcome = outcome.name(),
+                waited_ms = started.elapsed().as_millis() as u64,
+                "group commit"
+            );
+            match outcome {
                 Batch::Committed(mut messages) if position < messages.len() => {
                     return Ok((messages.swap_remove(position), created))
                 }

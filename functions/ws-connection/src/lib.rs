@@ -78,7 +78,7 @@ impl WsConnection {
             .first("token")
             .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
         let now = chat_shared::time::unix_seconds(chat_shared::time::now());
-        let user = self.verifier.verify(token, now)?;
+        let user = self.verifier.verify(token, now).await?;
         self.connections.register(&user, connection, now).await
     }
 }

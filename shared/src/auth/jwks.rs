@@ -1,17 +1,33 @@
-//! RS256 tokens of an OpenID issuer (e.g. a Cognito user pool), for WebSocket `$connect` when
-//! deployed: the HTTP API's JWT authorizer does this for REST, but WebSocket APIs have no JWT
-//! authorizer. Keys come from `{issuer}/.well-known/jwks.json`, fetched once at init.
+//! RS256 tokens of an OpenID issuer (e.g. a Cognito user pool, Okta, Entra ID, Keycloak), for
+//! WebSocket `$connect` when deployed: the HTTP API's JWT authorizer does this for REST, but
+//! WebSocket APIs have no JWT authorizer.
+//!
+//! The keys come from the `jwks_uri` of the issuer's discovery document
+//! (`{issuer}/.well-known/openid-configuration`), fetched at init and kept. A token signed with a
+//! key id the set does not have makes the set be fetched again (the issuer rotated its keys), at
+//! most once a minute, so a flood of bad tokens cannot turn into a flood of fetches.
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
 use http_body_util::BodyExt;
+use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
 
-use super::jwt::{unauthorized, user_from_claims, CompactJwt};
+use super::jwt::{unauthorized, user_from_claims, verified_claims};
 use crate::domain::UserId;
 use crate::error::ChatError;
 
-#[derive(Debug, Clone, Deserialize)]
+/// The least time between two fetches of the key set.
+pub const REFRESH_AT_MOST_EVERY: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Deserialize)]
+struct Discovery {
+    jwks_uri: String,
+}
+
+#[derive(Debug, Deserialize)]
 struct Jwk {
     kid: String,
     kty: String,
@@ -19,109 +35,159 @@ struct Jwk {
     e: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Deserialize)]
 struct JwkSet {
     keys: Vec<Jwk>,
 }
 
-/// The issuer's RSA public keys and what a token must say to be accepted.
-#[derive(Debug, Clone)]
-pub struct Jwks {
-    issuer: String,
-    audiences: Vec<String>,
-    /// kid → (modulus, exponent)
-    keys: Vec<(String, Vec<u8>, Vec<u8>)>,
+/// The RSA keys of a JWKS document, by key id.
+fn parse_keys(jwks: &[u8]) -> Result<HashMap<String, DecodingKey>, String> {
+    let set: JwkSet = serde_json::from_slice(jwks).map_err(|e| format!("bad JWKS: {e}"))?;
+    Ok(set
+        .keys
+        .into_iter()
+        .filter(|k| k.kty == "RSA")
+        .filter_map(|k| Some((k.kid, DecodingKey::from_rsa_components(&k.n, &k.e).ok()?)))
+        .collect())
 }
 
-impl Jwks {
-    /// From a JWKS document (`{"keys":[...]}`).
-    pub fn from_json(issuer: &str, audiences: Vec<String>, jwks: &[u8]) -> Result<Jwks, String> {
-        let set: JwkSet = serde_json::from_slice(jwks).map_err(|e| format!("bad JWKS: {e}"))?;
-        let keys = set
-            .keys
-            .into_iter()
-            .filter(|k| k.kty == "RSA")
-            .filter_map(|k| {
-                Some((
-                    k.kid,
-                    URL_SAFE_NO_PAD.decode(k.n).ok()?,
-                    URL_SAFE_NO_PAD.decode(k.e).ok()?,
-                ))
-            })
-            .collect();
-        Ok(Jwks {
-            issuer: issuer.trim_end_matches('/').to_owned(),
-            audiences,
-            keys,
-        })
+type HttpsClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+/// An issuer's keys and what a token must say to be accepted.
+pub struct IssuerKeys {
+    issuer: String,
+    audiences: Vec<String>,
+    discovery_url: String,
+    http: HttpsClient,
+    keys: RwLock<HashMap<String, DecodingKey>>,
+    last_fetch: RwLock<Option<Instant>>,
+    min_refresh: Duration,
+}
+
+impl std::fmt::Debug for IssuerKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuerKeys")
+            .field("issuer", &self.issuer)
+            .field("audiences", &self.audiences)
+            .finish()
+    }
+}
+
+impl IssuerKeys {
+    /// The keys of `issuer`, found through its discovery document (fetched now).
+    pub async fn discover(issuer: &str, audiences: Vec<String>) -> Result<IssuerKeys, String> {
+        let issuer = issuer.trim_end_matches('/');
+        let discovery_url = format!("{issuer}/.well-known/openid-configuration");
+        Self::with_discovery_url(issuer, audiences, discovery_url, REFRESH_AT_MOST_EVERY).await
     }
 
-    /// Downloads `{issuer}/.well-known/jwks.json` over HTTPS.
-    pub async fn fetch(issuer: &str, audiences: Vec<String>) -> Result<Jwks, String> {
-        let url = format!("{}/.well-known/jwks.json", issuer.trim_end_matches('/'));
+    /// As `discover`, with the discovery document at `discovery_url` and the set fetched again at
+    /// most every `min_refresh` (tests serve an issuer locally).
+    pub async fn with_discovery_url(
+        issuer: &str,
+        audiences: Vec<String>,
+        discovery_url: String,
+        min_refresh: Duration,
+    ) -> Result<IssuerKeys, String> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(|e| format!("no TLS roots: {e}"))?
-            .https_only()
+            .https_or_http()
             .enable_http1()
             .build();
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build::<_, http_body_util::Empty<bytes::Bytes>>(https);
-        let uri: hyper::Uri = url
-            .parse()
-            .map_err(|e| format!("bad issuer URL {url}: {e}"))?;
-        let resp = client
-            .get(uri)
+        let keys = IssuerKeys {
+            issuer: issuer.trim_end_matches('/').to_owned(),
+            audiences,
+            discovery_url,
+            http: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(https),
+            keys: RwLock::new(HashMap::new()),
+            last_fetch: RwLock::new(None),
+            min_refresh,
+        };
+        keys.fetch().await?;
+        Ok(keys)
+    }
+
+    /// Fetches the discovery document, then the key set it names; replaces the kept keys.
+    async fn fetch(&self) -> Result<(), String> {
+        *self.last_fetch.write().expect("lock") = Some(Instant::now());
+        let discovery: Discovery = serde_json::from_slice(&self.get(&self.discovery_url).await?)
+            .map_err(|e| format!("bad discovery document at {}: {e}", self.discovery_url))?;
+        let keys = parse_keys(&self.get(&discovery.jwks_uri).await?)?;
+        *self.keys.write().expect("lock") = keys;
+        Ok(())
+    }
+
+    /// GET over HTTPS (plain HTTP only to this machine: a local test issuer).
+    async fn get(&self, url: &str) -> Result<bytes::Bytes, String> {
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL {url}: {e}"))?;
+        let loopback = matches!(uri.host(), Some("127.0.0.1" | "localhost" | "[::1]"));
+        if uri.scheme_str() != Some("https") && !loopback {
+            return Err(format!("{url}: keys are fetched over HTTPS only"));
+        }
+        let resp = tokio::time::timeout(Duration::from_secs(5), self.http.get(uri))
             .await
+            .map_err(|_| format!("GET {url}: timed out"))?
             .map_err(|e| format!("GET {url}: {e}"))?;
         if !resp.status().is_success() {
             return Err(format!("GET {url}: {}", resp.status()));
         }
-        let body = resp
+        Ok(resp
             .into_body()
             .collect()
             .await
             .map_err(|e| format!("GET {url}: {e}"))?
-            .to_bytes();
-        Jwks::from_json(issuer, audiences, &body)
+            .to_bytes())
+    }
+
+    fn key(&self, kid: &str) -> Option<DecodingKey> {
+        self.keys.read().expect("lock").get(kid).cloned()
+    }
+
+    /// The key for `kid`, fetching the set again when it is unknown (at most once a minute).
+    async fn key_for(&self, kid: &str) -> Option<DecodingKey> {
+        if let Some(k) = self.key(kid) {
+            return Some(k);
+        }
+        let recent = self
+            .last_fetch
+            .read()
+            .expect("lock")
+            .is_some_and(|at| at.elapsed() < self.min_refresh);
+        if recent {
+            return None;
+        }
+        if let Err(e) = self.fetch().await {
+            tracing::warn!(error = %e, "refreshing the issuer's keys failed");
+        }
+        self.key(kid)
     }
 
     /// Verifies signature, `exp`, `iss`, and `aud` (ID tokens) or `client_id` (access tokens).
-    pub fn verify(&self, token: &str, now_unix: i64) -> Result<UserId, ChatError> {
-        let jwt = CompactJwt::parse(token)?;
-        if jwt.header["alg"] != "RS256" {
+    pub async fn verify(&self, token: &str, now_unix: i64) -> Result<UserId, ChatError> {
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|_| unauthorized("malformed token"))?;
+        if header.alg != Algorithm::RS256 {
             return Err(unauthorized("token must be signed with RS256"));
         }
-        let kid = jwt.header["kid"]
-            .as_str()
-            .ok_or_else(|| unauthorized("token has no kid"))?;
-        let (_, n, e) = self
-            .keys
-            .iter()
-            .find(|(k, _, _)| k == kid)
+        let kid = header.kid.ok_or_else(|| unauthorized("token has no kid"))?;
+        let key = self
+            .key_for(&kid)
+            .await
             .ok_or_else(|| unauthorized("unknown signing key"))?;
-        let key = ring::signature::RsaPublicKeyComponents { n, e };
-        key.verify(
-            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
-            jwt.signing_input.as_bytes(),
-            &jwt.signature,
-        )
-        .map_err(|_| unauthorized("bad token signature"))?;
-
-        let claims = jwt.claims()?;
+        let claims = verified_claims(token, &key, Algorithm::RS256)?;
         if claims["iss"].as_str().map(|i| i.trim_end_matches('/')) != Some(self.issuer.as_str()) {
             return Err(unauthorized("token from another issuer"));
         }
+        let ours = |a: &str| self.audiences.iter().any(|x| x == a);
         let aud_ok = match &claims["aud"] {
-            serde_json::Value::String(a) => self.audiences.contains(a),
-            serde_json::Value::Array(list) => list.iter().any(|a| {
-                a.as_str()
-                    .is_some_and(|a| self.audiences.iter().any(|x| x == a))
-            }),
-            _ => claims["client_id"]
-                .as_str()
-                .is_some_and(|c| self.audiences.iter().any(|x| x == c)),
+            serde_json::Value::String(a) => ours(a),
+            serde_json::Value::Array(list) => list.iter().any(|a| a.as_str().is_some_and(ours)),
+            _ => claims["client_id"].as_str().is_some_and(ours),
         };
         if !aud_ok {
             return Err(unauthorized("token for another audience"));
@@ -134,54 +200,20 @@ impl Jwks {
 mod tests {
     use super::*;
 
-    /// A throwaway RSA key's JWKS and tokens it signed (made with Python's `cryptography`).
-    const FIXTURE: &str = include_str!("../../../tests/fixtures/rs256-issuer.json");
-    const NOW: i64 = 1_800_000_000;
-
-    fn fixture() -> (Jwks, serde_json::Value) {
-        let f: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
-        let jwks = Jwks::from_json(
-            f["issuer"].as_str().unwrap(),
-            vec![f["audience"].as_str().unwrap().to_owned()],
-            f["jwks"].to_string().as_bytes(),
-        )
-        .unwrap();
-        (jwks, f)
-    }
-
     #[test]
-    fn accepts_id_and_access_tokens_of_the_issuer() {
-        let (jwks, f) = fixture();
-        assert_eq!(
-            jwks.verify(f["valid_id_token"].as_str().unwrap(), NOW)
-                .unwrap()
-                .as_str(),
-            "user-1"
-        );
-        assert_eq!(
-            jwks.verify(f["valid_access_token"].as_str().unwrap(), NOW)
-                .unwrap()
-                .as_str(),
-            "user-2"
-        );
-    }
-
-    #[test]
-    fn refuses_everything_else() {
-        let (jwks, f) = fixture();
-        for case in ["expired", "wrong_issuer", "wrong_audience", "unknown_kid"] {
-            assert!(
-                jwks.verify(f[case].as_str().unwrap(), NOW).is_err(),
-                "{case}"
-            );
-        }
-        let good = f["valid_id_token"].as_str().unwrap();
-        let tampered = good.replacen('.', ".e", 1);
-        assert!(jwks.verify(&tampered, NOW).is_err());
-        let hs = crate::auth::mint_hs256("user-1", NOW + 60, b"k");
-        assert!(
-            jwks.verify(&hs, NOW).is_err(),
-            "HS256 is not accepted in place of RS256"
-        );
+    fn only_rsa_keys_with_valid_components_are_kept() {
+        let f: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/fixtures/rs256-issuer.json"))
+                .unwrap();
+        let mut set = f["rotated_jwks"].clone();
+        set["keys"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"kty": "EC", "kid": "ec", "n": "", "e": ""}));
+        let keys = parse_keys(set.to_string().as_bytes()).unwrap();
+        let mut kids: Vec<&String> = keys.keys().collect();
+        kids.sort();
+        assert_eq!(kids, ["rotated-key", "test-key-1"]);
+        assert!(parse_keys(b"not json").is_err());
     }
 }

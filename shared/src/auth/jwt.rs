@@ -1,10 +1,9 @@
-//! Compact JWTs (docs/api.md §3): parsing, the claims every token must carry, and HS256 for the
-//! local stack. RS256 (deployed WebSocket `$connect`) is in `jwks`.
+//! JSON Web Tokens (docs/api.md §3), verified with the `jsonwebtoken` crate: the claims every
+//! token must carry, and HS256 for the local stack. RS256 with an issuer's keys (deployed
+//! WebSocket `$connect`) is in `jwks`.
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 
 use crate::domain::UserId;
 use crate::error::ChatError;
@@ -19,44 +18,33 @@ pub fn user_from_sub(sub: Option<&str>) -> Result<UserId, ChatError> {
     UserId::parse(sub).ok_or_else(|| unauthorized("token sub is not a valid user id"))
 }
 
-/// A compact JWT (`header.payload.signature`) split into its parts; nothing is verified yet.
-pub(crate) struct CompactJwt<'a> {
-    pub header: serde_json::Value,
-    /// `header.payload`, what the signature covers.
-    pub signing_input: &'a str,
-    payload: &'a str,
-    pub signature: Vec<u8>,
+/// What `jsonwebtoken` checks for us: the algorithm and the signature. Times, issuer and audience
+/// are checked by `user_from_claims` and the callers, against an explicit clock.
+pub(crate) fn signature_only(algorithm: Algorithm) -> Validation {
+    let mut v = Validation::new(algorithm);
+    v.validate_exp = false;
+    v.validate_nbf = false;
+    v.validate_aud = false;
+    v.required_spec_claims.clear();
+    v
 }
 
-fn decode_part(part: &str) -> Result<Vec<u8>, ChatError> {
-    URL_SAFE_NO_PAD
-        .decode(part.trim_end_matches('='))
-        .map_err(|_| unauthorized("malformed token"))
-}
-
-impl<'a> CompactJwt<'a> {
-    pub fn parse(token: &'a str) -> Result<Self, ChatError> {
-        let mut parts = token.split('.');
-        let (Some(h), Some(p), Some(s), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(unauthorized("malformed token"));
-        };
-        let header = serde_json::from_slice(&decode_part(h)?)
-            .map_err(|_| unauthorized("malformed token"))?;
-        Ok(CompactJwt {
-            header,
-            signing_input: &token[..h.len() + 1 + p.len()],
-            payload: p,
-            signature: decode_part(s)?,
+/// The claims of a token whose algorithm and signature check out.
+pub(crate) fn verified_claims(
+    token: &str,
+    key: &DecodingKey,
+    algorithm: Algorithm,
+) -> Result<serde_json::Value, ChatError> {
+    jsonwebtoken::decode::<serde_json::Value>(token, key, &signature_only(algorithm))
+        .map(|data| data.claims)
+        .map_err(|e| match e.kind() {
+            ErrorKind::InvalidSignature => unauthorized("bad token signature"),
+            ErrorKind::InvalidAlgorithm => unauthorized(match algorithm {
+                Algorithm::HS256 => "token must be signed with HS256",
+                _ => "token must be signed with RS256",
+            }),
+            _ => unauthorized("malformed token"),
         })
-    }
-
-    /// The claims; call only once the signature is verified.
-    pub fn claims(&self) -> Result<serde_json::Value, ChatError> {
-        serde_json::from_slice(&decode_part(self.payload)?)
-            .map_err(|_| unauthorized("malformed token"))
-    }
 }
 
 /// The user of verified claims: `exp` required and in the future, `nbf` (if any) not in the
@@ -80,37 +68,42 @@ pub(crate) fn user_from_claims(
     user_from_sub(claims.get("sub").and_then(|s| s.as_str()))
 }
 
-/// Verifies a compact HS256 JWT: signature, `alg`, required `sub` and `exp`, optional `nbf`.
+/// Verifies an HS256 token: signature, `alg`, required `sub` and `exp`, optional `nbf`.
 pub fn verify_hs256(token: &str, secret: &[u8], now_unix: i64) -> Result<UserId, ChatError> {
-    let jwt = CompactJwt::parse(token)?;
-    if jwt.header.get("alg").and_then(|a| a.as_str()) != Some("HS256") {
-        return Err(unauthorized("token must be signed with HS256"));
-    }
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(jwt.signing_input.as_bytes());
-    mac.verify_slice(&jwt.signature)
-        .map_err(|_| unauthorized("bad token signature"))?;
-    user_from_claims(&jwt.claims()?, now_unix)
+    let claims = verified_claims(token, &DecodingKey::from_secret(secret), Algorithm::HS256)?;
+    user_from_claims(&claims, now_unix)
 }
 
 /// Mints an HS256 token (local mode, tests and tools).
 pub fn mint_hs256(sub: &str, exp_unix: i64, secret: &[u8]) -> String {
-    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
-    let payload =
-        URL_SAFE_NO_PAD.encode(serde_json::json!({"sub": sub, "exp": exp_unix}).to_string());
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(header.as_bytes());
-    mac.update(b".");
-    mac.update(payload.as_bytes());
-    let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
-    format!("{header}.{payload}.{sig}")
+    let claims = serde_json::json!({"sub": sub, "exp": exp_unix});
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret),
+    )
+    .expect("HS256 signing takes any key")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
 
     const NOW: i64 = 1_800_000_000;
+
+    fn sign(header: &str, payload: &str, secret: &[u8]) -> String {
+        let h = URL_SAFE_NO_PAD.encode(header);
+        let p = URL_SAFE_NO_PAD.encode(payload);
+        let sig = jsonwebtoken::crypto::sign(
+            format!("{h}.{p}").as_bytes(),
+            &EncodingKey::from_secret(secret),
+            Algorithm::HS256,
+        )
+        .unwrap();
+        format!("{h}.{p}.{sig}")
+    }
 
     #[test]
     fn valid_token_roundtrip() {
@@ -141,13 +134,15 @@ mod tests {
             URL_SAFE_NO_PAD.encode(r#"{"sub":"u1","exp":9999999999}"#)
         );
         assert!(verify_hs256(&none, b"k", NOW).is_err());
-        // exp is required.
-        let no_exp_payload = URL_SAFE_NO_PAD.encode(r#"{"sub":"u1"}"#);
-        let header = good.split('.').next().unwrap();
-        let mut mac = Hmac::<Sha256>::new_from_slice(b"k").unwrap();
-        mac.update(format!("{header}.{no_exp_payload}").as_bytes());
-        let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
-        let no_exp = format!("{header}.{no_exp_payload}.{sig}");
+        // exp is required; nbf in the future refuses.
+        let no_exp = sign(r#"{"alg":"HS256","typ":"JWT"}"#, r#"{"sub":"u1"}"#, b"k");
         assert!(verify_hs256(&no_exp, b"k", NOW).is_err());
+        let early = sign(
+            r#"{"alg":"HS256","typ":"JWT"}"#,
+            &format!(r#"{{"sub":"u1","exp":{},"nbf":{}}}"#, NOW + 60, NOW + 30),
+            b"k",
+        );
+        assert!(verify_hs256(&early, b"k", NOW).is_err());
+        assert!(verify_hs256(&early, b"k", NOW + 31).is_ok());
     }
 }

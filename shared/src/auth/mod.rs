@@ -48,7 +48,7 @@ impl From<&AuthMode> for Authenticator {
 #[derive(Debug, Clone)]
 pub enum TokenVerifier {
     LocalHs256 { secret: Vec<u8> },
-    Jwks(Arc<jwks::Jwks>),
+    Issuer(Arc<jwks::IssuerKeys>),
 }
 
 impl TokenVerifier {
@@ -59,16 +59,16 @@ impl TokenVerifier {
             }),
             AuthMode::ApiGateway { issuer, audiences } => {
                 let issuer = issuer.as_deref().ok_or("JWT_ISSUER is not set")?;
-                let keys = jwks::Jwks::fetch(issuer, audiences.clone()).await?;
-                Ok(TokenVerifier::Jwks(Arc::new(keys)))
+                let keys = jwks::IssuerKeys::discover(issuer, audiences.clone()).await?;
+                Ok(TokenVerifier::Issuer(Arc::new(keys)))
             }
         }
     }
 
-    pub fn verify(&self, token: &str, now_unix: i64) -> Result<UserId, ChatError> {
+    pub async fn verify(&self, token: &str, now_unix: i64) -> Result<UserId, ChatError> {
         match self {
             TokenVerifier::LocalHs256 { secret } => verify_hs256(token, secret, now_unix),
-            TokenVerifier::Jwks(keys) => keys.verify(token, now_unix),
+            TokenVerifier::Issuer(keys) => keys.verify(token, now_unix).await,
         }
     }
 }

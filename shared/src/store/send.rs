@@ -295,7 +295,11 @@ impl ChatStore {
                 }
             }
             if let Some(key) = self.send_key(send).await? {
-                tracing::debug!(waited_ms = started.elapsed().as_millis() as u64, pause_ms = pause.as_millis() as u64, "committed by another");
+                tracing::debug!(
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    pause_ms = pause.as_millis() as u64,
+                    "committed by another"
+                );
                 return answer(key, send);
             }
             let queue = in_commit_order(self.pending(send.id).await?);

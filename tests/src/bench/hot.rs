@@ -154,10 +154,7 @@ pub async fn row(
     for t in reader_tasks {
         t.await.unwrap();
     }
-    let calls = match target.app() {
-        Some(t) => Some(t.calls.take_calls()),
-        None => None,
-    };
+    let calls = target.app().map(|t| t.calls.take_calls());
 
     let ok = verify(target, &owner, &c, &acked).await;
     let n = acked.len();

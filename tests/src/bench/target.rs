@@ -19,7 +19,7 @@ pub enum Target {
     Http {
         base: String,
         secret: String,
-        client: Client<HttpConnector, Full<Bytes>>,
+        client: Box<Client<HttpConnector, Full<Bytes>>>,
     },
 }
 
@@ -29,9 +29,11 @@ impl Target {
             base: base.trim_end_matches('/').to_owned(),
             secret: std::env::var("CHAT_LOCAL_JWT_SECRET")
                 .unwrap_or_else(|_| "local-dev-secret".into()),
-            client: Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(64)
-                .build(HttpConnector::new()),
+            client: Box::new(
+                Client::builder(TokioExecutor::new())
+                    .pool_max_idle_per_host(64)
+                    .build(HttpConnector::new()),
+            ),
         }
     }
 

@@ -54,6 +54,10 @@ pub struct Config {
     /// Time bounds of REST requests and DynamoDB calls (`CHAT_REQUEST_BUDGET_MS`,
     /// `CHAT_DYNAMODB_TIMEOUT_MS`).
     pub timeouts: Timeouts,
+    /// `CHAT_METRICS=emf`: metrics as CloudWatch embedded-metric-format lines (`telemetry`).
+    pub metrics: bool,
+    /// `AWS_LAMBDA_FUNCTION_NAME` (set by Lambda): the metrics' dimension.
+    pub function_name: Option<String>,
 }
 
 /// How long a REST request may keep retrying, and how long one DynamoDB call attempt may take.
@@ -136,6 +140,16 @@ impl Config {
             region_configured: var("AWS_REGION").is_some() || var("AWS_DEFAULT_REGION").is_some(),
             credentials_configured: var("AWS_ACCESS_KEY_ID").is_some(),
             timeouts,
+            metrics: match var("CHAT_METRICS").as_deref() {
+                None | Some("off") => false,
+                Some("emf") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "CHAT_METRICS must be 'emf' or 'off', not {other:?}"
+                    ))
+                }
+            },
+            function_name: var("AWS_LAMBDA_FUNCTION_NAME"),
         })
     }
 
@@ -175,7 +189,8 @@ impl Config {
     }
 
     pub fn dynamodb_client(&self, sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
-        let mut b = aws_sdk_dynamodb::config::Builder::from(sdk);
+        let mut b =
+            aws_sdk_dynamodb::config::Builder::from(sdk).interceptor(crate::telemetry::CountCalls);
         if let Some(url) = &self.dynamodb_endpoint {
             b = b.endpoint_url(url);
         }
@@ -208,13 +223,9 @@ impl Config {
     }
 }
 
-/// Logs to stdout (CloudWatch) at `RUST_LOG` level, default `info`. Call once per process.
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .without_time()
-        .with_target(false)
-        .try_init();
+impl Config {
+    /// Logs and metrics of a function (`telemetry::init`), from this configuration.
+    pub fn init_telemetry(&self) {
+        crate::telemetry::init(self.metrics, self.function_name.clone());
+    }
 }

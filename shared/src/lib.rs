@@ -7,7 +7,7 @@
 //! | `auth` | who is calling: JWT verification (HS256 locally, RS256 via the issuer's keys) |
 //! | `store` | DynamoDB: the chat table (one module per concern) and the connections table |
 //! | `events` | push events, how they come from the table's stream, relay and fanout planning |
-//! | `config`, `error`, `retry`, `time` | configuration read once at init, the one error type, bounded retries, clocks |
+//! | `config`, `error`, `retry`, `telemetry`, `time` | configuration read once at init, the one error type, bounded retries, logs and metrics, clocks |
 //!
 //! Only `api` speaks `lambda_http`; `domain` does no I/O.
 
@@ -19,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod retry;
 pub mod store;
+pub mod telemetry;
 pub mod time;
 
 pub use config::Config;

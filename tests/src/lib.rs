@@ -281,6 +281,7 @@ impl TestApp {
         let calls = Arc::new(CallLog::default());
         let mut conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
             .endpoint_url(server::dynamodb_endpoint())
+            .interceptor(chat_shared::telemetry::CountCalls)
             .interceptor(Counter(calls.clone()));
         if let Some(i) = interceptor {
             conf = conf.interceptor(i);

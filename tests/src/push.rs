@@ -54,7 +54,7 @@ pub fn gateway() -> &'static RunningGateway {
             .name("local-gateway".into())
             .spawn(move || {
                 if std::env::var_os("RUST_LOG").is_some() {
-                    chat_shared::config::init_tracing();
+                    chat_shared::telemetry::init(false, None);
                 }
                 let runtime = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)

@@ -48,6 +48,7 @@ impl Fanout {
 
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
         let config = Config::from_env()?;
+        config.init_telemetry();
         let sdk = config.sdk_config().await;
         let db = config.dynamodb_client(&sdk);
         let management = config

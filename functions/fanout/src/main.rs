@@ -2,7 +2,6 @@ use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    chat_shared::config::init_tracing();
     let handler = fanout::Fanout::from_env().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<_>| {
         let handler = handler.clone();

@@ -53,6 +53,7 @@ impl Relay {
 
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
         let config = Config::from_env()?;
+        config.init_telemetry();
         let sdk = config.sdk_config().await;
         let chat = config.chat_store(&sdk);
         Ok(Relay::new(

@@ -30,6 +30,7 @@ impl WsConnection {
 
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
         let config = Config::from_env()?;
+        config.init_telemetry();
         let sdk = config.sdk_config().await;
         let verifier = TokenVerifier::from_config(&config.auth).await?;
         Ok(WsConnection::new(

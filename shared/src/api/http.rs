@@ -24,6 +24,7 @@ pub struct App {
 impl App {
     pub async fn from_env() -> Result<App, lambda_http::Error> {
         let config = Config::from_env()?;
+        config.init_telemetry();
         let sdk = config.sdk_config().await;
         Ok(App {
             store: config.chat_store(&sdk),
@@ -197,11 +198,40 @@ where
     Fut: Future<Output = Result<Response<Body>, ChatError>>,
 {
     let id = request_id(&req);
+    let route = route(&req);
+    let conversation = path_param(&req, "conversationId");
     let app = App {
         store: app.store.for_request(),
         ..app
     };
-    respond(handler(app, req).await, &id)
+    let started = std::time::Instant::now();
+    // Boxed: a handler's future is deep, and callers nest it further (tests, the bench).
+    let (result, calls) = crate::telemetry::counting_calls(Box::pin(handler(app, req))).await;
+    let response = respond(result, &id);
+    // One line per request: what an operator needs to find it, never a message body.
+    tracing::info!(
+        request_id = %id,
+        route = %route,
+        conversation = conversation.as_deref().unwrap_or(""),
+        status = response.status().as_u16(),
+        latency_ms = started.elapsed().as_millis() as u64,
+        dynamodb_calls = calls,
+        "request"
+    );
+    response
+}
+
+/// The route as API Gateway matched it (`POST /conversations/{conversationId}/messages`), else
+/// the method and path.
+fn route(req: &Request) -> String {
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx))
+            if ctx.route_key.as_deref().is_some_and(|r| r != "$default") =>
+        {
+            ctx.route_key.clone().unwrap_or_default()
+        }
+        _ => format!("{} {}", req.method(), req.uri().path()),
+    }
 }
 
 /// Runs a REST function: builds the `App` once, then serves requests with `handler`, several at
@@ -212,7 +242,6 @@ where
     F: Fn(App, Request) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Response<Body>, ChatError>> + Send,
 {
-    crate::config::init_tracing();
     let app = App::from_env().await?;
     lambda_http::run_concurrent(lambda_http::service_fn(move |req: Request| {
         let (app, handler) = (app.clone(), handler.clone());

@@ -175,6 +175,7 @@ impl ChatStore {
             .collect();
         let codes = || reasons.iter().filter_map(|r| r.code.as_deref());
         if codes().any(|c| c == "TransactionConflict") {
+            crate::telemetry::count("TransactionConflicts", 1);
             return Ok(TxOutcome::Conflict);
         }
         if codes().any(|c| matches!(c, "ThrottlingError" | "ProvisionedThroughputExceeded")) {

@@ -54,7 +54,10 @@ impl ChatStore {
                 .send()
                 .await;
             let err = match update {
-                Ok(_) => return Ok(result(target, true)),
+                Ok(_) => {
+                    crate::telemetry::count("ReceiptsAdvanced", 1);
+                    return Ok(result(target, true));
+                }
                 Err(e) => e,
             };
             match err.as_service_error() {

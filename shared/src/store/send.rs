@@ -28,6 +28,7 @@ use crate::domain::model::Message;
 use crate::domain::{ConversationId, UserId};
 use crate::error::ChatError;
 use crate::retry::jitter;
+use crate::telemetry;
 
 /// Parts of the transaction of a send alone, in order (cancellation reasons come in this order).
 const ALONE_CONVERSATION: usize = 0;
@@ -199,7 +200,10 @@ impl ChatStore {
             self.sender_watermark(send.id, send.caller, message.seq)?,
         ];
         let reasons = match self.transact(parts).await? {
-            TxOutcome::Committed => return Ok(Alone::Done(message, true)),
+            TxOutcome::Committed => {
+                committed_metrics(1);
+                return Ok(Alone::Done(message, true));
+            }
             TxOutcome::Conflict => return Ok(Alone::Lost(head.clone())),
             TxOutcome::Cancelled(reasons) => reasons,
         };
@@ -493,7 +497,10 @@ impl ChatStore {
             parts.push(self.sender_watermark(&id, sender, *seq)?);
         }
         let reasons = match self.transact(parts).await? {
-            TxOutcome::Committed => return Ok(Batch::Committed(messages)),
+            TxOutcome::Committed => {
+                committed_metrics(messages.len());
+                return Ok(Batch::Committed(messages));
+            }
             TxOutcome::Conflict => return Ok(Batch::Conflict),
             TxOutcome::Cancelled(reasons) => reasons,
         };
@@ -600,8 +607,15 @@ impl ChatStore {
                 }
             }
         }
+        telemetry::count("SendsGivenUp", 1);
         Err(ChatError::Throttled)
     }
+}
+
+/// Messages sent, and how many one commit carried (1: alone; more: a group commit).
+fn committed_metrics(messages: usize) {
+    telemetry::count("MessagesSent", messages as u64);
+    telemetry::metric("CommitBatchSize", messages as f64, "Count");
 }
 
 /// The answer for a send whose key exists: the original message when sender and body match (and

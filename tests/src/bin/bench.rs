@@ -19,7 +19,7 @@ use chat_tests::TestApp;
 #[tokio::main]
 async fn main() {
     if std::env::var_os("RUST_LOG").is_some() {
-        chat_shared::config::init_tracing();
+        chat_shared::telemetry::init(false, None);
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| {

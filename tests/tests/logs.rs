@@ -1,0 +1,71 @@
+//! Logs as the Lambda runtime writes them with `AWS_LAMBDA_LOG_FORMAT=JSON`: every line a JSON
+//! object, one per REST request with what an operator needs (route, status, latency, DynamoDB
+//! calls, ids) and no message body. Its own test binary: it sets the process's environment.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use chat_tests::{new_uuid, unique, TestApp};
+use serde_json::{json, Value};
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn json_logs_have_one_line_per_request_and_no_bodies() {
+    // Set before any thread reads the environment: the runtime's subscriber reads it once.
+    std::env::set_var("AWS_LAMBDA_LOG_FORMAT", "JSON");
+    std::env::set_var("AWS_LAMBDA_LOG_LEVEL", "info");
+    let captured = Captured::default();
+    let writer = captured.clone();
+    chat_shared::telemetry::init_with_writer(false, None, move || writer.clone());
+
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    let secret = "a body no log may show";
+    let r = t
+        .post(
+            &format!("/conversations/{c}/messages"),
+            &a,
+            json!({"clientMsgId": new_uuid(), "body": secret}),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    t.get(&format!("/conversations/{c}/messages"), &b).await;
+
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(!text.contains(secret), "no message body in the logs");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let requests: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "request")
+        .collect();
+    assert!(requests.len() >= 3, "{text}");
+    let send = requests
+        .iter()
+        .find(|l| l["fields"]["route"] == "POST /conversations/{conversationId}/messages")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(send["level"], "INFO");
+    assert_eq!(send["fields"]["status"], 201);
+    assert_eq!(send["fields"]["conversation"], c.as_str());
+    assert_eq!(send["fields"]["dynamodb_calls"], 2);
+    assert!(send["fields"]["latency_ms"].is_u64());
+    assert!(send["fields"]["request_id"]
+        .as_str()
+        .is_some_and(|id| !id.is_empty()));
+}

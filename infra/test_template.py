@@ -7,7 +7,11 @@
 (b) Every function is built from the workspace root by Cargo Lambda and its
     BuildProperties.Binary is a `[[bin]]` of a crate under functions/ (and every such binary is
     deployed).
-(c) `cfn-lint template.yaml` passes (skipped only when cfn-lint is not installed).
+(c) `cfn-lint template.yaml` passes with its informational checks on (skipped only when cfn-lint
+    is not installed), and `sam validate --lint` passes.
+(d) Data safety: every stateful resource is kept on delete and on replacement, tables have
+    deletion protection, the chat table point-in-time recovery, the Kinesis stream and the queues
+    encryption at rest.
 
 Needs only the standard library and PyYAML.
 """
@@ -33,9 +37,22 @@ CARGO_TOML = os.path.join(REPO, "Cargo.toml")
 FUNCTION = "AWS::Serverless::Function"
 HTTP_API = "AWS::Serverless::HttpApi"
 
+# Resource types that hold data. cfn-lint's rule I3011 reads its own list (which also has log
+# groups); this is the part of it this template can use, so the test does not depend on
+# cfn-lint's internals.
+STATEFUL_TYPES = {
+    "AWS::DynamoDB::Table", "AWS::DynamoDB::GlobalTable", "AWS::Kinesis::Stream", "AWS::SQS::Queue",
+    "AWS::Logs::LogGroup", "AWS::S3::Bucket", "AWS::KMS::Key", "AWS::Cognito::UserPool",
+    "AWS::SecretsManager::Secret",
+}
+
 
 def load_template() -> dict[str, Any]:
     return create_resources.load_template(TEMPLATE)
+
+
+def resources_of(template: dict[str, Any], *types: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v.get("Type") in types}
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -191,10 +208,12 @@ class TemplateTest(unittest.TestCase):
             self.skipTest("cfn-lint is not installed (pip install -r infra/requirements.txt)")
         env = dict(os.environ)
         env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-        result = subprocess.run([cfn_lint, "template.yaml"], cwd=REPO, env=env,
-                                capture_output=True, text=True, timeout=300)
-        self.assertEqual(result.returncode, 0,
-                         f"cfn-lint template.yaml failed (exit {result.returncode}):\n"
+        # Informational checks too (e.g. I3011: a stateful resource without explicit
+        # DeletionPolicy / UpdateReplacePolicy): any finding fails.
+        result = subprocess.run([cfn_lint, "--include-checks", "I", "--", "template.yaml"], cwd=REPO,
+                                env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual((result.returncode, result.stdout.strip()), (0, ""),
+                         f"cfn-lint --include-checks I template.yaml reported (exit {result.returncode}):\n"
                          f"{result.stdout}{result.stderr}")
 
 
@@ -210,6 +229,36 @@ class TemplateTest(unittest.TestCase):
                                 capture_output=True, text=True, timeout=300)
         self.assertEqual(result.returncode, 0,
                          f"sam validate --lint failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
+
+    # (d) ------------------------------------------------------------------------------------
+
+    def test_stateful_resources_are_retained(self) -> None:
+        stateful = resources_of(self.template, *STATEFUL_TYPES)
+        self.assertTrue(stateful)
+        for name, res in stateful.items():
+            self.assertEqual(res.get("DeletionPolicy"), "Retain", f"{name}: DeletionPolicy must be Retain")
+            self.assertEqual(res.get("UpdateReplacePolicy"), "Retain",
+                             f"{name}: UpdateReplacePolicy must be Retain")
+
+    def test_tables_have_deletion_protection_and_the_chat_table_pitr(self) -> None:
+        tables = resources_of(self.template, "AWS::DynamoDB::Table")
+        self.assertIn("ChatTable", tables)
+        for name, table in tables.items():
+            self.assertIs(table["Properties"].get("DeletionProtectionEnabled"), True,
+                          f"{name}: DeletionProtectionEnabled must be true")
+        pitr = tables["ChatTable"]["Properties"].get("PointInTimeRecoverySpecification") or {}
+        self.assertIs(pitr.get("PointInTimeRecoveryEnabled"), True, "ChatTable: PITR must stay on")
+
+    def test_streams_and_queues_are_encrypted_at_rest(self) -> None:
+        for name, stream in resources_of(self.template, "AWS::Kinesis::Stream").items():
+            encryption = stream["Properties"].get("StreamEncryption") or {}
+            self.assertEqual(encryption.get("EncryptionType"), "KMS", f"{name}: not encrypted at rest")
+            self.assertTrue(encryption.get("KeyId"), f"{name}: StreamEncryption needs a KeyId")
+        for name, queue in resources_of(self.template, "AWS::SQS::Queue").items():
+            props = queue.get("Properties") or {}
+            self.assertTrue(props.get("SqsManagedSseEnabled") is True or props.get("KmsMasterKeyId"),
+                            f"{name}: not encrypted at rest")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -12,8 +12,12 @@
 (d) Data safety: every stateful resource is kept on delete and on replacement, tables have
     deletion protection, the chat table point-in-time recovery, the Kinesis stream and the queues
     encryption at rest.
+(e) Observability, on the template as SAM expands it (Globals merged, the APIs' stages made):
+    every function logs JSON to its own log group with retention; every alarm notifies the alarm
+    topic; every function, failure queue, table and index, stream and API has its alarms.
 
-Needs only the standard library and PyYAML.
+Needs the standard library and PyYAML; (c) and (e) use cfn-lint, aws-sam-cli and its
+aws-sam-translator (infra/requirements.txt).
 """
 from __future__ import annotations
 
@@ -53,6 +57,53 @@ def load_template() -> dict[str, Any]:
 
 def resources_of(template: dict[str, Any], *types: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in template["Resources"].items() if v.get("Type") in types}
+
+
+_EXPANDED: dict[str, Any] | None = None
+
+
+def expanded_template() -> dict[str, Any]:
+    """template.yaml as SAM turns it into CloudFormation (offline: local code is stood in for by an
+    S3 location, as `sam validate` does), parameters unresolved."""
+    global _EXPANDED
+    if _EXPANDED is None:
+        try:
+            from samtranslator.translator.transform import transform
+        except ImportError as e:  # pragma: no cover - the venv always has it (aws-sam-cli)
+            raise unittest.SkipTest(f"aws-sam-translator is not installed: {e}") from e
+
+        class NoManagedPolicies:
+            def load(self) -> dict[str, str]:
+                return {}
+
+        template = load_template()
+        for fn in functions(template).values():
+            fn["Properties"]["CodeUri"] = "s3://bucket/key"
+        _EXPANDED = transform(template, {}, NoManagedPolicies())
+    return _EXPANDED
+
+
+def ref_name(value: Any) -> str | None:
+    """The logical id a `{"Ref": X}` or `{"Fn::GetAtt": [X, ...]}` points to."""
+    if isinstance(value, dict) and len(value) == 1:
+        (fn, arg), = value.items()
+        if fn == "Ref" and isinstance(arg, str):
+            return arg
+        if fn == "Fn::GetAtt":
+            return (arg.split(".")[0] if isinstance(arg, str) else arg[0])
+    return None
+
+
+def alarm_metrics(alarm: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(namespace, metric name, {dimension: value}) of every metric an alarm watches."""
+    props = alarm["Properties"]
+    if "MetricName" in props:
+        found = [(props.get("Namespace"), props["MetricName"], props.get("Dimensions") or [])]
+    else:
+        found = [(m["MetricStat"]["Metric"].get("Namespace"), m["MetricStat"]["Metric"]["MetricName"],
+                  m["MetricStat"]["Metric"].get("Dimensions") or [])
+                 for m in props.get("Metrics") or [] if "MetricStat" in m]
+    return [(ns, name, {d["Name"]: d["Value"] for d in dims}) for ns, name, dims in found]
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -258,6 +309,77 @@ class TemplateTest(unittest.TestCase):
             props = queue.get("Properties") or {}
             self.assertTrue(props.get("SqsManagedSseEnabled") is True or props.get("KmsMasterKeyId"),
                             f"{name}: not encrypted at rest")
+
+    # (e) ------------------------------------------------------------------------------------
+
+    def test_every_function_logs_json_to_its_own_log_group_with_retention(self) -> None:
+        resources = expanded_template()["Resources"]
+        lambdas = {k: v for k, v in resources.items() if v["Type"] == "AWS::Lambda::Function"}
+        self.assertEqual(sorted(lambdas), sorted(functions(self.template)))
+        owners: dict[str, str] = {}
+        for name, fn in lambdas.items():
+            logging = fn["Properties"].get("LoggingConfig") or {}
+            self.assertEqual(logging.get("LogFormat"), "JSON", f"{name}: LoggingConfig.LogFormat must be JSON")
+            self.assertIn("ApplicationLogLevel", logging, f"{name}: LoggingConfig.ApplicationLogLevel")
+            group = ref_name(logging.get("LogGroup"))
+            self.assertTrue(group in resources, f"{name}: LoggingConfig.LogGroup must !Ref a log group of the stack")
+            self.assertEqual(resources[group]["Type"], "AWS::Logs::LogGroup", f"{name}: {group}")
+            self.assertIn("RetentionInDays", resources[group].get("Properties") or {},
+                          f"{group} (log group of {name}) needs RetentionInDays")
+            self.assertNotIn(group, owners, f"{name} and {owners.get(group)} share the log group {group}")
+            owners[group] = name
+
+    def test_every_alarm_notifies_the_alarm_topic(self) -> None:
+        alarms = resources_of(self.template, "AWS::CloudWatch::Alarm")
+        self.assertTrue(alarms, "template.yaml has no alarms")
+        topics = resources_of(self.template, "AWS::SNS::Topic")
+        self.assertIn("AlarmTopic", topics)
+        self.assertIn("AlarmEmail", self.template.get("Parameters") or {})
+        for name, alarm in alarms.items():
+            props = alarm["Properties"]
+            self.assertIn({"Ref": "AlarmTopic"}, props.get("AlarmActions") or [], f"{name}: AlarmActions")
+            self.assertIn({"Ref": "AlarmTopic"}, props.get("OKActions") or [], f"{name}: OKActions")
+            self.assertIsNot(props.get("ActionsEnabled"), False, f"{name}: actions are disabled")
+        subscriptions = resources_of(self.template, "AWS::SNS::Subscription")
+        self.assertTrue(any(ref_name(s["Properties"].get("Endpoint")) == "AlarmEmail"
+                            and ref_name(s["Properties"].get("TopicArn")) == "AlarmTopic"
+                            for s in subscriptions.values()), "AlarmEmail must be subscribed to AlarmTopic")
+
+    def test_everything_that_can_fail_has_its_alarms(self) -> None:
+        watched = {(ns, metric, tuple(sorted((k, ref_name(v) or v) for k, v in dims.items())))
+                   for alarm in resources_of(self.template, "AWS::CloudWatch::Alarm").values()
+                   for ns, metric, dims in alarm_metrics(alarm)}
+
+        def expect(ns: str, metric: str, what: str, **dims: str) -> None:
+            key = (ns, metric, tuple(sorted(dims.items())))
+            self.assertTrue(key in watched, f"no alarm on {ns} {metric} of {what} ({dims})")
+
+        for name in functions(self.template):
+            expect("AWS/Lambda", "Errors", name, FunctionName=name)
+            expect("AWS/Lambda", "Throttles", name, FunctionName=name)
+        # Stream consumers: how far behind they are.
+        for mapping in resources_of(self.template, "AWS::Lambda::EventSourceMapping").values():
+            fn = ref_name(mapping["Properties"]["FunctionName"])
+            expect("AWS/Lambda", "IteratorAge", f"the consumer {fn}", FunctionName=fn)
+            destination = (((mapping["Properties"].get("DestinationConfig") or {}).get("OnFailure") or {})
+                           .get("Destination"))
+            self.assertIsNotNone(ref_name(destination), f"{fn}: the mapping needs an on-failure queue")
+        for name in resources_of(self.template, "AWS::SQS::Queue"):
+            expect("AWS/SQS", "ApproximateNumberOfMessagesVisible", name, QueueName=name)
+        for name, table in resources_of(self.template, "AWS::DynamoDB::Table").items():
+            for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+                expect("AWS/DynamoDB", metric, name, TableName=name)
+                for index in table["Properties"].get("GlobalSecondaryIndexes") or []:
+                    expect("AWS/DynamoDB", metric, f"{name}.{index['IndexName']}", TableName=name,
+                           GlobalSecondaryIndexName=index["IndexName"])
+        for name in resources_of(self.template, "AWS::Kinesis::Stream"):
+            expect("AWS/Kinesis", "WriteProvisionedThroughputExceeded", name, StreamName=name)
+            expect("AWS/Kinesis", "ReadProvisionedThroughputExceeded", name, StreamName=name)
+        for name in resources_of(self.template, HTTP_API):
+            expect("AWS/ApiGateway", "5xx", name, ApiId=name)
+        for name, api in resources_of(self.template, "AWS::ApiGatewayV2::Api").items():
+            if api["Properties"].get("ProtocolType") == "WEBSOCKET":
+                expect("AWS/ApiGateway", "ExecutionError", name, ApiId=name)
 
 
 if __name__ == "__main__":

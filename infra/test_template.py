@@ -3,7 +3,8 @@
     .venv/bin/python -m unittest infra/test_template.py      (from the repository root)
 
 (a) The HTTP API routes of template.yaml, (METHOD, path) -> function binary, are exactly the
-    `[workspace.metadata.lambda.watch.router]` table of Cargo.toml (the local router).
+    `[workspace.metadata.lambda.watch.router]` table of Cargo.toml (the local router), except the
+    deployed catch-all routes (404 in the API's error shape), which the local router does not have.
 (b) Every function is built from the workspace root by Cargo Lambda and its
     BuildProperties.Binary is a `[[bin]]` of a crate under functions/ (and every such binary is
     deployed).
@@ -12,7 +13,10 @@
 (d) Data safety: every stateful resource is kept on delete and on replacement, tables have
     deletion protection, the chat table point-in-time recovery, the Kinesis stream and the queues
     encryption at rest.
-(e) Observability, on the template as SAM expands it (Globals merged, the APIs' stages made):
+(e) The APIs: CORS exposes Retry-After; the catch-all answers every method but OPTIONS (left
+    to API Gateway's CORS preflight); WebSocket $default runs no function; access logs (JSON) and
+    stage throttling on both APIs, the WebSocket stage name a parameter.
+(f) Observability, on the template as SAM expands it (Globals merged, the APIs' stages made):
     every function logs JSON to its own log group with retention; every alarm notifies the alarm
     topic; every function, failure queue, table and index, stream and API has its alarms.
 
@@ -22,6 +26,7 @@ aws-sam-translator (infra/requirements.txt).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -40,6 +45,14 @@ CARGO_TOML = os.path.join(REPO, "Cargo.toml")
 
 FUNCTION = "AWS::Serverless::Function"
 HTTP_API = "AWS::Serverless::HttpApi"
+
+# The deployed HTTP API's catch-all: these paths, one route per method, to the function whose
+# handler answers 404 not_found for anything it does not route. OPTIONS is left out on purpose
+# (browsers' CORS preflight requests must reach API Gateway's own CORS answer, not the JWT
+# authorizer), and so is ANY, which would include it.
+CATCH_ALL_PATHS = ("/{proxy+}", "/")
+CATCH_ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+CATCH_ALL_BINARY = "conversations"
 
 # Resource types that hold data. cfn-lint's rule I3011 reads its own list (which also has log
 # groups); this is the part of it this template can use, so the test does not depend on
@@ -185,7 +198,7 @@ class TemplateTest(unittest.TestCase):
     # (a) ------------------------------------------------------------------------------------
 
     def test_http_routes_match_cargo_lambda_router(self) -> None:
-        deployed = template_routes(self.template)
+        deployed = {k: v for k, v in template_routes(self.template).items() if k[1] not in CATCH_ALL_PATHS}
         local = router_routes(self.cargo)
         self.assertTrue(deployed, "template.yaml has no HttpApi events")
         only_deployed = {k: v for k, v in deployed.items() if local.get(k) != v}
@@ -311,6 +324,68 @@ class TemplateTest(unittest.TestCase):
                             f"{name}: not encrypted at rest")
 
     # (e) ------------------------------------------------------------------------------------
+
+    def http_api(self) -> dict[str, Any]:
+        (api,) = resources_of(self.template, HTTP_API).values()
+        return api["Properties"]
+
+    def test_cors_exposes_retry_after(self) -> None:
+        cors = self.http_api().get("CorsConfiguration") or {}
+        self.assertIn("retry-after", [h.lower() for h in cors.get("ExposeHeaders") or []],
+                      "a 429's Retry-After is unreadable for browser scripts unless CORS exposes it")
+        self.assertLessEqual({"authorization", "content-type"},
+                             {h.lower() for h in cors.get("AllowHeaders") or []})
+
+    def test_catch_all_routes_answer_every_method_but_options(self) -> None:
+        routes = template_routes(self.template)
+        for path in CATCH_ALL_PATHS:
+            for method in CATCH_ALL_METHODS:
+                self.assertEqual(routes.get((method, path)), CATCH_ALL_BINARY,
+                                 f"catch-all route {method} {path} -> {CATCH_ALL_BINARY} is missing")
+        for (method, path), binary in routes.items():
+            self.assertNotIn(method, ("ANY", "OPTIONS"),
+                             f"{method} {path} -> {binary}: would take CORS preflight requests to the authorizer")
+            self.assertFalse(path.startswith("$"), f"{method} {path}: $default also takes OPTIONS")
+
+    def test_websocket_default_route_runs_no_function(self) -> None:
+        resources = self.template["Resources"]
+        routes = {r["Properties"]["RouteKey"]: r["Properties"]
+                  for r in resources_of(self.template, "AWS::ApiGatewayV2::Route").values()}
+        self.assertIn("$default", routes)
+        target = routes["$default"].get("Target") or {}
+        integration = (target.get("Fn::Sub", "") if isinstance(target, dict) else target)
+        name = integration.removeprefix("integrations/${").removesuffix("}")
+        self.assertEqual(resources[name]["Properties"].get("IntegrationType"), "MOCK",
+                         "$default (client pings) should be answered by a MOCK integration")
+
+    def assert_access_logs(self, what: str, settings: dict[str, Any]) -> None:
+        group = ref_name(settings.get("DestinationArn"))
+        resources = self.template["Resources"]
+        self.assertTrue(group in resources, f"{what}: AccessLogSettings.DestinationArn must be a log group of the stack")
+        self.assertEqual(resources[group]["Type"], "AWS::Logs::LogGroup")
+        self.assertIn("RetentionInDays", resources[group]["Properties"], f"{group} needs RetentionInDays")
+        record = json.loads(settings.get("Format") or "")  # JSON lines (each value a quoted $context variable)
+        self.assertIn("status", record, f"{what}: the access log should record the status")
+
+    def assert_throttling(self, what: str, settings: dict[str, Any]) -> None:
+        parameters = self.template.get("Parameters") or {}
+        for key in ("ThrottlingRateLimit", "ThrottlingBurstLimit"):
+            self.assertIn(ref_name(settings.get(key)), parameters, f"{what}: {key} must be a parameter")
+
+    def test_both_apis_have_access_logs_and_throttling_parameters(self) -> None:
+        api = self.http_api()
+        self.assert_access_logs("HttpApi", api.get("AccessLogSettings") or {})
+        self.assert_throttling("HttpApi", api.get("DefaultRouteSettings") or {})
+        stages = resources_of(self.template, "AWS::ApiGatewayV2::Stage")
+        self.assertEqual(len(stages), 1, "expected one WebSocket stage")
+        (stage,) = stages.values()
+        props = stage["Properties"]
+        self.assert_access_logs("WebSocket stage", props.get("AccessLogSettings") or {})
+        self.assert_throttling("WebSocket stage", props.get("DefaultRouteSettings") or {})
+        self.assertIn(ref_name(props.get("StageName")), self.template.get("Parameters") or {},
+                      "the WebSocket stage name must be a parameter")
+
+    # (f) ------------------------------------------------------------------------------------
 
     def test_every_function_logs_json_to_its_own_log_group_with_retention(self) -> None:
         resources = expanded_template()["Resources"]

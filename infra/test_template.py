@@ -17,8 +17,8 @@
     to API Gateway's CORS preflight); WebSocket $default runs no function; access logs (JSON) and
     stage throttling on both APIs, the WebSocket stage name a parameter.
 (f) Observability, on the template as SAM expands it (Globals merged, the APIs' stages made):
-    every function logs JSON to its own log group with retention; every alarm notifies the alarm
-    topic; every function, failure queue, table and index, stream and API has its alarms.
+    every function logs JSON to its own log group with retention and emits EMF metrics; every
+    alarm notifies the alarm topic; every function, failure queue, table and index, stream and API has its alarms.
 
 Needs the standard library and PyYAML; (c) and (e) use cfn-lint, aws-sam-cli and its
 aws-sam-translator (infra/requirements.txt).
@@ -403,6 +403,12 @@ class TemplateTest(unittest.TestCase):
                           f"{group} (log group of {name}) needs RetentionInDays")
             self.assertNotIn(group, owners, f"{name} and {owners.get(group)} share the log group {group}")
             owners[group] = name
+
+    def test_every_function_emits_metrics(self) -> None:
+        for name, fn in expanded_template()["Resources"].items():
+            if fn["Type"] == "AWS::Lambda::Function":
+                env = ((fn["Properties"].get("Environment") or {}).get("Variables")) or {}
+                self.assertEqual(env.get("CHAT_METRICS"), "emf", f"{name}: CHAT_METRICS=emf (shared/src/telemetry.rs)")
 
     def test_every_alarm_notifies_the_alarm_topic(self) -> None:
         alarms = resources_of(self.template, "AWS::CloudWatch::Alarm")

@@ -3,17 +3,30 @@
     .venv/bin/python -m unittest infra/test_template.py      (from the repository root)
 
 (a) The HTTP API routes of template.yaml, (METHOD, path) -> function binary, are exactly the
-    `[workspace.metadata.lambda.watch.router]` table of Cargo.toml (the local router).
+    `[workspace.metadata.lambda.watch.router]` table of Cargo.toml (the local router), except the
+    deployed catch-all routes (404 in the API's error shape), which the local router does not have.
 (b) Every function is built from the workspace root by Cargo Lambda and its
     BuildProperties.Binary is a `[[bin]]` of a crate under functions/ (and every such binary is
     deployed).
-(c) `cfn-lint template.yaml` passes (skipped only when cfn-lint is not installed).
+(c) `cfn-lint template.yaml` passes with its informational checks on (skipped only when cfn-lint
+    is not installed), and `sam validate --lint` passes.
+(d) Data safety: every stateful resource is kept on delete and on replacement, tables have
+    deletion protection, the chat table point-in-time recovery, the Kinesis stream and the queues
+    encryption at rest.
+(e) The APIs: CORS exposes Retry-After; the catch-all answers every method but OPTIONS (left
+    to API Gateway's CORS preflight); WebSocket $default runs no function; access logs (JSON) and
+    stage throttling on both APIs, the WebSocket stage name a parameter.
+(f) Observability, on the template as SAM expands it (Globals merged, the APIs' stages made):
+    every function logs JSON to its own log group with retention and emits EMF metrics; every
+    alarm notifies the alarm topic; every function, failure queue, table and index, stream and API has its alarms.
 
-Needs only the standard library and PyYAML.
+Needs the standard library and PyYAML; (c) and (e) use cfn-lint, aws-sam-cli and its
+aws-sam-translator (infra/requirements.txt).
 """
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -33,9 +46,77 @@ CARGO_TOML = os.path.join(REPO, "Cargo.toml")
 FUNCTION = "AWS::Serverless::Function"
 HTTP_API = "AWS::Serverless::HttpApi"
 
+# The deployed HTTP API's catch-all: these paths, one route per method, to the function whose
+# handler answers 404 not_found for anything it does not route. OPTIONS is left out on purpose
+# (browsers' CORS preflight requests must reach API Gateway's own CORS answer, not the JWT
+# authorizer), and so is ANY, which would include it.
+CATCH_ALL_PATHS = ("/{proxy+}", "/")
+CATCH_ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+CATCH_ALL_BINARY = "conversations"
+
+# Resource types that hold data. cfn-lint's rule I3011 reads its own list (which also has log
+# groups); this is the part of it this template can use, so the test does not depend on
+# cfn-lint's internals.
+STATEFUL_TYPES = {
+    "AWS::DynamoDB::Table", "AWS::DynamoDB::GlobalTable", "AWS::Kinesis::Stream", "AWS::SQS::Queue",
+    "AWS::Logs::LogGroup", "AWS::S3::Bucket", "AWS::KMS::Key", "AWS::Cognito::UserPool",
+    "AWS::SecretsManager::Secret",
+}
+
 
 def load_template() -> dict[str, Any]:
     return create_resources.load_template(TEMPLATE)
+
+
+def resources_of(template: dict[str, Any], *types: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v.get("Type") in types}
+
+
+_EXPANDED: dict[str, Any] | None = None
+
+
+def expanded_template() -> dict[str, Any]:
+    """template.yaml as SAM turns it into CloudFormation (offline: local code is stood in for by an
+    S3 location, as `sam validate` does), parameters unresolved."""
+    global _EXPANDED
+    if _EXPANDED is None:
+        try:
+            from samtranslator.translator.transform import transform
+        except ImportError as e:  # pragma: no cover - the venv always has it (aws-sam-cli)
+            raise unittest.SkipTest(f"aws-sam-translator is not installed: {e}") from e
+
+        class NoManagedPolicies:
+            def load(self) -> dict[str, str]:
+                return {}
+
+        template = load_template()
+        for fn in functions(template).values():
+            fn["Properties"]["CodeUri"] = "s3://bucket/key"
+        _EXPANDED = transform(template, {}, NoManagedPolicies())
+    return _EXPANDED
+
+
+def ref_name(value: Any) -> str | None:
+    """The logical id a `{"Ref": X}` or `{"Fn::GetAtt": [X, ...]}` points to."""
+    if isinstance(value, dict) and len(value) == 1:
+        (fn, arg), = value.items()
+        if fn == "Ref" and isinstance(arg, str):
+            return arg
+        if fn == "Fn::GetAtt":
+            return (arg.split(".")[0] if isinstance(arg, str) else arg[0])
+    return None
+
+
+def alarm_metrics(alarm: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(namespace, metric name, {dimension: value}) of every metric an alarm watches."""
+    props = alarm["Properties"]
+    if "MetricName" in props:
+        found = [(props.get("Namespace"), props["MetricName"], props.get("Dimensions") or [])]
+    else:
+        found = [(m["MetricStat"]["Metric"].get("Namespace"), m["MetricStat"]["Metric"]["MetricName"],
+                  m["MetricStat"]["Metric"].get("Dimensions") or [])
+                 for m in props.get("Metrics") or [] if "MetricStat" in m]
+    return [(ns, name, {d["Name"]: d["Value"] for d in dims}) for ns, name, dims in found]
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -117,7 +198,7 @@ class TemplateTest(unittest.TestCase):
     # (a) ------------------------------------------------------------------------------------
 
     def test_http_routes_match_cargo_lambda_router(self) -> None:
-        deployed = template_routes(self.template)
+        deployed = {k: v for k, v in template_routes(self.template).items() if k[1] not in CATCH_ALL_PATHS}
         local = router_routes(self.cargo)
         self.assertTrue(deployed, "template.yaml has no HttpApi events")
         only_deployed = {k: v for k, v in deployed.items() if local.get(k) != v}
@@ -191,10 +272,12 @@ class TemplateTest(unittest.TestCase):
             self.skipTest("cfn-lint is not installed (pip install -r infra/requirements.txt)")
         env = dict(os.environ)
         env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-        result = subprocess.run([cfn_lint, "template.yaml"], cwd=REPO, env=env,
-                                capture_output=True, text=True, timeout=300)
-        self.assertEqual(result.returncode, 0,
-                         f"cfn-lint template.yaml failed (exit {result.returncode}):\n"
+        # Informational checks too (e.g. I3011: a stateful resource without explicit
+        # DeletionPolicy / UpdateReplacePolicy): any finding fails.
+        result = subprocess.run([cfn_lint, "--include-checks", "I", "--", "template.yaml"], cwd=REPO,
+                                env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual((result.returncode, result.stdout.strip()), (0, ""),
+                         f"cfn-lint --include-checks I template.yaml reported (exit {result.returncode}):\n"
                          f"{result.stdout}{result.stderr}")
 
 
@@ -210,6 +293,175 @@ class TemplateTest(unittest.TestCase):
                                 capture_output=True, text=True, timeout=300)
         self.assertEqual(result.returncode, 0,
                          f"sam validate --lint failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
+
+    # (d) ------------------------------------------------------------------------------------
+
+    def test_stateful_resources_are_retained(self) -> None:
+        stateful = resources_of(self.template, *STATEFUL_TYPES)
+        self.assertTrue(stateful)
+        for name, res in stateful.items():
+            self.assertEqual(res.get("DeletionPolicy"), "Retain", f"{name}: DeletionPolicy must be Retain")
+            self.assertEqual(res.get("UpdateReplacePolicy"), "Retain",
+                             f"{name}: UpdateReplacePolicy must be Retain")
+
+    def test_tables_have_deletion_protection_and_the_chat_table_pitr(self) -> None:
+        tables = resources_of(self.template, "AWS::DynamoDB::Table")
+        self.assertIn("ChatTable", tables)
+        for name, table in tables.items():
+            self.assertIs(table["Properties"].get("DeletionProtectionEnabled"), True,
+                          f"{name}: DeletionProtectionEnabled must be true")
+        pitr = tables["ChatTable"]["Properties"].get("PointInTimeRecoverySpecification") or {}
+        self.assertIs(pitr.get("PointInTimeRecoveryEnabled"), True, "ChatTable: PITR must stay on")
+
+    def test_streams_and_queues_are_encrypted_at_rest(self) -> None:
+        for name, stream in resources_of(self.template, "AWS::Kinesis::Stream").items():
+            encryption = stream["Properties"].get("StreamEncryption") or {}
+            self.assertEqual(encryption.get("EncryptionType"), "KMS", f"{name}: not encrypted at rest")
+            self.assertTrue(encryption.get("KeyId"), f"{name}: StreamEncryption needs a KeyId")
+        for name, queue in resources_of(self.template, "AWS::SQS::Queue").items():
+            props = queue.get("Properties") or {}
+            self.assertTrue(props.get("SqsManagedSseEnabled") is True or props.get("KmsMasterKeyId"),
+                            f"{name}: not encrypted at rest")
+
+    # (e) ------------------------------------------------------------------------------------
+
+    def http_api(self) -> dict[str, Any]:
+        (api,) = resources_of(self.template, HTTP_API).values()
+        return api["Properties"]
+
+    def test_cors_exposes_retry_after(self) -> None:
+        cors = self.http_api().get("CorsConfiguration") or {}
+        self.assertIn("retry-after", [h.lower() for h in cors.get("ExposeHeaders") or []],
+                      "a 429's Retry-After is unreadable for browser scripts unless CORS exposes it")
+        self.assertLessEqual({"authorization", "content-type"},
+                             {h.lower() for h in cors.get("AllowHeaders") or []})
+
+    def test_catch_all_routes_answer_every_method_but_options(self) -> None:
+        routes = template_routes(self.template)
+        for path in CATCH_ALL_PATHS:
+            for method in CATCH_ALL_METHODS:
+                self.assertEqual(routes.get((method, path)), CATCH_ALL_BINARY,
+                                 f"catch-all route {method} {path} -> {CATCH_ALL_BINARY} is missing")
+        for (method, path), binary in routes.items():
+            self.assertNotIn(method, ("ANY", "OPTIONS"),
+                             f"{method} {path} -> {binary}: would take CORS preflight requests to the authorizer")
+            self.assertFalse(path.startswith("$"), f"{method} {path}: $default also takes OPTIONS")
+
+    def test_websocket_default_route_runs_no_function(self) -> None:
+        resources = self.template["Resources"]
+        routes = {r["Properties"]["RouteKey"]: r["Properties"]
+                  for r in resources_of(self.template, "AWS::ApiGatewayV2::Route").values()}
+        self.assertIn("$default", routes)
+        target = routes["$default"].get("Target") or {}
+        integration = (target.get("Fn::Sub", "") if isinstance(target, dict) else target)
+        name = integration.removeprefix("integrations/${").removesuffix("}")
+        self.assertEqual(resources[name]["Properties"].get("IntegrationType"), "MOCK",
+                         "$default (client pings) should be answered by a MOCK integration")
+
+    def assert_access_logs(self, what: str, settings: dict[str, Any]) -> None:
+        group = ref_name(settings.get("DestinationArn"))
+        resources = self.template["Resources"]
+        self.assertTrue(group in resources, f"{what}: AccessLogSettings.DestinationArn must be a log group of the stack")
+        self.assertEqual(resources[group]["Type"], "AWS::Logs::LogGroup")
+        self.assertIn("RetentionInDays", resources[group]["Properties"], f"{group} needs RetentionInDays")
+        record = json.loads(settings.get("Format") or "")  # JSON lines (each value a quoted $context variable)
+        self.assertIn("status", record, f"{what}: the access log should record the status")
+
+    def assert_throttling(self, what: str, settings: dict[str, Any]) -> None:
+        parameters = self.template.get("Parameters") or {}
+        for key in ("ThrottlingRateLimit", "ThrottlingBurstLimit"):
+            self.assertIn(ref_name(settings.get(key)), parameters, f"{what}: {key} must be a parameter")
+
+    def test_both_apis_have_access_logs_and_throttling_parameters(self) -> None:
+        api = self.http_api()
+        self.assert_access_logs("HttpApi", api.get("AccessLogSettings") or {})
+        self.assert_throttling("HttpApi", api.get("DefaultRouteSettings") or {})
+        stages = resources_of(self.template, "AWS::ApiGatewayV2::Stage")
+        self.assertEqual(len(stages), 1, "expected one WebSocket stage")
+        (stage,) = stages.values()
+        props = stage["Properties"]
+        self.assert_access_logs("WebSocket stage", props.get("AccessLogSettings") or {})
+        self.assert_throttling("WebSocket stage", props.get("DefaultRouteSettings") or {})
+        self.assertIn(ref_name(props.get("StageName")), self.template.get("Parameters") or {},
+                      "the WebSocket stage name must be a parameter")
+
+    # (f) ------------------------------------------------------------------------------------
+
+    def test_every_function_logs_json_to_its_own_log_group_with_retention(self) -> None:
+        resources = expanded_template()["Resources"]
+        lambdas = {k: v for k, v in resources.items() if v["Type"] == "AWS::Lambda::Function"}
+        self.assertEqual(sorted(lambdas), sorted(functions(self.template)))
+        owners: dict[str, str] = {}
+        for name, fn in lambdas.items():
+            logging = fn["Properties"].get("LoggingConfig") or {}
+            self.assertEqual(logging.get("LogFormat"), "JSON", f"{name}: LoggingConfig.LogFormat must be JSON")
+            self.assertIn("ApplicationLogLevel", logging, f"{name}: LoggingConfig.ApplicationLogLevel")
+            group = ref_name(logging.get("LogGroup"))
+            self.assertTrue(group in resources, f"{name}: LoggingConfig.LogGroup must !Ref a log group of the stack")
+            self.assertEqual(resources[group]["Type"], "AWS::Logs::LogGroup", f"{name}: {group}")
+            self.assertIn("RetentionInDays", resources[group].get("Properties") or {},
+                          f"{group} (log group of {name}) needs RetentionInDays")
+            self.assertNotIn(group, owners, f"{name} and {owners.get(group)} share the log group {group}")
+            owners[group] = name
+
+    def test_every_function_emits_metrics(self) -> None:
+        for name, fn in expanded_template()["Resources"].items():
+            if fn["Type"] == "AWS::Lambda::Function":
+                env = ((fn["Properties"].get("Environment") or {}).get("Variables")) or {}
+                self.assertEqual(env.get("CHAT_METRICS"), "emf", f"{name}: CHAT_METRICS=emf (shared/src/telemetry.rs)")
+
+    def test_every_alarm_notifies_the_alarm_topic(self) -> None:
+        alarms = resources_of(self.template, "AWS::CloudWatch::Alarm")
+        self.assertTrue(alarms, "template.yaml has no alarms")
+        topics = resources_of(self.template, "AWS::SNS::Topic")
+        self.assertIn("AlarmTopic", topics)
+        self.assertIn("AlarmEmail", self.template.get("Parameters") or {})
+        for name, alarm in alarms.items():
+            props = alarm["Properties"]
+            self.assertIn({"Ref": "AlarmTopic"}, props.get("AlarmActions") or [], f"{name}: AlarmActions")
+            self.assertIn({"Ref": "AlarmTopic"}, props.get("OKActions") or [], f"{name}: OKActions")
+            self.assertIsNot(props.get("ActionsEnabled"), False, f"{name}: actions are disabled")
+        subscriptions = resources_of(self.template, "AWS::SNS::Subscription")
+        self.assertTrue(any(ref_name(s["Properties"].get("Endpoint")) == "AlarmEmail"
+                            and ref_name(s["Properties"].get("TopicArn")) == "AlarmTopic"
+                            for s in subscriptions.values()), "AlarmEmail must be subscribed to AlarmTopic")
+
+    def test_everything_that_can_fail_has_its_alarms(self) -> None:
+        watched = {(ns, metric, tuple(sorted((k, ref_name(v) or v) for k, v in dims.items())))
+                   for alarm in resources_of(self.template, "AWS::CloudWatch::Alarm").values()
+                   for ns, metric, dims in alarm_metrics(alarm)}
+
+        def expect(ns: str, metric: str, what: str, **dims: str) -> None:
+            key = (ns, metric, tuple(sorted(dims.items())))
+            self.assertTrue(key in watched, f"no alarm on {ns} {metric} of {what} ({dims})")
+
+        for name in functions(self.template):
+            expect("AWS/Lambda", "Errors", name, FunctionName=name)
+            expect("AWS/Lambda", "Throttles", name, FunctionName=name)
+        # Stream consumers: how far behind they are.
+        for mapping in resources_of(self.template, "AWS::Lambda::EventSourceMapping").values():
+            fn = ref_name(mapping["Properties"]["FunctionName"])
+            expect("AWS/Lambda", "IteratorAge", f"the consumer {fn}", FunctionName=fn)
+            destination = (((mapping["Properties"].get("DestinationConfig") or {}).get("OnFailure") or {})
+                           .get("Destination"))
+            self.assertIsNotNone(ref_name(destination), f"{fn}: the mapping needs an on-failure queue")
+        for name in resources_of(self.template, "AWS::SQS::Queue"):
+            expect("AWS/SQS", "ApproximateNumberOfMessagesVisible", name, QueueName=name)
+        for name, table in resources_of(self.template, "AWS::DynamoDB::Table").items():
+            for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+                expect("AWS/DynamoDB", metric, name, TableName=name)
+                for index in table["Properties"].get("GlobalSecondaryIndexes") or []:
+                    expect("AWS/DynamoDB", metric, f"{name}.{index['IndexName']}", TableName=name,
+                           GlobalSecondaryIndexName=index["IndexName"])
+        for name in resources_of(self.template, "AWS::Kinesis::Stream"):
+            expect("AWS/Kinesis", "WriteProvisionedThroughputExceeded", name, StreamName=name)
+            expect("AWS/Kinesis", "ReadProvisionedThroughputExceeded", name, StreamName=name)
+        for name in resources_of(self.template, HTTP_API):
+            expect("AWS/ApiGateway", "5xx", name, ApiId=name)
+        for name, api in resources_of(self.template, "AWS::ApiGatewayV2::Api").items():
+            if api["Properties"].get("ProtocolType") == "WEBSOCKET":
+                expect("AWS/ApiGateway", "ExecutionError", name, ApiId=name)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -2,13 +2,16 @@
 """Prints the push events a user receives, one JSON per line:
 
     python3 infra/ws_listen.py <userId> [ws://127.0.0.1:9001]
+    CHAT_TOKEN=<JWT> python3 infra/ws_listen.py <userId> wss://{api}.execute-api.{region}.amazonaws.com/prod
 
-Mints a local token (like infra/mint_token.py) and connects as a browser would (`?token=`).
+Mints a local token (like infra/mint_token.py), or takes the token in CHAT_TOKEN (a deployed
+stack's issuer's, README "Deploy"), and connects as a browser would (`?token=`).
 Standard library only: a minimal WebSocket client (RFC 6455), enough for text frames.
 """
 import base64
 import os
 import socket
+import ssl
 import struct
 import sys
 import urllib.parse
@@ -44,8 +47,12 @@ def main() -> int:
     user = sys.argv[1]
     base = sys.argv[2] if len(sys.argv) > 2 else "ws://127.0.0.1:9001"
     url = urllib.parse.urlparse(base)
-    token = mint(user, 24 * 3600, os.environ.get("CHAT_LOCAL_JWT_SECRET") or "local-dev-secret")
-    sock = socket.create_connection((url.hostname, url.port or 80))
+    token = os.environ.get("CHAT_TOKEN") or mint(
+        user, 24 * 3600, os.environ.get("CHAT_LOCAL_JWT_SECRET") or "local-dev-secret")
+    secure = url.scheme == "wss"
+    sock = socket.create_connection((url.hostname, url.port or (443 if secure else 80)))
+    if secure:
+        sock = ssl.create_default_context().wrap_socket(sock, server_hostname=url.hostname)
     key = base64.b64encode(os.urandom(16)).decode()
     path = (url.path or "/") + "?token=" + urllib.parse.quote(token)
     sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {url.netloc}\r\nUpgrade: websocket\r\n"

@@ -92,6 +92,8 @@ def expanded_template() -> dict[str, Any]:
         template = load_template()
         for fn in functions(template).values():
             fn["Properties"]["CodeUri"] = "s3://bucket/key"
+        # The translator fills in pseudo parameters (AWS::Region) from the environment.
+        os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         _EXPANDED = transform(template, {}, NoManagedPolicies())
     return _EXPANDED
 

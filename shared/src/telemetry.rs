@@ -1,4 +1,4 @@
-//! What operators see (README "Operate"): logs through the Lambda runtime's own subscriber (so
+//! What operators see (README "Deploy", "Operating it"): logs through the Lambda runtime's own subscriber (so
 //! `AWS_LAMBDA_LOG_FORMAT=JSON` and `AWS_LAMBDA_LOG_LEVEL` work), one line per REST request, and
 //! metrics in CloudWatch's embedded metric format (EMF): JSON lines on stdout that CloudWatch
 //! turns into metrics, with no API call and no extra latency.

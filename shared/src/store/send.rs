@@ -77,13 +77,15 @@ impl Head {
 }
 
 /// How long after a group commit new sends queue up rather than try alone.
-const BUSY_FOR: Duration = Duration::from_millis(250);
+const BUSY_FOR: Duration = Duration::from_secs(2);
 
 /// How long a queued send waits before it looks whether it was committed (and commits the queue
 /// itself if not): about one commit, so that commits carry many sends.
 const GATHER: Duration = Duration::from_millis(20);
-/// How long the oldest pending send may sit still before others commit it.
-const TAKE_OVER_AFTER: Duration = Duration::from_millis(300);
+/// How long the oldest pending send may sit still (no commit at all: every commit takes it)
+/// before the next request in the queue commits it; the one after that waits twice as long, and
+/// so on. Its request is normally committing it; this is for one that ended (a crash, a timeout).
+const TAKE_OVER_AFTER: Duration = Duration::from_millis(1000);
 
 /// One send request.
 struct Send<'a> {
@@ -292,12 +294,15 @@ impl ChatStore {
         let mut wait = Some(pause);
         // The oldest pending send when this request last looked, and since when.
         let mut oldest_seen: Option<(String, Instant)> = None;
+        // Whether `head` comes from the conversation item as it was a moment ago.
+        let mut just_read = false;
         loop {
             if let Some(w) = wait.take() {
                 if !deadline.sleep(jitter(w, w * 3 / 2)).await {
                     return self.give_up(send, enqueued).await;
                 }
             }
+            let fresh = std::mem::take(&mut just_read);
             if let Some(key) = self.send_key(send).await? {
                 tracing::debug!(
                     waited_ms = started.elapsed().as_millis() as u64,
@@ -306,7 +311,10 @@ impl ChatStore {
                 );
                 return answer(key, send);
             }
+            let asked = Instant::now();
             let queue = in_commit_order(self.pending(send.id).await?);
+            // A commit takes a few such round trips: patience scales with them.
+            let round_trip = asked.elapsed();
             let mine = &send.request.client_msg_key;
             let Some(position) = queue.iter().position(|p| &p.client_msg_key == mine) else {
                 // Neither committed nor pending any more (unless committed just now): dropped,
@@ -317,7 +325,8 @@ impl ChatStore {
             // about one commit per batch ahead of them, and take over only when the oldest has
             // not moved for a while (its request may have ended).
             let oldest = queue[0].client_msg_key.clone();
-            let patience = TAKE_OVER_AFTER;
+            // Staggered, so that one request takes over, not all of them.
+            let patience = TAKE_OVER_AFTER.max(round_trip * 8) * position.max(1) as u32;
             let stalled = match &oldest_seen {
                 Some((key, since)) if *key == oldest => since.elapsed() > patience,
                 _ => {
@@ -330,7 +339,9 @@ impl ChatStore {
                 continue;
             }
             let batch = first_batch(queue);
-            let current = match head.take() {
+            // Other commits have likely moved the conversation on since this request last read
+            // it: a fresh read is cheaper than a transaction bound to fail on a stale lastSeq.
+            let current = match head.take().filter(|_| fresh) {
                 Some(h) => h,
                 None => self.head(send.id).await?.ok_or(ChatError::NotFound)?,
             };
@@ -353,7 +364,11 @@ impl ChatStore {
                 }
                 Batch::Committed(_) => {}
                 // Someone committed first, maybe this very send: look at once.
-                Batch::Progressed(next) => head = next,
+                Batch::Progressed(next) => {
+                    head = next;
+                    just_read = true;
+                    continue;
+                }
                 Batch::Drop(items) => {
                     for p in items {
                         self.drop_pending(&p).await?;

@@ -90,3 +90,36 @@ pub fn emulator_settings(settings: &serde_json::Value) {
         "{answer}"
     );
 }
+
+/// Makes the emulator refuse the next `n` PutRecords entries like a throttled Kinesis
+/// (infra/moto_server.py, `/moto-api/chat/faults`); returns the failures still to come. Only for a
+/// test binary whose emulator no other Kinesis writer (a gateway's relay) shares.
+pub fn inject_kinesis_put_failures(n: u32) -> u32 {
+    let body = format!("{{\"kinesisPutFailures\": {n}}}");
+    let answer = emulator_request("POST", "/moto-api/chat/faults", &body);
+    answer["kinesisPutFailures"]
+        .as_u64()
+        .expect("faults answer") as u32
+}
+
+/// One HTTP/1.1 request to the emulator's own API; the JSON answer.
+fn emulator_request(method: &str, path: &str, body: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let endpoint = dynamodb_endpoint();
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).expect("emulator reachable");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, json) = response.split_once("\r\n\r\n").expect("HTTP response");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
+    serde_json::from_str(json).expect("JSON body")
+}

@@ -185,6 +185,7 @@ pub struct RunningGateway {
     pub demo_url: Option<String>,
     registry: registry::Registry,
     stats: Arc<Stats>,
+    fanout: Arc<fanout::FanoutStats>,
     trigger: shutdown::Trigger,
 }
 
@@ -207,6 +208,7 @@ impl Gateway {
         chat.ws_management_endpoint = Some(management_url.clone());
         let sdk = chat.sdk_config().await;
         let handlers = handlers::Handlers::new(&chat, &sdk).await?;
+        let fanout = handlers.fanout_stats();
 
         let (trigger, shutdown) = shutdown::Shutdown::new();
         let registry = registry::Registry::default();
@@ -258,6 +260,7 @@ impl Gateway {
             demo_url,
             registry,
             stats,
+            fanout,
             trigger,
         })
     }
@@ -267,6 +270,11 @@ impl RunningGateway {
     /// Counters of the two mappings (invocations, redeliveries, records given up).
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// The fanout's push counters (delivered, retried, given up, records deleted).
+    pub fn fanout_stats(&self) -> &fanout::FanoutStats {
+        &self.fanout
     }
 
     /// Test hook: the next `times` `POST /@connections/{connection_id}` answer `status` (e.g. 500)

@@ -169,6 +169,53 @@ async fn a_group_over_200_members_gets_the_light_message() {
 }
 
 #[tokio::test]
+async fn membership_changes_reach_the_fanout_at_once() {
+    // The fanout keeps member lists by membersVersion: a removal or an addition must show in the
+    // very next event.
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (owner, stays, leaves, joins) = (unique("o"), unique("s"), unique("l"), unique("j"));
+        let conv = t.group(&owner, &[&stays, &leaves]).await;
+        let (mut ws, mut wl, mut wj) = (
+            WsClient::connect(&stays).await,
+            WsClient::connect(&leaves).await,
+            WsClient::connect(&joins).await,
+        );
+        t.send(&conv, &owner, "one").await;
+        wl.until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
+            .await;
+        let removed = t
+            .call(
+                "DELETE",
+                &format!("/conversations/{conv}/members/{leaves}"),
+                Some(&owner),
+                None,
+            )
+            .await;
+        assert_eq!(removed.status, 204, "{removed:?}");
+        let added = t
+            .post(
+                &format!("/conversations/{conv}/members"),
+                &owner,
+                json!({ "userIds": [joins] }),
+            )
+            .await;
+        assert_eq!(added.status, 200, "{added:?}");
+        t.send(&conv, &owner, "two").await;
+        ws.until(EVENT, |e| has(e, "message.new", &conv, Some(2)))
+            .await;
+        wj.until(EVENT, |e| has(e, "message.new", &conv, Some(2)))
+            .await;
+        let late = wl.drain(QUIET).await;
+        assert!(
+            !has(&late, "message.new", &conv, Some(2)),
+            "a removed member got a message: {late:#?}"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
 async fn a_stale_connection_is_removed_after_410() {
     bounded(60, async {
         let t = TestApp::new().await;

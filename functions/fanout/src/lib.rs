@@ -39,6 +39,9 @@ use tokio::sync::Semaphore;
 /// batch (measured: docs/event-pipeline.md, "Fanout").
 pub const PUSH_CONCURRENCY: usize = 64;
 
+/// Member lists a warm instance keeps (a 1,000-member list is ~40 KB).
+const MEMBER_LISTS_CACHED: usize = 5_000;
+
 /// Conversations of a batch whose reads and pushes run at once.
 const CONVERSATIONS_AT_ONCE: usize = 8;
 
@@ -87,6 +90,9 @@ impl FanoutStats {
     }
 }
 
+/// A conversation's member ids and the `membersVersion` they belong to.
+type MemberList = (u64, Arc<Vec<UserId>>);
+
 #[derive(Clone, Debug)]
 pub struct Fanout {
     chat: ChatStore,
@@ -95,6 +101,11 @@ pub struct Fanout {
     /// Connections that recently exhausted their retries, until when (`policy::SUSPECT_SECS`).
     /// Per warm instance: a lost entry only costs one more round of retries.
     suspects: Arc<Mutex<HashMap<String, Instant>>>,
+    /// Member ids per conversation with the `membersVersion` they belong to. Every membership
+    /// change bumps the version (in the same transaction as the member items), so a cached list
+    /// with the current version is the current membership: a 1,000-member group costs one small
+    /// GetItem per batch instead of a Query of 1,000 items.
+    members: Arc<Mutex<HashMap<ConversationId, MemberList>>>,
     stats: Arc<FanoutStats>,
 }
 
@@ -131,6 +142,7 @@ impl Fanout {
             connections,
             management: aws_sdk_apigatewaymanagement::Client::from_conf(conf),
             suspects: Arc::default(),
+            members: Arc::default(),
             stats: Arc::default(),
         }
     }
@@ -225,10 +237,10 @@ impl Fanout {
         events: Vec<Event>,
         slots: &Semaphore,
     ) -> Result<(), ChatError> {
-        let Some((_, members)) = self.chat.load_conversation(conversation).await? else {
+        let started = Instant::now();
+        let Some(users) = self.members(conversation).await? else {
             return Ok(());
         };
-        let users: Vec<UserId> = members.into_iter().map(|m| m.member_id).collect();
         let frames: Vec<String> = frames_for(events, users.len())
             .iter()
             .map(serde_json::to_string)
@@ -238,7 +250,10 @@ impl Fanout {
             return Ok(());
         }
         let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+        let members_read = started.elapsed();
         let connections = self.connections.live_connections(&users, now).await?;
+        let reads = started.elapsed();
+        let online = connections.len();
         let frames = &frames;
         stream::iter(connections)
             .map(|connection| async move {
@@ -260,7 +275,41 @@ impl Fanout {
             .buffer_unordered(PUSH_CONCURRENCY)
             .collect::<Vec<()>>()
             .await;
+        tracing::debug!(
+            %conversation,
+            members = users.len(),
+            online,
+            frames = frames.len(),
+            members_ms = members_read.as_millis() as u64,
+            presence_ms = (reads - members_read).as_millis() as u64,
+            push_ms = (started.elapsed() - reads).as_millis() as u64,
+            "conversation delivered"
+        );
         Ok(())
+    }
+
+    /// The current members (None: no such conversation). DynamoDB: 1 GetItem, + 1 Query when the
+    /// membership changed since this instance last read it.
+    async fn members(&self, id: &ConversationId) -> Result<Option<Arc<Vec<UserId>>>, ChatError> {
+        let Some(version) = self.chat.members_version(id).await? else {
+            return Ok(None);
+        };
+        if let Some((v, users)) = self.members.lock().unwrap().get(id) {
+            if *v == version {
+                return Ok(Some(users.clone()));
+            }
+        }
+        let Some((version, users)) = self.chat.member_ids(id).await? else {
+            return Ok(None);
+        };
+        let users = Arc::new(users);
+        let mut cache = self.members.lock().unwrap();
+        // Bounded: a warm instance forgets everything now and then rather than growing.
+        if cache.len() >= MEMBER_LISTS_CACHED {
+            cache.clear();
+        }
+        cache.insert(id.clone(), (version, users.clone()));
+        Ok(Some(users))
     }
 
     /// One connection's frames, in order.

@@ -96,21 +96,34 @@ pub fn emulator_settings(settings: &serde_json::Value) {
 /// test binary whose emulator no other Kinesis writer (a gateway's relay) shares.
 pub fn inject_kinesis_put_failures(n: u32) -> u32 {
     let body = format!("{{\"kinesisPutFailures\": {n}}}");
-    let answer = emulator_request("POST", "/moto-api/chat/faults", &body);
+    let answer = emulator_request("/moto-api/chat/faults", "", &body);
     answer["kinesisPutFailures"]
         .as_u64()
         .expect("faults answer") as u32
 }
 
-/// One HTTP/1.1 request to the emulator's own API; the JSON answer.
-fn emulator_request(method: &str, path: &str, body: &str) -> serde_json::Value {
+/// One SQS action (AWS JSON protocol, e.g. `SendMessage`) on the emulator; the JSON answer.
+pub fn sqs(action: &str, request: serde_json::Value) -> serde_json::Value {
+    emulator_request(
+        "/",
+        // The service is named by the credential scope (moto does not check the signature).
+        &format!(
+            "X-Amz-Target: AmazonSQS.{action}\r\nAuthorization: AWS4-HMAC-SHA256 \
+             Credential=local/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0\r\n"
+        ),
+        &request.to_string(),
+    )
+}
+
+/// One POST to the emulator, with extra header lines; the JSON answer (a 200 is required).
+fn emulator_request(path: &str, headers: &str, body: &str) -> serde_json::Value {
     use std::io::{Read, Write};
     let endpoint = dynamodb_endpoint();
     let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
     let mut stream = std::net::TcpStream::connect(host).expect("emulator reachable");
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();

@@ -56,6 +56,9 @@ infra/emulator_load.py):
 
 `--fast-path off` / env `CHAT_EMULATOR_FAST_PATH=0` / `{"fastPath": false}` on the config
 endpoint (below) switches them off, leaving moto's own request handling with the fixes above.
+* The listen backlog is 1024 instead of werkzeug's 128: a burst of new client connections (hundreds
+  of clients reconnecting at once, each SDK pool opening connections) otherwise overflows it, and
+  the dropped connection attempts only come back after a second, past a client's connect timeout.
 
 and these simulations of DynamoDB behaviour that moto lacks (switchable):
 
@@ -158,6 +161,7 @@ from moto.moto_server.werkzeug_app import (
     MotoRequestHandler,
     create_backend_app,
 )
+import werkzeug.serving
 from werkzeug.exceptions import BadRequestKeyError, HTTPException, InternalServerError
 from werkzeug.serving import connection_dropped_errors, make_server
 from werkzeug.wsgi import get_input_stream
@@ -173,6 +177,7 @@ FAST_PATH_ENV = "CHAT_EMULATOR_FAST_PATH"
 DEFAULT_TX_WINDOW_MS, DEFAULT_GSI_LAG_MS = 10, 0
 CONFIG_PATH = "/moto-api/chat/config"
 FAULTS_PATH = "/moto-api/chat/faults"
+LISTEN_BACKLOG = 1024
 TOKEN_TTL_S = 600  # DynamoDB: a ClientRequestToken is valid for 10 minutes after the call ends
 
 
@@ -1358,6 +1363,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.log_requests:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
+    werkzeug.serving.BaseWSGIServer.request_queue_size = LISTEN_BACKLOG
     server = make_server(args.host, args.port, make_app(), threaded=True, request_handler=KeepAliveHandler)
     port = server.server_port
     os.environ["MOTO_PORT"] = str(port)  # moto builds some URLs with it

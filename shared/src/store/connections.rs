@@ -136,8 +136,10 @@ impl ConnectionStore {
         let mut presence = self
             .add_presence(user, connection_id, &expires, deadline)
             .await?;
+        // Pruning is best effort: the connection is recorded; what cannot be pruned now (the
+        // deadline passed, DynamoDB trouble) is pruned by the user's next registration.
         let mut retry = Retry::until(deadline);
-        while retry.next().await {
+        loop {
             let prune = prune_plan(
                 &connection_map(&presence),
                 connection_id,
@@ -145,6 +147,10 @@ impl ConnectionStore {
                 MAX_CONNECTIONS_PER_USER,
             );
             if prune.is_empty() {
+                return Ok(());
+            }
+            if !retry.next_now() {
+                tracing::warn!(user = %user, "presence not pruned before the deadline");
                 return Ok(());
             }
             // Conditional on the version the plan was made from: a concurrent registration or
@@ -173,9 +179,13 @@ impl ConnectionStore {
                     return Ok(());
                 }
                 Err(e) if conditional_failed(&e) => {}
-                Err(e) => return Err(sdk_error("UpdateItem", e)),
+                Err(e) => {
+                    tracing::warn!(user = %user, error = %sdk_error("UpdateItem", e), "presence not pruned");
+                    return Ok(());
+                }
             }
-            presence = self
+            // Someone else changed the presence meanwhile: plan again from what it is now.
+            match self
                 .db
                 .get_item()
                 .table_name(&self.table)
@@ -183,11 +193,14 @@ impl ConnectionStore {
                 .consistent_read(true)
                 .send()
                 .await
-                .map_err(|e| sdk_error("GetItem", e))?
-                .item
-                .unwrap_or_default();
+            {
+                Ok(out) => presence = out.item.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(user = %user, error = %sdk_error("GetItem", e), "presence not pruned");
+                    return Ok(());
+                }
+            }
         }
-        Err(ChatError::Throttled)
     }
 
     /// Adds the entry (creating the map for a first connection); returns the presence item as

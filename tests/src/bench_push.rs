@@ -469,7 +469,28 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     sending.store(false, Ordering::Relaxed);
     let (sent, send_errors, sending_for) = sender_task.await.unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The server's lastSeq of each conversation, now that nothing more is sent; then the pipeline
+    // drains: until every user holds 1..lastSeq of its conversations, or 30 s (a user still
+    // missing something then has missed it: no push is coming that would make it look).
+    let mut last_seq = HashMap::new();
+    for c in &conversations {
+        let r = t.get(&format!("/conversations/{c}"), &sender).await;
+        last_seq.insert(c.clone(), r.body["lastSeq"].as_u64().unwrap_or(0));
+    }
+    let drained = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut complete = true;
+        for (i, h) in holdings.iter().enumerate() {
+            let h = h.lock().await;
+            for c in [&big, &small[i / 10]] {
+                complete &= h.contiguous(c) >= last_seq[c];
+            }
+        }
+        if complete || Instant::now() > drained {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     let mut caught_up = Vec::new();
     for r in reconnects {
@@ -482,18 +503,17 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
     let storm = storm_started.elapsed();
 
     // Judged against the server: exactly 1..lastSeq of each of the user's conversations.
-    let mut last_seq = HashMap::new();
-    for c in &conversations {
-        let r = t.get(&format!("/conversations/{c}"), &sender).await;
-        last_seq.insert(c.clone(), r.body["lastSeq"].as_u64().unwrap_or(0));
-    }
     let (mut missed, mut extra) = (0u64, 0u64);
+    let mut missing_seqs: Vec<(bool, u64, u64)> = Vec::new();
     for (i, h) in holdings.iter().enumerate() {
         let h = h.lock().await;
         for c in [&big, &small[i / 10]] {
             let held = h.seqs.get(c.as_str()).cloned().unwrap_or_default();
             let want = last_seq[c];
-            missed += (1..=want).filter(|s| !held.contains(s)).count() as u64;
+            for s in (1..=want).filter(|s| !held.contains(s)) {
+                missed += 1;
+                missing_seqs.push((c == &big, s, want));
+            }
             extra += held.iter().filter(|s| **s == 0 || **s > want).count() as u64;
         }
     }
@@ -515,6 +535,21 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
         percentile(&caught_up, 0.99),
     );
     println!("  (storm phase {:.1} s)", storm.as_secs_f64());
+    let f = gateway().fanout_stats();
+    println!(
+        "  fanout since start: delivered {}, retries {}, gave up {}, records deleted {}, kept in grace {}",
+        f.delivered(),
+        f.retries(),
+        f.gave_up(),
+        f.forgotten(),
+        f.kept_in_grace()
+    );
+    if !missing_seqs.is_empty() {
+        println!(
+            "  missed (big group?, seq, lastSeq): {:?}",
+            &missing_seqs[..missing_seqs.len().min(20)]
+        );
+    }
     // The REST handlers' DynamoDB calls during the storm (the emulator answers one at a time).
     let mut by: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
     for c in t.calls.take_calls() {

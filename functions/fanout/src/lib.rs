@@ -202,11 +202,26 @@ impl Fanout {
             .buffer_unordered(CONVERSATIONS_AT_ONCE)
             .collect::<Vec<_>>()
             .await;
+        let read_failures = outcomes.iter().flatten().count() as u64;
         for i in outcomes.into_iter().flatten() {
             failures.fail(i);
         }
         let after = self.stats.snapshot();
         let d = |k: usize| after[k] - before[k];
+        // CloudWatch metrics (EMF, with CHAT_METRICS=emf); the zeros of the rare ones are left out.
+        chat_shared::telemetry::count("Pushes", d(0));
+        for (name, n) in [
+            ("PushRetries", d(1)),
+            ("PushesGivenUp", d(2)),
+            ("ConnectionsGone", d(3)),
+            ("GoneInGrace", d(4)),
+            ("PushesUndeliverable", d(5)),
+            ("FanoutReadFailures", read_failures),
+        ] {
+            if n > 0 {
+                chat_shared::telemetry::count(name, n);
+            }
+        }
         // The per-invocation figures (one line, the metrics to chart).
         tracing::info!(
             records = records.len(),

@@ -171,6 +171,14 @@ impl Relay {
                 pending = refused;
             }
         }
+        chat_shared::telemetry::count("RelayRecordsPut", put as u64);
+        if retries > 0 {
+            chat_shared::telemetry::count("RelayPutRetries", retries as u64);
+        }
+        if let Some(i) = failures.earliest() {
+            // Records Lambda will deliver again, from the earliest reported one.
+            chat_shared::telemetry::count("RelayRecordsFailed", (records.len() - i) as u64);
+        }
         tracing::info!(
             records = records.len(),
             kinesis_records = put,

@@ -3,10 +3,11 @@
 
     python infra/create_resources.py --endpoint http://127.0.0.1:4566 --template template.yaml
 
-Every `AWS::DynamoDB::Table` and `AWS::Kinesis::Stream` resource is created under its logical id
-(e.g. `ChatTable`), so local code can use the logical ids as physical names. Other resources are
-ignored. Existing tables/streams are left alone (idempotent). Only documented DynamoDB and Kinesis
-API calls are used, so this works against any DynamoDB-API endpoint (moto, DynamoDB Local, ...).
+Every `AWS::DynamoDB::Table`, `AWS::Kinesis::Stream` and `AWS::SQS::Queue` resource is created
+under its logical id (e.g. `ChatTable`, `RelayFailureQueue`), so local code can use the logical ids
+as physical names. Other resources are ignored. Existing ones are left alone (idempotent). Only
+documented DynamoDB, Kinesis and SQS API calls are used, so this works against any DynamoDB-API
+endpoint (moto, DynamoDB Local, ...); streams and queues go to the Kinesis endpoint.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from botocore.exceptions import ClientError
 
 TABLE_TYPE = "AWS::DynamoDB::Table"
 STREAM_TYPE = "AWS::Kinesis::Stream"
+QUEUE_TYPE = "AWS::SQS::Queue"
 # The properties used locally; only these are resolved, so intrinsic functions elsewhere (tags,
 # KMS keys, ...) need no local value.
 USED_PROPERTIES = {
@@ -29,6 +31,7 @@ USED_PROPERTIES = {
                  "GlobalSecondaryIndexes", "LocalSecondaryIndexes", "StreamSpecification",
                  "TimeToLiveSpecification", "PointInTimeRecoverySpecification"),
     STREAM_TYPE: ("StreamModeDetails", "ShardCount", "RetentionPeriodHours"),
+    QUEUE_TYPE: ("MessageRetentionPeriod",),
 }
 
 
@@ -254,6 +257,19 @@ def create_stream(kinesis: Any, name: str, props: dict[str, Any], log: Callable[
     return True
 
 
+def create_queue(sqs: Any, name: str, props: dict[str, Any], log: Callable[[str], None]) -> bool:
+    try:
+        sqs.get_queue_url(QueueName=name)
+        return False
+    except ClientError as e:
+        if "NonExistentQueue" not in _error_code(e) and _error_code(e) != "QueueDoesNotExist":
+            raise
+    attributes = {k: str(v) for k, v in props.items()}
+    sqs.create_queue(QueueName=name, Attributes=attributes)
+    log(f"created queue {name}")
+    return True
+
+
 def create_resources(
     endpoint: str,
     template_path: str,
@@ -268,10 +284,11 @@ def create_resources(
     ddb = _client("dynamodb", endpoint, region)
     kinesis_endpoint = endpoint if kinesis_endpoint is None else kinesis_endpoint
     kinesis = _client("kinesis", kinesis_endpoint, region) if kinesis_endpoint else None
+    sqs = _client("sqs", kinesis_endpoint, region) if kinesis_endpoint else None
     created = []
     for name, res in (template.get("Resources") or {}).items():
         kind = (res or {}).get("Type")
-        if kind not in (TABLE_TYPE, STREAM_TYPE):
+        if kind not in (TABLE_TYPE, STREAM_TYPE, QUEUE_TYPE):
             continue
         if res.get("Condition") and not resolver.condition(res["Condition"]):
             continue
@@ -279,8 +296,10 @@ def create_resources(
         props = resolver.resolve({k: raw[k] for k in USED_PROPERTIES[kind] if k in raw})
         if kind == TABLE_TYPE:
             done = create_table(ddb, name, props, log)
-        elif kinesis is not None:
+        elif kind == STREAM_TYPE and kinesis is not None:
             done = create_stream(kinesis, name, props, log)
+        elif kind == QUEUE_TYPE and sqs is not None:
+            done = create_queue(sqs, name, props, log)
         else:
             continue
         if done:
@@ -298,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     created = create_resources(args.endpoint, args.template, args.region, args.kinesis_endpoint)
     if not created:
-        print("all tables and streams already exist")
+        print("all tables, streams and queues already exist")
     return 0
 
 

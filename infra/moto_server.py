@@ -56,6 +56,9 @@ infra/emulator_load.py):
 
 `--fast-path off` / env `CHAT_EMULATOR_FAST_PATH=0` / `{"fastPath": false}` on the config
 endpoint (below) switches them off, leaving moto's own request handling with the fixes above.
+* The listen backlog is 1024 instead of werkzeug's 128: a burst of new client connections (hundreds
+  of clients reconnecting at once, each SDK pool opening connections) otherwise overflows it, and
+  the dropped connection attempts only come back after a second, past a client's connect timeout.
 
 and these simulations of DynamoDB behaviour that moto lacks (switchable):
 
@@ -82,6 +85,13 @@ Both can also be changed while running: `POST /moto-api/chat/config` with JSON
 `{"txWindowMs": N, "gsiLagMs": M, "fastPath": true}` (any key optional) answers the current
 settings as JSON, and so does `GET /moto-api/chat/config`. `POST /moto-api/reset` also clears the
 items in a transaction window, the request tokens and the index copies; it keeps the settings.
+
+and one failure injection for tests: `POST /moto-api/chat/faults` with JSON
+`{"kinesisPutFailures": N}` makes the next N entries of PutRecords calls (counted across calls, in
+order) fail the way Kinesis throttling does: not written, reported in the response with
+`ErrorCode` `ProvisionedThroughputExceededException` and counted in `FailedRecordCount`, while the
+call's other entries are written. It answers the failures still to come, as does `GET`;
+`POST /moto-api/reset` clears them.
 
 Once listening, and after the template's tables and streams exist (--template, see
 create_resources.py), prints exactly one line `READY http://HOST:PORT` to stdout. Serves until
@@ -143,6 +153,7 @@ from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node as AstNode
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 from moto.dynamodb.responses import DynamoHandler
 from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+from moto.kinesis.models import KinesisBackend
 from moto.moto_api import recorder
 from moto.moto_server.werkzeug_app import (
     BackendRequest,
@@ -150,6 +161,7 @@ from moto.moto_server.werkzeug_app import (
     MotoRequestHandler,
     create_backend_app,
 )
+import werkzeug.serving
 from werkzeug.exceptions import BadRequestKeyError, HTTPException, InternalServerError
 from werkzeug.serving import connection_dropped_errors, make_server
 from werkzeug.wsgi import get_input_stream
@@ -164,6 +176,8 @@ TX_WINDOW_ENV, GSI_LAG_ENV = "CHAT_EMULATOR_TX_WINDOW_MS", "CHAT_EMULATOR_GSI_LA
 FAST_PATH_ENV = "CHAT_EMULATOR_FAST_PATH"
 DEFAULT_TX_WINDOW_MS, DEFAULT_GSI_LAG_MS = 10, 0
 CONFIG_PATH = "/moto-api/chat/config"
+FAULTS_PATH = "/moto-api/chat/faults"
+LISTEN_BACKLOG = 1024
 TOKEN_TTL_S = 600  # DynamoDB: a ClientRequestToken is valid for 10 minutes after the call ends
 
 
@@ -315,6 +329,19 @@ class Simulation:
 
 SIM = Simulation(DEFAULT_TX_WINDOW_MS, DEFAULT_GSI_LAG_MS)
 
+
+class Faults:
+    """Injected failures (tests): PutRecords entries still to refuse."""
+
+    def __init__(self) -> None:
+        self.kinesis_put_failures = 0
+
+    def answer(self) -> dict[str, int]:
+        return {"kinesisPutFailures": self.kinesis_put_failures}
+
+
+FAULTS = Faults()
+
 # When the current request's response may be sent (the end of its transaction window).
 _request = threading.local()
 
@@ -364,8 +391,11 @@ class Serialized:
             _request.send_at = None
             if path == CONFIG_PATH:
                 return config_response(method, body, start_response)
+            if path == FAULTS_PATH:
+                return faults_response(method, body, start_response)
             if path == "/moto-api/reset" and method == "POST":
                 SIM.reset()
+                FAULTS.kinesis_put_failures = 0
             result = self.app(environ, start_response)
             try:
                 # Produce the whole response under the lock; it is sent after releasing it.
@@ -393,6 +423,42 @@ def config_response(method: str, body: bytes, start_response: Callable[..., Any]
     data = json.dumps(answer).encode()
     start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
     return [data]
+
+
+def faults_response(method: str, body: bytes, start_response: Callable[..., Any]) -> list[bytes]:
+    status, answer = "200 OK", None
+    if method == "POST":
+        try:
+            doc = json.loads(body or b"{}")
+            n = doc["kinesisPutFailures"] if isinstance(doc, dict) and set(doc) == {"kinesisPutFailures"} else None
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError
+            FAULTS.kinesis_put_failures = n
+        except ValueError:
+            status, answer = "400 Bad Request", {"message": 'expected {"kinesisPutFailures": <count >= 0>}'}
+    elif method != "GET":
+        status, answer = "405 Method Not Allowed", {"message": "use GET or POST"}
+    data = json.dumps(answer or FAULTS.answer()).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    return [data]
+
+
+def put_records_with_faults(original: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """KinesisBackend.put_records refusing the injected number of entries (FAULTS), like a
+    throttled PutRecords: those entries are not written, the others are."""
+
+    def put_records(self: Any, stream_arn: str, stream_name: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+        failing = min(FAULTS.kinesis_put_failures, len(records))
+        if not failing:
+            return original(self, stream_arn, stream_name, records)
+        FAULTS.kinesis_put_failures -= failing
+        written = original(self, stream_arn, stream_name, records[failing:]) if records[failing:] else {"Records": []}
+        refused = {"ErrorCode": "ProvisionedThroughputExceededException",
+                   "ErrorMessage": "Rate exceeded for shard (injected by moto_server.py)"}
+        return {"FailedRecordCount": failing + written.get("FailedRecordCount", 0),
+                "Records": [dict(refused) for _ in range(failing)] + written["Records"]}
+
+    return put_records
 
 
 def parse_config(body: bytes) -> dict[str, Any]:
@@ -1243,6 +1309,7 @@ def patch_moto() -> None:
     # action is one; the classes do not change once patched (above).
     moto.core.responses.method_names_from_class = functools.lru_cache(maxsize=None)(
         moto.core.responses.method_names_from_class)
+    KinesisBackend.put_records = put_records_with_faults(KinesisBackend.put_records)  # type: ignore[method-assign]
     # moto lists its package directory to route every request: a quarter of its time per request.
     list_modules = moto.backends.list_of_moto_modules
     moto.backends.list_of_moto_modules = functools.lru_cache(maxsize=None)(lambda: tuple(list_modules()))
@@ -1296,6 +1363,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.log_requests:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
+    werkzeug.serving.BaseWSGIServer.request_queue_size = LISTEN_BACKLOG
     server = make_server(args.host, args.port, make_app(), threaded=True, request_handler=KeepAliveHandler)
     port = server.server_port
     os.environ["MOTO_PORT"] = str(port)  # moto builds some URLs with it

@@ -306,6 +306,42 @@ class MotoServerTest(unittest.TestCase):
         self.assertEqual((records[0]["Data"], records[0]["PartitionKey"]),
                          (b'{"type":"message"}', "conv-1"))
 
+    def test_injected_kinesis_put_failures(self) -> None:
+        kinesis = self.client("kinesis")
+
+        def faults(body: dict | None = None) -> tuple[int, dict]:
+            request = urllib.request.Request(
+                self.url + "/moto-api/chat/faults", method="POST" if body is not None else "GET",
+                data=json.dumps(body).encode() if body is not None else None)
+            try:
+                with urllib.request.urlopen(request) as r:
+                    return r.status, json.load(r)
+            except urllib.error.HTTPError as e:
+                return e.code, json.load(e)
+
+        self.assertEqual(faults({"kinesisPutFailures": 3}), (200, {"kinesisPutFailures": 3}))
+        for bad in ({"kinesisPutFailures": -1}, {"kinesisPutFailures": "2"}, {"other": 1}):
+            self.assertEqual(faults(bad)[0], 400, bad)
+        key = f"faults-{uuid.uuid4()}"
+        entries = [{"Data": f"r{i}".encode(), "PartitionKey": key} for i in range(5)]
+        first = kinesis.put_records(StreamName="EventStream", Records=entries[:2])
+        self.assertEqual(first["FailedRecordCount"], 2)
+        self.assertEqual([r.get("ErrorCode") for r in first["Records"]],
+                         ["ProvisionedThroughputExceededException"] * 2)
+        second = kinesis.put_records(StreamName="EventStream", Records=entries[2:])
+        self.assertEqual(second["FailedRecordCount"], 1)
+        self.assertEqual([r.get("ErrorCode") for r in second["Records"]],
+                         ["ProvisionedThroughputExceededException", None, None])
+        self.assertEqual(faults(), (200, {"kinesisPutFailures": 0}))
+        # Only the entries reported written were written, in order.
+        shard = second["Records"][1]["ShardId"]
+        iterator = kinesis.get_shard_iterator(
+            StreamName="EventStream", ShardId=shard, ShardIteratorType="AT_SEQUENCE_NUMBER",
+            StartingSequenceNumber=second["Records"][1]["SequenceNumber"])["ShardIterator"]
+        data = [r["Data"] for r in kinesis.get_records(ShardIterator=iterator)["Records"]
+                if r["PartitionKey"] == key]
+        self.assertEqual(data, [b"r3", b"r4"])
+
     # --- (d) transactions on a big table ----------------------------------------------------------
 
     def test_transactions_on_big_table_are_fast(self) -> None:
@@ -599,8 +635,13 @@ class MotoServerTest(unittest.TestCase):
         done = self.in_background(lambda c: c.transact_write_items(
             TransactItems=[{"Put": {"TableName": CHAT_TABLE, "Item": key}}], ClientRequestToken=token))
         self.wait_for_item(ddb, key)
+        faults = self.url + "/moto-api/chat/faults"
+        urllib.request.urlopen(urllib.request.Request(
+            faults, data=b'{"kinesisPutFailures": 7}', method="POST")).close()
 
         urllib.request.urlopen(urllib.request.Request(self.url + "/moto-api/reset", method="POST")).close()
+        with urllib.request.urlopen(faults) as r:
+            self.assertEqual(json.load(r), {"kinesisPutFailures": 0}, "reset clears injected failures")
         sys.path.insert(0, INFRA)
         try:
             from create_resources import create_resources  # noqa: PLC0415

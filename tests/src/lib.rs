@@ -3,6 +3,7 @@
 //! function handlers with API Gateway v2 (HTTP API) events routed like `cargo lambda watch` does.
 
 pub mod bench;
+pub mod bench_push;
 pub mod capacity;
 pub mod push;
 pub mod server;

@@ -13,7 +13,7 @@ use chat_shared::config::AuthMode;
 use chat_shared::{Config, ConnectionStore, UserId};
 use futures::{SinkExt, StreamExt};
 use local_gateway::{Gateway, GatewayConfig, PipelineConfig, RunningGateway, StartingPosition};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -90,7 +90,7 @@ pub async fn connection_ids(store: &ConnectionStore, user: &str) -> Vec<String> 
         .await
         .unwrap()
         .into_iter()
-        .map(|(_, id)| id)
+        .map(|c| c.connection_id)
         .collect()
 }
 
@@ -225,4 +225,25 @@ pub fn first_seqs(events: &[Value], conversation: &str) -> Vec<u64> {
         .filter_map(|e| e["seq"].as_u64())
         .filter(|s| seen.insert(*s))
         .collect()
+}
+
+/// A member item changing its read watermark, as a Lambda DynamoDB stream record.
+pub fn read_record(sequence: &str, conversation: &str, user: &str, from: u64, to: u64) -> Value {
+    let image = |seq: u64| {
+        json!({
+            "pk": {"S": format!("C#{conversation}")}, "sk": {"S": format!("M#{user}")},
+            "conversationId": {"S": conversation}, "memberId": {"S": user},
+            "lastReadSeq": {"N": seq.to_string()},
+        })
+    };
+    json!({
+        "eventID": uuid::Uuid::new_v4().simple().to_string(), "eventName": "MODIFY",
+        "eventVersion": "1.1", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": 1_700_000_000,
+            "Keys": {"pk": image(to)["pk"], "sk": image(to)["sk"]},
+            "NewImage": image(to), "OldImage": image(from),
+            "SequenceNumber": sequence, "SizeBytes": 100, "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+    })
 }

@@ -90,3 +90,49 @@ pub fn emulator_settings(settings: &serde_json::Value) {
         "{answer}"
     );
 }
+
+/// Makes the emulator refuse the next `n` PutRecords entries like a throttled Kinesis
+/// (infra/moto_server.py, `/moto-api/chat/faults`); returns the failures still to come. Only for a
+/// test binary whose emulator no other Kinesis writer (a gateway's relay) shares.
+pub fn inject_kinesis_put_failures(n: u32) -> u32 {
+    let body = format!("{{\"kinesisPutFailures\": {n}}}");
+    let answer = emulator_request("/moto-api/chat/faults", "", &body);
+    answer["kinesisPutFailures"]
+        .as_u64()
+        .expect("faults answer") as u32
+}
+
+/// One SQS action (AWS JSON protocol, e.g. `SendMessage`) on the emulator; the JSON answer.
+pub fn sqs(action: &str, request: serde_json::Value) -> serde_json::Value {
+    emulator_request(
+        "/",
+        // The service is named by the credential scope (moto does not check the signature).
+        &format!(
+            "X-Amz-Target: AmazonSQS.{action}\r\nAuthorization: AWS4-HMAC-SHA256 \
+             Credential=local/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0\r\n"
+        ),
+        &request.to_string(),
+    )
+}
+
+/// One POST to the emulator, with extra header lines; the JSON answer (a 200 is required).
+fn emulator_request(path: &str, headers: &str, body: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let endpoint = dynamodb_endpoint();
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).expect("emulator reachable");
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, json) = response.split_once("\r\n\r\n").expect("HTTP response");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
+    serde_json::from_str(json).expect("JSON body")
+}

@@ -9,11 +9,11 @@ use aws_sdk_apigatewaymanagement::primitives::Blob;
 use chat_shared::auth::mint_hs256;
 use chat_tests::push::{
     chat_config, connection_ids, connection_store, first_seqs, gateway, gateway_config, has,
-    now_unix, WsClient,
+    now_unix, read_record, WsClient,
 };
 use chat_tests::{token, unique, TestApp, TEST_SECRET};
 use local_gateway::Gateway;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Time for one event to travel stream → relay → Kinesis → fanout → client (typically < 1 s).
 const EVENT: Duration = Duration::from_secs(10);
@@ -169,6 +169,53 @@ async fn a_group_over_200_members_gets_the_light_message() {
 }
 
 #[tokio::test]
+async fn membership_changes_reach_the_fanout_at_once() {
+    // The fanout keeps member lists by membersVersion: a removal or an addition must show in the
+    // very next event.
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (owner, stays, leaves, joins) = (unique("o"), unique("s"), unique("l"), unique("j"));
+        let conv = t.group(&owner, &[&stays, &leaves]).await;
+        let (mut ws, mut wl, mut wj) = (
+            WsClient::connect(&stays).await,
+            WsClient::connect(&leaves).await,
+            WsClient::connect(&joins).await,
+        );
+        t.send(&conv, &owner, "one").await;
+        wl.until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
+            .await;
+        let removed = t
+            .call(
+                "DELETE",
+                &format!("/conversations/{conv}/members/{leaves}"),
+                Some(&owner),
+                None,
+            )
+            .await;
+        assert_eq!(removed.status, 204, "{removed:?}");
+        let added = t
+            .post(
+                &format!("/conversations/{conv}/members"),
+                &owner,
+                json!({ "userIds": [joins] }),
+            )
+            .await;
+        assert_eq!(added.status, 200, "{added:?}");
+        t.send(&conv, &owner, "two").await;
+        ws.until(EVENT, |e| has(e, "message.new", &conv, Some(2)))
+            .await;
+        wj.until(EVENT, |e| has(e, "message.new", &conv, Some(2)))
+            .await;
+        let late = wl.drain(QUIET).await;
+        assert!(
+            !has(&late, "message.new", &conv, Some(2)),
+            "a removed member got a message: {late:#?}"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
 async fn a_stale_connection_is_removed_after_410() {
     bounded(60, async {
         let t = TestApp::new().await;
@@ -177,8 +224,13 @@ async fn a_stale_connection_is_removed_after_410() {
         let conv = t.direct(&a, &b).await;
         let mut live = WsClient::connect(&a).await;
         let stale = format!("{}=", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        // Registered a minute ago: past the grace in which a 410 is taken for a handshake.
         store
-            .register(&chat_shared::UserId::parse(&a).unwrap(), &stale, now_unix())
+            .register(
+                &chat_shared::UserId::parse(&a).unwrap(),
+                &stale,
+                now_unix() - 60,
+            )
             .await
             .unwrap();
         assert_eq!(connection_ids(&store, &a).await.len(), 2);
@@ -198,27 +250,6 @@ async fn a_stale_connection_is_removed_after_410() {
         }
     })
     .await
-}
-
-/// A member item changing its read watermark, as a Lambda DynamoDB stream record.
-fn read_record(sequence: &str, conversation: &str, user: &str, from: u64, to: u64) -> Value {
-    let image = |seq: u64| {
-        json!({
-            "pk": {"S": format!("C#{conversation}")}, "sk": {"S": format!("M#{user}")},
-            "conversationId": {"S": conversation}, "memberId": {"S": user},
-            "lastReadSeq": {"N": seq.to_string()},
-        })
-    };
-    json!({
-        "eventID": uuid::Uuid::new_v4().simple().to_string(), "eventName": "MODIFY",
-        "eventVersion": "1.1", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
-        "dynamodb": {
-            "ApproximateCreationDateTime": 1_700_000_000,
-            "Keys": {"pk": image(to)["pk"], "sk": image(to)["sk"]},
-            "NewImage": image(to), "OldImage": image(from),
-            "SequenceNumber": sequence, "SizeBytes": 100, "StreamViewType": "NEW_AND_OLD_IMAGES",
-        },
-    })
 }
 
 #[tokio::test]
@@ -263,7 +294,7 @@ async fn the_relay_reports_exactly_the_undecodable_record() {
 }
 
 #[tokio::test]
-async fn a_failing_push_is_retried_and_the_client_gets_every_event_in_order() {
+async fn a_failing_push_is_retried_in_the_invocation_and_the_client_gets_every_event_in_order() {
     bounded(90, async {
         let t = TestApp::new().await;
         let store = connection_store().await;
@@ -273,10 +304,12 @@ async fn a_failing_push_is_retried_and_the_client_gets_every_event_in_order() {
         let mut wa = WsClient::connect(&a).await;
         let ids = connection_ids(&store, &a).await;
         assert_eq!(ids.len(), 1);
-        // The SDK itself retries a 500 (3 attempts in all): fail all of them, so the fanout sees
-        // the failure and reports it.
-        gw.inject_post_failures(&ids[0], 500, 3);
-        let redeliveries = gw.stats().fanout.redeliveries();
+        // Two failures: the fanout's third attempt gets through (the SDK's own retries are off).
+        gw.inject_post_failures(&ids[0], 500, 2);
+        let (redeliveries, retries) = (
+            gw.stats().fanout.redeliveries(),
+            gw.fanout_stats().retries(),
+        );
 
         for i in 1..=5 {
             assert_eq!(t.send(&conv, &b, &format!("m{i}")).await.status, 201);
@@ -284,18 +317,213 @@ async fn a_failing_push_is_retried_and_the_client_gets_every_event_in_order() {
         let events = wa
             .until(Duration::from_secs(60), |e| first_seqs(e, &conv).len() == 5)
             .await;
+        let events = [events, wa.drain(QUIET).await].concat();
         assert_eq!(first_seqs(&events, &conv), vec![1, 2, 3, 4, 5]);
+        let seqs: Vec<_> = events
+            .iter()
+            .filter(|e| e["type"] == "message.new")
+            .collect();
+        assert_eq!(seqs.len(), 5, "each exactly once: {events:#?}");
         assert_eq!(
             gw.pending_post_failures(&ids[0]),
             0,
             "the failures were served"
         );
         assert!(
-            gw.stats().fanout.redeliveries() > redeliveries,
-            "the fanout reported the failure and the records were delivered again"
+            gw.fanout_stats().retries() >= retries + 2,
+            "retried by the fanout"
+        );
+        assert_eq!(
+            gw.stats().fanout.redeliveries(),
+            redeliveries,
+            "no Kinesis redelivery for a connection's failure"
         );
         assert_eq!(gw.stats().fanout.given_up(), 0);
         assert_eq!(connection_ids(&store, &a).await, ids, "a 500 is not a 410");
+    })
+    .await
+}
+
+/// A member whose connection always answers `status`: the other members get every event exactly
+/// once and promptly (no Kinesis redelivery, the shard keeps moving), its record stays.
+async fn one_connection_always_failing(status: u16) {
+    let t = TestApp::new().await;
+    let store = connection_store().await;
+    let gw = gateway();
+    let (owner, bad) = (unique("owner"), unique("bad"));
+    let good: Vec<String> = (0..3).map(|i| unique(&format!("good{i}"))).collect();
+    let mut members: Vec<&str> = good.iter().map(String::as_str).collect();
+    members.push(&bad);
+    let conv = t.group(&owner, &members).await;
+    let mut clients = Vec::new();
+    for user in &good {
+        clients.push(WsClient::connect(user).await);
+    }
+    let _bad_client = WsClient::connect(&bad).await;
+    let bad_ids = connection_ids(&store, &bad).await;
+    gw.inject_post_failures(&bad_ids[0], status, 1_000_000);
+    let (redeliveries, gave_up) = (
+        gw.stats().fanout.redeliveries(),
+        gw.fanout_stats().gave_up(),
+    );
+
+    let started = Instant::now();
+    for i in 1..=10 {
+        assert_eq!(t.send(&conv, &owner, &format!("m{i}")).await.status, 201);
+    }
+    for client in &mut clients {
+        let events = client
+            .until(EVENT, |e| first_seqs(e, &conv).len() == 10)
+            .await;
+        let events = [events, client.drain(QUIET).await].concat();
+        let seqs: Vec<u64> = events
+            .iter()
+            .filter(|e| e["type"] == "message.new")
+            .map(|e| e["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seqs, (1..=10).collect::<Vec<_>>(), "exactly once, in order");
+    }
+    println!(
+        "status {status}: 10 messages reached 3 members in {:?} with one member failing",
+        started.elapsed()
+    );
+    assert_eq!(
+        gw.stats().fanout.redeliveries(),
+        redeliveries,
+        "the failing connection never fails the Kinesis record"
+    );
+    assert!(
+        gw.fanout_stats().gave_up() > gave_up,
+        "given up and counted"
+    );
+    assert!(
+        gw.pending_post_failures(&bad_ids[0]) < 1_000_000,
+        "pushes were tried"
+    );
+    assert_eq!(
+        connection_ids(&store, &bad).await,
+        bad_ids,
+        "not a 410: kept"
+    );
+    gw.inject_post_failures(&bad_ids[0], status, 0);
+}
+
+#[tokio::test]
+async fn a_connection_always_answering_500_costs_the_others_nothing() {
+    bounded(90, one_connection_always_failing(500)).await
+}
+
+#[tokio::test]
+async fn a_connection_always_answering_429_costs_the_others_nothing() {
+    bounded(90, one_connection_always_failing(429)).await
+}
+
+#[tokio::test]
+async fn a_410_right_after_connect_keeps_the_connection() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let store = connection_store().await;
+        let gw = gateway();
+        let (a, b) = (unique("a"), unique("b"));
+        let user = chat_shared::UserId::parse(&a).unwrap();
+        let conv = t.direct(&a, &b).await;
+        let mut live = WsClient::connect(&a).await;
+        let ids = connection_ids(&store, &a).await;
+        // A record registered just now that API Gateway does not know (yet), like one whose
+        // handshake is still completing.
+        let young = format!("{}=", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        store.register(&user, &young, now_unix()).await.unwrap();
+        // The live connection answers 410 once, as API Gateway does before the handshake ends.
+        gw.inject_post_failures(&ids[0], 410, 1);
+        let kept = gw.fanout_stats().kept_in_grace();
+
+        t.send(&conv, &b, "during the handshake").await;
+        // Both connections answer 410 within the grace: records kept. (A gone socket takes no
+        // more frames, so the rest of that batch is skipped for them.)
+        let deadline = Instant::now() + EVENT;
+        while gw.pending_post_failures(&ids[0]) > 0 || gw.fanout_stats().kept_in_grace() < kept + 2
+        {
+            assert!(Instant::now() < deadline, "the 410s were not handled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        t.send(&conv, &b, "after it").await;
+        let events = live
+            .until(EVENT, |e| has(e, "message.new", &conv, Some(2)))
+            .await;
+        assert_eq!(
+            first_seqs(&events, &conv),
+            vec![2],
+            "the 410 cost one push, no more"
+        );
+        let mut now = connection_ids(&store, &a).await;
+        now.sort();
+        let mut expected = vec![ids[0].clone(), young];
+        expected.sort();
+        assert_eq!(now, expected, "neither record was deleted");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn presence_is_pruned_and_bounded_on_registration() {
+    bounded(60, async {
+        use chat_shared::store::connections::{CONNECTION_TTL_SECS, MAX_CONNECTIONS_PER_USER};
+        let store = connection_store().await;
+        let user = chat_shared::UserId::parse(&unique("p")).unwrap();
+        let now = now_unix();
+        // Connections of an earlier day, whose $disconnect was lost: expired.
+        for i in 0..5 {
+            store
+                .register(
+                    &user,
+                    &format!("old{i}="),
+                    now - CONNECTION_TTL_SECS - 100 + i,
+                )
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.presence(&user).await.unwrap().len(), 5);
+        // One new registration prunes them all.
+        store.register(&user, "new0=", now).await.unwrap();
+        let ids: Vec<String> = store
+            .presence(&user)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(ids, ["new0="]);
+
+        // The bound: the oldest go first, the newest stay.
+        let total = MAX_CONNECTIONS_PER_USER + 3;
+        for i in 1..total {
+            store
+                .register(&user, &format!("new{i}="), now + i as i64)
+                .await
+                .unwrap();
+        }
+        let mut entries = store.presence(&user).await.unwrap();
+        entries.sort_by_key(|e| e.1);
+        let ids: Vec<String> = entries.into_iter().map(|e| e.0).collect();
+        let expected: Vec<String> = (total - MAX_CONNECTIONS_PER_USER..total)
+            .map(|i| format!("new{i}="))
+            .collect();
+        assert_eq!(ids, expected);
+
+        // Concurrent registrations of one user race on the same item: still at most the bound,
+        // and every one of them answered.
+        let other = chat_shared::UserId::parse(&unique("q")).unwrap();
+        let registrations = (0..2 * MAX_CONNECTIONS_PER_USER).map(|i| {
+            let (store, other) = (store.clone(), other.clone());
+            tokio::spawn(async move { store.register(&other, &format!("c{i}="), now).await })
+        });
+        for r in futures::future::join_all(registrations).await {
+            r.unwrap().unwrap();
+        }
+        assert_eq!(
+            store.presence(&other).await.unwrap().len(),
+            MAX_CONNECTIONS_PER_USER
+        );
     })
     .await
 }

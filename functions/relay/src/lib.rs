@@ -9,11 +9,16 @@
 //! Order: stream records of one item arrive in order, and every conversation-level event comes
 //! from the conversation item (`events::stream`), so one conversation's events are already in
 //! `seq` order here. The relay packs them into one Kinesis record per conversation per PutRecords
-//! call (`events::plan::put_rounds`), so no two records of a conversation race inside a call. When
-//! a record fails, the earliest stream record behind it is reported (ReportBatchItemFailures):
-//! Lambda redelivers from there, nothing is lost and nothing before it is repeated.
+//! call (`events::plan::put_rounds`), so no two records of a conversation race inside a call.
+//!
+//! Entries Kinesis refuses (throttling) are put again here, with jittered backoff, before the
+//! next round, so a conversation's later records never overtake them. Only when that keeps
+//! failing for [`PUT_RETRY_BUDGET`] is the earliest stream record behind a refused entry reported
+//! (ReportBatchItemFailures): Lambda redelivers from there (the mapping retries until the record
+//! expires from the stream, template.yaml), nothing is lost and nothing before it is repeated.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
@@ -31,11 +36,25 @@ const MAX_RECORD_BYTES: usize = 900 * 1024;
 /// PutRecords takes 500 records.
 const MAX_RECORDS_PER_CALL: usize = 500;
 
+/// How long one invocation keeps putting refused entries again (of the function's 60 s timeout).
+/// A Kinesis throttle clears within a second or two; past this the records are reported and
+/// Lambda redelivers them.
+pub const PUT_RETRY_BUDGET: Duration = Duration::from_secs(20);
+
+/// Wait before putting refused entries again (`retry` is 1-based): random in 1 ms ..=
+/// 50 ms · 2^(retry−1), at most 2 s. Full jitter spreads the retries of concurrent relays.
+pub fn put_backoff(retry: u32) -> Duration {
+    let cap_ms = (50u64 << retry.saturating_sub(1).min(6)).min(2_000);
+    chat_shared::retry::jitter(Duration::from_millis(1), Duration::from_millis(cap_ms))
+}
+
 #[derive(Clone, Debug)]
 pub struct Relay {
     kinesis: aws_sdk_kinesis::Client,
     stream: String,
     chat: ChatStore,
+    max_record_bytes: usize,
+    retry_budget: Duration,
 }
 
 impl Relay {
@@ -48,7 +67,21 @@ impl Relay {
             kinesis,
             stream: stream.into(),
             chat,
+            max_record_bytes: MAX_RECORD_BYTES,
+            retry_budget: PUT_RETRY_BUDGET,
         }
+    }
+
+    /// Smaller Kinesis records (tests: many records per conversation without megabytes of data).
+    pub fn with_max_record_bytes(mut self, bytes: usize) -> Self {
+        self.max_record_bytes = bytes;
+        self
+    }
+
+    /// Another in-process retry budget (tests).
+    pub fn with_retry_budget(mut self, budget: Duration) -> Self {
+        self.retry_budget = budget;
+        self
     }
 
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
@@ -64,6 +97,7 @@ impl Relay {
     }
 
     pub async fn handle(&self, event: StreamEvent) -> DynamoDbEventResponse {
+        let started = Instant::now();
         let records = &event.records;
         let mut failures = BatchFailures::default();
 
@@ -88,9 +122,12 @@ impl Relay {
             }
         }
 
-        // A conversation whose record failed sends nothing more, so its events never enter
+        // Round k holds the k-th record of each conversation; a round is put completely (refused
+        // entries again, with backoff) before the next one starts. A conversation whose record
+        // could not be put within the budget sends nothing more, so its events never enter
         // Kinesis out of order.
         let mut broken = HashSet::new();
+        let (mut put, mut retries) = (0, 0);
         let mut groups = group_by_conversation(events);
         for group in groups
             .iter_mut()
@@ -103,18 +140,53 @@ impl Relay {
             }
         }
         groups.retain(|g| !broken.contains(&g.conversation_id));
-        for round in put_rounds(groups, MAX_RECORD_BYTES) {
-            let pending: Vec<OutgoingRecord> = round
+        for round in put_rounds(groups, self.max_record_bytes) {
+            let mut pending: Vec<OutgoingRecord> = round
                 .into_iter()
                 .filter(|o| !broken.contains(&o.batch.conversation_id))
                 .collect();
-            for call in pending.chunks(MAX_RECORDS_PER_CALL) {
-                for failed in self.put(call).await {
-                    broken.insert(call[failed].batch.conversation_id.clone());
-                    failures.fail(call[failed].first_record);
+            let mut retry = 0;
+            while !pending.is_empty() {
+                let mut refused = Vec::new();
+                for call in pending.chunks(MAX_RECORDS_PER_CALL) {
+                    let failed = self.put(call).await;
+                    put += call.len() - failed.len();
+                    refused.extend(failed.into_iter().map(|i| call[i].clone()));
                 }
+                if refused.is_empty() {
+                    break;
+                }
+                retry += 1;
+                let wait = put_backoff(retry);
+                if started.elapsed() + wait > self.retry_budget {
+                    for o in &refused {
+                        tracing::error!(conversation = %o.batch.conversation_id, retries = retry - 1, "Kinesis keeps refusing the record; reporting it for redelivery");
+                        broken.insert(o.batch.conversation_id.clone());
+                        failures.fail(o.first_record);
+                    }
+                    break;
+                }
+                retries += refused.len();
+                tokio::time::sleep(wait).await;
+                pending = refused;
             }
         }
+        chat_shared::telemetry::count("RelayRecordsPut", put as u64);
+        if retries > 0 {
+            chat_shared::telemetry::count("RelayPutRetries", retries as u64);
+        }
+        if let Some(i) = failures.earliest() {
+            // Records Lambda will deliver again, from the earliest reported one.
+            chat_shared::telemetry::count("RelayRecordsFailed", (records.len() - i) as u64);
+        }
+        tracing::info!(
+            records = records.len(),
+            kinesis_records = put,
+            retries,
+            failed = broken.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "relay batch"
+        );
 
         let mut response = DynamoDbEventResponse::default();
         if let Some(i) = failures.earliest() {
@@ -206,5 +278,27 @@ impl Relay {
                 (0..call.len()).collect()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_backoff_is_jittered_and_bounded() {
+        for retry in 1..40 {
+            let d = put_backoff(retry);
+            assert!(
+                d >= Duration::from_millis(1) && d <= Duration::from_secs(2),
+                "{d:?}"
+            );
+        }
+        assert!(put_backoff(1) <= Duration::from_millis(50));
+        // Enough retries fit the budget to ride out a throttle of several seconds.
+        let worst: Duration = (1..=12)
+            .map(|r| Duration::from_millis((50u64 << (r - 1).min(6)).min(2_000)))
+            .sum();
+        assert!(worst < PUT_RETRY_BUDGET, "{worst:?}");
     }
 }

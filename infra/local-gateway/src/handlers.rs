@@ -46,6 +46,11 @@ impl Handlers {
         })
     }
 
+    /// The fanout's push counters.
+    pub(crate) fn fanout_stats(&self) -> std::sync::Arc<fanout::FanoutStats> {
+        self.fanout.stats()
+    }
+
     /// A WebSocket route event → the response's `statusCode`.
     pub(crate) async fn websocket(&self, event: Value) -> Result<i64, Error> {
         let event: ApiGatewayWebsocketProxyRequest = serde_json::from_value(event)?;

@@ -5,7 +5,10 @@
 //! * its **Management API** (`POST|GET|DELETE /@connections/{id}`, also under `/{stage}`), through
 //!   which the fanout pushes (`management.rs`);
 //! * the **Lambda event source mappings**: the chat table's DynamoDB stream → relay, and every shard
-//!   of the Kinesis stream → fanout, with ReportBatchItemFailures semantics (`mapping.rs`).
+//!   of the Kinesis stream → fanout, with ReportBatchItemFailures semantics (`mapping.rs`);
+//! * the **Lambda Invoke API** for the relay and the fanout (`POST
+//!   /2015-03-31/functions/{relay|fanout}/invocations` on the Management API's port, `invoke.rs`),
+//!   which `infra/replay_failures.py` uses locally as it uses Lambda deployed.
 //!
 //! The handlers are the same objects that run in Lambda (`handlers.rs`), called in-process with
 //! Lambda-format JSON events. Run one gateway per emulator: two gateways would each relay and fan
@@ -15,6 +18,7 @@
 mod dynamodb_stream;
 mod handlers;
 mod http;
+mod invoke;
 mod kinesis;
 mod management;
 mod mapping;
@@ -77,10 +81,13 @@ pub struct PipelineConfig {
     pub starting_position: StartingPosition,
     /// Records per handler invocation (template: 100).
     pub batch_size: usize,
-    /// Idle wait between GetRecords calls on the DynamoDB stream.
+    /// Idle wait between GetRecords calls on the DynamoDB stream: 250 ms, as Lambda polls a
+    /// DynamoDB stream's shards 4 times a second (docs/event-pipeline.md, "Latency on AWS").
     pub poll_interval: Duration,
-    /// Idle wait between GetRecords calls on a Kinesis shard. Each batch the relay delivers wakes
-    /// the Kinesis pollers at once, so this only bounds the delay for records put by others.
+    /// Idle wait between GetRecords calls on a Kinesis shard. The deployed fanout reads through
+    /// an enhanced fan-out consumer, which pushes records as they arrive; locally each batch the
+    /// relay delivers wakes the Kinesis pollers at once, the stand-in for that push, so this only
+    /// bounds the delay for records put by others.
     pub kinesis_poll_interval: Duration,
     /// Retries of a failing record before it is logged as sent to the on-failure destination
     /// (template: MaximumRetryAttempts 10).
@@ -94,7 +101,7 @@ impl Default for PipelineConfig {
         PipelineConfig {
             starting_position: StartingPosition::TrimHorizon,
             batch_size: 100,
-            poll_interval: Duration::from_millis(100),
+            poll_interval: Duration::from_millis(250),
             kinesis_poll_interval: Duration::from_millis(500),
             max_retries: 10,
             retry_backoff: Duration::from_millis(100),
@@ -183,8 +190,11 @@ pub struct RunningGateway {
     pub rest_url: Option<String>,
     /// `http://HOST:PORT/`, the demo page (when configured).
     pub demo_url: Option<String>,
+    /// `http://HOST:PORT`: the Lambda Invoke API for `relay` and `fanout` (`invoke.rs`).
+    pub lambda_url: String,
     registry: registry::Registry,
     stats: Arc<Stats>,
+    fanout: Arc<fanout::FanoutStats>,
     trigger: shutdown::Trigger,
 }
 
@@ -207,6 +217,7 @@ impl Gateway {
         chat.ws_management_endpoint = Some(management_url.clone());
         let sdk = chat.sdk_config().await;
         let handlers = handlers::Handlers::new(&chat, &sdk).await?;
+        let fanout = handlers.fanout_stats();
 
         let (trigger, shutdown) = shutdown::Shutdown::new();
         let registry = registry::Registry::default();
@@ -215,6 +226,7 @@ impl Gateway {
         if let Some(pipeline) = &config.pipeline {
             pipeline::start(&chat, &sdk, pipeline, &handlers, &stats, &shutdown).await?;
         }
+        let invoker = handlers.clone();
         let ws = Arc::new(websocket::WebSocketApi {
             handlers,
             registry: registry.clone(),
@@ -228,8 +240,13 @@ impl Gateway {
         });
         let management = registry.clone();
         http::serve(management_listener, shutdown.clone(), move |req, _| {
-            let registry = management.clone();
-            async move { management::handle(req, &registry).await }
+            let (registry, handlers) = (management.clone(), invoker.clone());
+            async move {
+                match invoke::handle(req, &handlers).await {
+                    Ok(response) => response,
+                    Err(req) => management::handle(req, &registry).await,
+                }
+            }
         });
         let mut rest_url = None;
         if let Some((addr, upstream)) = &config.rest {
@@ -256,8 +273,10 @@ impl Gateway {
             management_url,
             rest_url,
             demo_url,
+            lambda_url: format!("http://{management_addr}"),
             registry,
             stats,
+            fanout,
             trigger,
         })
     }
@@ -267,6 +286,11 @@ impl RunningGateway {
     /// Counters of the two mappings (invocations, redeliveries, records given up).
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// The fanout's push counters (delivered, retried, given up, records deleted).
+    pub fn fanout_stats(&self) -> &fanout::FanoutStats {
+        &self.fanout
     }
 
     /// Test hook: the next `times` `POST /@connections/{connection_id}` answer `status` (e.g. 500)

@@ -28,6 +28,7 @@ pub(crate) async fn handle(req: Request<Incoming>, registry: &Registry) -> Respo
                 let status =
                     StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                 let kind = match status.as_u16() {
+                    400 => "BadRequestException",
                     403 => "ForbiddenException",
                     410 => "GoneException",
                     413 => "PayloadTooLargeException",

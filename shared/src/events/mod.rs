@@ -1,7 +1,9 @@
 //! Push events (docs/api.md §15): their wire format, how they come from the chat table's stream
-//! (`stream`), and the pure planning steps of the relay and the fanout (`plan`).
+//! (`stream`), and the pure planning steps of the relay and the fanout (`plan`, and the fanout's
+//! per-connection failure policy in `policy`).
 
 pub mod plan;
+pub mod policy;
 pub mod stream;
 
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,6 @@
 //! The pure planning steps of the two stream consumers: grouping a batch's events by
 //! conversation, cutting Kinesis records under the size limit (relay), coalescing read receipts
-//! (fanout), and the partial-batch-failure bookkeeping both report to Lambda.
+//! and light messages (fanout), and the partial-batch-failure bookkeeping both report to Lambda.
 
 use std::collections::HashMap;
 
@@ -151,6 +151,51 @@ pub fn coalesce_reads(events: Vec<Event>) -> Vec<Event> {
         .collect()
 }
 
+/// The frames one conversation's events of a batch become for a conversation of `members`
+/// members: read receipts coalesced, the light `message.new` above 200 members, and consecutive
+/// light messages coalesced to the last.
+pub fn frames_for(events: Vec<Event>, members: usize) -> Vec<Event> {
+    let events: Vec<Event> = coalesce_reads(events)
+        .iter()
+        .map(|e| e.for_audience(members))
+        .collect();
+    if members > super::FULL_PUSH_MAX_MEMBERS {
+        coalesce_light_messages(events)
+    } else {
+        events
+    }
+}
+
+/// A light `message.new` says only "the conversation has reached `seq`", so of several in a row
+/// only the last one matters: the client fetches everything after what it holds (`afterSeq`). A
+/// `member.*` event ends a run, since those keep their place among the messages (docs/api.md
+/// §15.3); read receipts do not (they may arrive before or after messages anyway). Full messages
+/// carry content and are never dropped.
+pub fn coalesce_light_messages(events: Vec<Event>) -> Vec<Event> {
+    let light = |e: &Event| matches!(e, Event::MessageNew { body: None, .. });
+    // Walking backwards: is there a later light message of this conversation in the same run?
+    let mut later_in_run: HashMap<ConversationId, bool> = HashMap::new();
+    let mut keep = vec![true; events.len()];
+    for (i, e) in events.iter().enumerate().rev() {
+        let run = later_in_run
+            .entry(e.conversation_id().clone())
+            .or_insert(false);
+        match e {
+            Event::MemberAdded { .. } | Event::MemberRemoved { .. } => *run = false,
+            _ if light(e) => {
+                keep[i] = !*run;
+                *run = true;
+            }
+            _ => {}
+        }
+    }
+    events
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(e, k)| k.then_some(e))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +296,42 @@ mod tests {
         }
         let rounds = put_rounds(vec![group], 900 * 1024);
         assert_eq!(rounds.len(), 2, "the second chunk goes in a later call");
+    }
+
+    #[test]
+    fn light_messages_are_coalesced_to_the_last_of_each_run() {
+        let light = |seq| msg(seq).for_audience(201);
+        let added = Event::MemberAdded {
+            conversation_id: crate::events::tests::conversation(),
+            user_ids: vec![user("n")],
+        };
+        let events = vec![
+            msg(1),
+            msg(2),
+            read("a", 1),
+            msg(3),
+            added.clone(),
+            msg(4),
+            msg(5),
+        ];
+        // 201 members: light, runs cut by the member event.
+        assert_eq!(
+            frames_for(events.clone(), 201),
+            vec![read("a", 1), light(3), added.clone(), light(5)]
+        );
+        // 200 members: full messages, every one of them.
+        assert_eq!(frames_for(events.clone(), 200), events);
+        // Full messages are never dropped, even if passed through.
+        assert_eq!(
+            coalesce_light_messages(vec![msg(1), msg(2)]),
+            vec![msg(1), msg(2)]
+        );
+        // Another conversation's light message does not hide this one's.
+        let other = in_conversation("g-0000000000000000000000000000000a", msg(9)).for_audience(201);
+        assert_eq!(
+            coalesce_light_messages(vec![light(1), other.clone()]),
+            vec![light(1), other]
+        );
     }
 
     #[test]

@@ -2,12 +2,15 @@
 //!
 //! | pk | sk | item |
 //! |---|---|---|
-//! | `U#<userId>` | `P` | presence: map `connections` of connection id → expiry (unix s) |
+//! | `U#<userId>` | `P` | presence: map `connections` of connection id → expiry (unix s), `ver` bumped by every write |
 //! | `W#<connectionId>` | `U` | owner: `userId`, so `$disconnect` (which only knows the connection) can clean up |
 //!
 //! Both carry `expiresAt` for TTL: API Gateway closes any connection after 2 hours, so a record
-//! whose `$disconnect` was lost goes away by itself. The fanout reads presence items 100 at a
-//! time (BatchGetItem): 10 calls for a 1,000-member group instead of 1,000 queries.
+//! whose `$disconnect` was lost goes away by itself. A connection's registration time is its
+//! expiry minus [`CONNECTION_TTL_SECS`]. The presence item stays bounded: registering prunes the
+//! expired entries and keeps at most [`MAX_CONNECTIONS_PER_USER`] (the oldest go first). The
+//! fanout reads presence items 100 at a time (BatchGetItem): 10 calls for a 1,000-member group
+//! instead of 1,000 queries.
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
@@ -15,7 +18,7 @@ use aws_sdk_dynamodb::Client;
 use futures::future::try_join_all;
 use std::collections::HashMap;
 
-use super::attrs::Item;
+use super::attrs::{get_n, Item};
 use super::{batch_get, keys, sdk_error};
 use crate::domain::UserId;
 use crate::error::ChatError;
@@ -27,6 +30,61 @@ const RETRY_BUDGET: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// API Gateway's maximum connection duration.
 pub const CONNECTION_TTL_SECS: i64 = 2 * 60 * 60;
+
+/// Live connections a user may hold at once (phones, laptops, tabs). Registering one more drops
+/// the record of the oldest, which then receives no pushes (docs/api.md §15.1). It keeps the
+/// presence item, which the fanout reads for every event, small.
+pub const MAX_CONNECTIONS_PER_USER: usize = 10;
+
+/// A live connection as the fanout sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LiveConnection {
+    pub user: UserId,
+    pub connection_id: String,
+    /// As recorded; the fanout's conditional delete names it, so it deletes only the registration
+    /// it saw.
+    pub expires_at: i64,
+}
+
+impl LiveConnection {
+    pub fn registered_at(&self) -> i64 {
+        self.expires_at - CONNECTION_TTL_SECS
+    }
+}
+
+/// Which entries of a presence map (connection id → expiry) registering `new` must remove: every
+/// expired one, then the oldest (earliest expiry, i.e. earliest registration) beyond `max`, never
+/// `new` itself.
+pub fn prune_plan(entries: &[(String, i64)], new: &str, now_unix: i64, max: usize) -> Vec<String> {
+    let (expired, mut live): (Vec<_>, Vec<_>) = entries
+        .iter()
+        .partition(|(id, exp)| *exp <= now_unix && id != new);
+    let mut out: Vec<String> = expired.into_iter().map(|(id, _)| id.clone()).collect();
+    if live.len() > max {
+        live.sort_by(|a, b| (a.0 == new, a.1, &a.0).cmp(&(b.0 == new, b.1, &b.0)));
+        let excess = live.len() - max;
+        out.extend(live.into_iter().take(excess).map(|(id, _)| id.clone()));
+    }
+    out
+}
+
+fn connection_map(item: &Item) -> Vec<(String, i64)> {
+    item.get("connections")
+        .and_then(|v| v.as_m().ok())
+        .map(|m| {
+            m.iter()
+                .map(|(id, exp)| {
+                    let exp = exp.as_n().ok().and_then(|n| n.parse().ok()).unwrap_or(0);
+                    (id.clone(), exp)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn conditional_failed<E: ProvideErrorMetadata>(e: &E) -> bool {
+    e.code() == Some("ConditionalCheckFailedException")
+}
 
 #[derive(Clone, Debug)]
 pub struct ConnectionStore {
@@ -53,8 +111,10 @@ impl ConnectionStore {
         }
     }
 
-    /// `$connect`: records the connection. DynamoDB: 1 PutItem + 1 UpdateItem (2 for a user's
-    /// first connection).
+    /// `$connect`: records the connection, and prunes the user's presence (expired entries, and
+    /// the oldest beyond [`MAX_CONNECTIONS_PER_USER`]). DynamoDB: 1 PutItem + 1 UpdateItem (2 for
+    /// a user's first connection), + 1 UpdateItem when something is pruned (+ GetItem and
+    /// UpdateItem again if a concurrent change of the same user's presence wins the race).
     pub async fn register(
         &self,
         user: &UserId,
@@ -72,7 +132,87 @@ impl ConnectionStore {
             .send()
             .await
             .map_err(|e| sdk_error("PutItem", e))?;
-        let mut retry = Retry::until(Deadline::after(RETRY_BUDGET));
+        let deadline = Deadline::after(RETRY_BUDGET);
+        let mut presence = self
+            .add_presence(user, connection_id, &expires, deadline)
+            .await?;
+        // Pruning is best effort: the connection is recorded; what cannot be pruned now (the
+        // deadline passed, DynamoDB trouble) is pruned by the user's next registration.
+        let mut retry = Retry::until(deadline);
+        loop {
+            let prune = prune_plan(
+                &connection_map(&presence),
+                connection_id,
+                now_unix,
+                MAX_CONNECTIONS_PER_USER,
+            );
+            if prune.is_empty() {
+                return Ok(());
+            }
+            if !retry.next_now() {
+                tracing::warn!(user = %user, "presence not pruned before the deadline");
+                return Ok(());
+            }
+            // Conditional on the version the plan was made from: a concurrent registration or
+            // removal changes which entries are the oldest.
+            let version = get_n(&presence, "ver").unwrap_or(0);
+            let mut update = self
+                .db
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(presence_key(user)))
+                .condition_expression("ver = :v")
+                .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+                .expression_attribute_values(":one", AttributeValue::N("1".into()));
+            let mut names = Vec::new();
+            for (i, id) in prune.iter().enumerate() {
+                update = update.expression_attribute_names(format!("#r{i}"), id);
+                names.push(format!("connections.#r{i}"));
+            }
+            let pruned = update
+                .update_expression(format!("REMOVE {} ADD ver :one", names.join(", ")))
+                .send()
+                .await;
+            match pruned {
+                Ok(_) => {
+                    tracing::info!(user = %user, pruned = prune.len(), "presence pruned");
+                    return Ok(());
+                }
+                Err(e) if conditional_failed(&e) => {}
+                Err(e) => {
+                    tracing::warn!(user = %user, error = %sdk_error("UpdateItem", e), "presence not pruned");
+                    return Ok(());
+                }
+            }
+            // Someone else changed the presence meanwhile: plan again from what it is now.
+            match self
+                .db
+                .get_item()
+                .table_name(&self.table)
+                .set_key(Some(presence_key(user)))
+                .consistent_read(true)
+                .send()
+                .await
+            {
+                Ok(out) => presence = out.item.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(user = %user, error = %sdk_error("GetItem", e), "presence not pruned");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Adds the entry (creating the map for a first connection); returns the presence item as
+    /// written.
+    async fn add_presence(
+        &self,
+        user: &UserId,
+        connection_id: &str,
+        expires: &AttributeValue,
+        deadline: Deadline,
+    ) -> Result<Item, ChatError> {
+        let mut retry = Retry::until(deadline);
         while retry.next().await {
             // Add to the existing map, or create the map; the conditions make the two race-free.
             let add = self
@@ -80,17 +220,17 @@ impl ConnectionStore {
                 .update_item()
                 .table_name(&self.table)
                 .set_key(Some(presence_key(user)))
-                .update_expression("SET connections.#c = :exp, expiresAt = :exp")
+                .update_expression("SET connections.#c = :exp, expiresAt = :exp ADD ver :one")
                 .condition_expression("attribute_exists(connections)")
                 .expression_attribute_names("#c", connection_id)
                 .expression_attribute_values(":exp", expires.clone())
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .return_values(ReturnValue::AllNew)
                 .send()
                 .await;
             match add {
-                Ok(_) => return Ok(()),
-                Err(e) if e.code() != Some("ConditionalCheckFailedException") => {
-                    return Err(sdk_error("UpdateItem", e))
-                }
+                Ok(out) => return Ok(out.attributes.unwrap_or_default()),
+                Err(e) if !conditional_failed(&e) => return Err(sdk_error("UpdateItem", e)),
                 Err(_) => {}
             }
             let create = self
@@ -98,20 +238,20 @@ impl ConnectionStore {
                 .update_item()
                 .table_name(&self.table)
                 .set_key(Some(presence_key(user)))
-                .update_expression("SET connections = :map, expiresAt = :exp")
+                .update_expression("SET connections = :map, expiresAt = :exp ADD ver :one")
                 .condition_expression("attribute_not_exists(connections)")
                 .expression_attribute_values(
                     ":map",
                     AttributeValue::M(HashMap::from([(connection_id.to_owned(), expires.clone())])),
                 )
                 .expression_attribute_values(":exp", expires.clone())
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .return_values(ReturnValue::AllNew)
                 .send()
                 .await;
             match create {
-                Ok(_) => return Ok(()),
-                Err(e) if e.code() != Some("ConditionalCheckFailedException") => {
-                    return Err(sdk_error("UpdateItem", e))
-                }
+                Ok(out) => return Ok(out.attributes.unwrap_or_default()),
+                Err(e) if !conditional_failed(&e) => return Err(sdk_error("UpdateItem", e)),
                 Err(_) => {}
             }
         }
@@ -141,16 +281,45 @@ impl ConnectionStore {
         Ok(user)
     }
 
-    /// A connection the Management API called gone (410): forget it.
-    pub async fn remove(&self, user: &UserId, connection_id: &str) -> Result<(), ChatError> {
-        self.db
+    /// The fanout's delete of a connection API Gateway called gone (or refused): only the
+    /// registration it saw (same expiry), so it never removes a newer one. Returns whether the
+    /// presence entry was removed. DynamoDB: 1 UpdateItem (+ 1 DeleteItem when it was).
+    pub async fn forget_if_unchanged(
+        &self,
+        connection: &LiveConnection,
+    ) -> Result<bool, ChatError> {
+        let expires = AttributeValue::N(connection.expires_at.to_string());
+        let removed = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(presence_key(&connection.user)))
+            .update_expression("REMOVE connections.#c ADD ver :one")
+            .condition_expression("connections.#c = :exp")
+            .expression_attribute_names("#c", &connection.connection_id)
+            .expression_attribute_values(":exp", expires.clone())
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await;
+        match removed {
+            Ok(_) => {}
+            Err(e) if conditional_failed(&e) => return Ok(false),
+            Err(e) => return Err(sdk_error("UpdateItem", e)),
+        }
+        let owner = self
+            .db
             .delete_item()
             .table_name(&self.table)
-            .set_key(Some(owner_key(connection_id)))
+            .set_key(Some(owner_key(&connection.connection_id)))
+            .condition_expression("expiresAt = :exp")
+            .expression_attribute_values(":exp", expires)
             .send()
-            .await
-            .map_err(|e| sdk_error("DeleteItem", e))?;
-        self.forget_presence(user, connection_id).await
+            .await;
+        match owner {
+            Ok(_) => Ok(true),
+            Err(e) if conditional_failed(&e) => Ok(true),
+            Err(e) => Err(sdk_error("DeleteItem", e)),
+        }
     }
 
     async fn forget_presence(&self, user: &UserId, connection_id: &str) -> Result<(), ChatError> {
@@ -159,25 +328,45 @@ impl ConnectionStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(presence_key(user)))
-            .update_expression("REMOVE connections.#c")
+            .update_expression("REMOVE connections.#c ADD ver :one")
             .condition_expression("attribute_exists(connections)")
             .expression_attribute_names("#c", connection_id)
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .send()
             .await;
         match r {
             Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) if conditional_failed(&e) => Ok(()),
             Err(e) => Err(sdk_error("UpdateItem", e)),
         }
     }
 
-    /// The unexpired connections of these users, as `(user, connection id)`.
-    /// DynamoDB: ⌈users/100⌉ BatchGetItem, concurrently.
+    /// The presence entries of one user as stored (connection id → expiry), expired ones included.
+    /// DynamoDB: 1 GetItem, strongly consistent.
+    pub async fn presence(&self, user: &UserId) -> Result<Vec<(String, i64)>, ChatError> {
+        let item = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(presence_key(user)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?
+            .item
+            .unwrap_or_default();
+        let mut entries = connection_map(&item);
+        entries.sort();
+        Ok(entries)
+    }
+
+    /// The unexpired connections of these users. DynamoDB: ⌈users/100⌉ BatchGetItem,
+    /// concurrently.
     pub async fn live_connections(
         &self,
         users: &[UserId],
         now_unix: i64,
-    ) -> Result<Vec<(UserId, String)>, ChatError> {
+    ) -> Result<Vec<LiveConnection>, ChatError> {
         let batches = users.chunks(100).map(|chunk| {
             let keys = chunk.iter().map(presence_key).collect();
             batch_get(
@@ -198,21 +387,68 @@ impl ConnectionStore {
             else {
                 continue;
             };
-            let Some(conns) = item.get("connections").and_then(|v| v.as_m().ok()) else {
-                continue;
-            };
-            for (id, exp) in conns {
-                let expires = exp
-                    .as_n()
-                    .ok()
-                    .and_then(|n| n.parse::<i64>().ok())
-                    .unwrap_or(0);
-                if expires > now_unix {
-                    out.push((user.clone(), id.clone()));
+            for (id, expires_at) in connection_map(&item) {
+                if expires_at > now_unix {
+                    out.push(LiveConnection {
+                        user: user.clone(),
+                        connection_id: id,
+                        expires_at,
+                    });
                 }
             }
         }
         out.sort();
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(list: &[(&str, i64)]) -> Vec<(String, i64)> {
+        list.iter().map(|(id, e)| (id.to_string(), *e)).collect()
+    }
+
+    #[test]
+    fn pruning_drops_expired_entries() {
+        let now = 10_000;
+        let e = entries(&[
+            ("old", now - 1),
+            ("edge", now),
+            ("live", now + 1),
+            ("new", now + 7200),
+        ]);
+        let mut plan = prune_plan(&e, "new", now, 10);
+        plan.sort();
+        assert_eq!(plan, vec!["edge", "old"]);
+        assert!(prune_plan(&entries(&[("new", now + 7200)]), "new", now, 10).is_empty());
+    }
+
+    #[test]
+    fn the_bound_evicts_the_oldest_but_never_the_new_one() {
+        let now = 10_000;
+        let mut e: Vec<(String, i64)> = (0..12)
+            .map(|i| (format!("c{i:02}"), now + 100 + i))
+            .collect();
+        e.push(("new".into(), now + 7200));
+        // 13 live, bound 10: the three oldest go.
+        assert_eq!(prune_plan(&e, "new", now, 10), vec!["c00", "c01", "c02"]);
+        // The new entry is kept even when it is not the latest expiry (a clock running behind).
+        let e = entries(&[("a", now + 50), ("b", now + 60), ("new", now + 1)]);
+        assert_eq!(prune_plan(&e, "new", now, 2), vec!["a"]);
+        // Exactly at the bound: nothing.
+        let e: Vec<(String, i64)> = (0..10).map(|i| (format!("c{i}"), now + 1 + i)).collect();
+        assert!(prune_plan(&e, "c9", now, 10).is_empty());
+    }
+
+    #[test]
+    fn registration_time_is_expiry_minus_the_ttl() {
+        let c = LiveConnection {
+            user: UserId::parse("u").unwrap(),
+            connection_id: "x=".into(),
+            expires_at: 1_000 + CONNECTION_TTL_SECS,
+        };
+        assert_eq!(c.registered_at(), 1_000);
     }
 }

@@ -103,6 +103,62 @@ impl ChatStore {
         Ok(out.item().and_then(|i| super::attrs::get_n(i, "lastSeq")))
     }
 
+    /// The fanout's cheap check of who is in a conversation: its `membersVersion`, which every
+    /// membership change bumps in the same transaction (None: no such conversation).
+    /// 1 strongly consistent GetItem.
+    pub async fn members_version(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::conversation_key(id)))
+            .consistent_read(true)
+            .projection_expression("membersVersion, pk")
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        Ok(out
+            .item()
+            .map(|i| super::attrs::get_n(i, "membersVersion").unwrap_or(0)))
+    }
+
+    /// The member ids and the `membersVersion` they are the members of (None: no such
+    /// conversation). 1 strongly consistent Query (more past 1 MB), only the ids projected.
+    pub async fn member_ids(
+        &self,
+        id: &ConversationId,
+    ) -> Result<Option<(u64, Vec<UserId>)>, ChatError> {
+        let (mut version, mut members, mut start) = (None, Vec::new(), None);
+        loop {
+            let resp = self
+                .db
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :c AND :m")
+                .projection_expression("sk, memberId, membersVersion")
+                .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
+                .expression_attribute_values(":c", s(keys::CONVERSATION_SK))
+                .expression_attribute_values(":m", s(keys::MEMBERS_END_SK))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| sdk_error("Query", e))?;
+            for item in resp.items.unwrap_or_default() {
+                if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
+                    version = Some(super::attrs::get_n(&item, "membersVersion").unwrap_or(0));
+                } else if let Some(member) = get_s(&item, "memberId").and_then(UserId::parse) {
+                    members.push(member);
+                }
+            }
+            match resp.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(version.map(|v| (v, members)))
+    }
+
     /// A conversation and its members, if `caller` is one of them; otherwise `NotFound` (no hint
     /// that it exists). 1 Query.
     pub(super) async fn load_for_member(

@@ -18,6 +18,9 @@ use chat_tests::TestApp;
 
 #[tokio::main]
 async fn main() {
+    if std::env::args().nth(1).as_deref() == Some("push") {
+        return chat_tests::bench_push::run(&std::env::args().skip(2).collect::<Vec<_>>()).await;
+    }
     if std::env::var_os("RUST_LOG").is_some() {
         chat_shared::telemetry::init(false, None);
     }

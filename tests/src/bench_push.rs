@@ -1,0 +1,566 @@
+//! Push benchmarks (rows of docs/benchmarks.md), against the local stack in-process: the
+//! emulator, the local gateway (WebSocket API, Management API, stream → relay → Kinesis → fanout
+//! pollers) and the real REST handlers.
+//!
+//!     cargo run -p chat-tests --bin bench -- push [big-group|storm]
+//!
+//! * **big group**: a 1,000-member group with 300 members online. Send-to-push latency is, per
+//!   online member and message k, from the start of the send request to the first `message.new`
+//!   of seq ≥ k at that member (light messages may be coalesced: a client holding seq ≥ k knows of
+//!   k and fetches it with `afterSeq`). Reported: p50, p99, max, missing (never learnt of), and
+//!   pushes/s (frames received ÷ time from the first send to the last frame).
+//! * **reconnect storm**: 300 users in a 301-member group and in 30 groups of 11 while a sender
+//!   keeps sending; all 300 drop their sockets, messages keep coming, then all reconnect at once,
+//!   catch up with `/inbox` + `afterSeq` (and on every push gap), and mark read. Reported: 5xx
+//!   (REST answers and refused handshakes), p50/p99 of the REST calls and of reconnect-to-caught-up
+//!   per user, and missed messages: each user must end holding exactly 1..lastSeq of each of its
+//!   conversations, judged against the server's lastSeq without a final fetch.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::push::{gateway, WsClient};
+use crate::{unique, TestApp};
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Runs the scenarios named in `args` (all when none).
+pub async fn run(args: &[String]) {
+    let all = args.is_empty();
+    let t = Arc::new(TestApp::new().await);
+    let _ = gateway();
+    let today = &chat_shared::time::now_rfc3339()[..10];
+    println!("push benchmarks, {today}, debug build, local stack (2 cores)");
+    // The storm first: its catch-up reads the inbox index, which the emulator answers by looking
+    // at every item of the table, and the big groups add thousands.
+    if all || args.iter().any(|a| a == "storm") {
+        reconnect_storm(&t).await;
+    }
+    if all || args.iter().any(|a| a == "big-group") {
+        big_group(&t, 20, Duration::from_millis(500)).await;
+        big_group(&t, 20, Duration::ZERO).await;
+    }
+}
+
+/// Connects `users` (at most 25 handshakes at once).
+async fn connect_all(users: &[String]) -> Vec<WsClient> {
+    use futures::stream::{self, StreamExt};
+    stream::iter(users.iter().cloned())
+        .map(|u| async move { WsClient::connect(&u).await })
+        .buffered(25)
+        .collect()
+        .await
+}
+
+/// `message.new` arrivals at one client: (seq, when).
+type Arrivals = Vec<(u64, Instant)>;
+
+/// Reads a client's frames until `stop`, recording the `message.new` of `conversation`.
+/// Counts frames, and the listeners that have seen the last seq.
+#[derive(Default)]
+struct Progress {
+    frames: AtomicU64,
+    done: AtomicU64,
+}
+
+fn listen(
+    mut client: WsClient,
+    conversation: String,
+    last: u64,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+) -> tokio::task::JoinHandle<Arrivals> {
+    tokio::spawn(async move {
+        let mut out = Vec::new();
+        let mut done = false;
+        while !stop.load(Ordering::Relaxed) && !client.closed {
+            if let Some(e) = client.next_event(Duration::from_millis(100)).await {
+                let at = Instant::now();
+                progress.frames.fetch_add(1, Ordering::Relaxed);
+                if e["type"] == "message.new" && e["conversationId"] == conversation.as_str() {
+                    let seq = e["seq"].as_u64().unwrap_or(0);
+                    out.push((seq, at));
+                    if seq >= last && !done {
+                        done = true;
+                        progress.done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        out
+    })
+}
+
+/// A 1,000-member group with 300 members online; `n` messages, one every `interval` (zero: back
+/// to back).
+async fn big_group(t: &Arc<TestApp>, n: u64, interval: Duration) {
+    let owner = unique("bg");
+    let members: Vec<String> = (1..1000).map(|i| format!("{owner}-{i}")).collect();
+    let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+    let conv = t.group(&owner, &refs).await;
+    let online = &members[..300];
+    let clients = connect_all(online).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let gw = gateway();
+    let delivered_before = gw.fanout_stats().delivered();
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(Progress::default());
+    let listeners: Vec<_> = clients
+        .into_iter()
+        .map(|c| listen(c, conv.clone(), n, stop.clone(), progress.clone()))
+        .collect();
+
+    let mut sent_at = Vec::new();
+    let first = Instant::now();
+    for k in 1..=n {
+        let started = Instant::now();
+        let r = t.send(&conv, &owner, &format!("message {k}")).await;
+        assert_eq!(r.status, 201, "{r:?}");
+        sent_at.push(started);
+        let next = first + interval * k as u32;
+        tokio::time::sleep_until(next.into()).await;
+    }
+    // Until every member has seen seq n (or 15 s), and a moment for repeats.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while progress.done.load(Ordering::Relaxed) < online.len() as u64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    let (mut missing, mut received, mut last_frame) = (0usize, 0usize, first);
+    for l in listeners {
+        let arrivals = l.await.unwrap();
+        received += arrivals.len();
+        for (_, at) in &arrivals {
+            last_frame = last_frame.max(*at);
+        }
+        for (k, sent) in (1..=n).zip(&sent_at) {
+            match arrivals
+                .iter()
+                .filter(|(s, _)| *s >= k)
+                .map(|(_, at)| *at)
+                .min()
+            {
+                Some(at) => latencies.push(at.saturating_duration_since(*sent)),
+                None => missing += 1,
+            }
+        }
+    }
+    latencies.sort();
+    let span = last_frame.saturating_duration_since(first).as_secs_f64();
+    let pace = if interval.is_zero() {
+        "back to back".to_owned()
+    } else {
+        format!("1 every {} ms", interval.as_millis())
+    };
+    println!("| scenario | samples | p50 ms | p99 ms | max ms | pushes | pushes/s | missing |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| 1,000-member group, 300 online, {n} messages {pace} | {} | {:.0} | {:.0} | {:.0} | {received} | {:.0} | {missing} |",
+        latencies.len(),
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies.last().map_or(f64::NAN, |d| ms(*d)),
+        received as f64 / span,
+    );
+    println!(
+        "  (fanout delivered {} frames; {} frames of other kinds)",
+        gateway().fanout_stats().delivered() - delivered_before,
+        progress.frames.load(Ordering::Relaxed) as usize - received
+    );
+}
+
+/// What a storm client holds and how its calls went.
+#[derive(Default)]
+struct Holdings {
+    seqs: HashMap<String, BTreeSet<u64>>,
+}
+
+impl Holdings {
+    /// The highest seq held without a gap.
+    fn contiguous(&self, conversation: &str) -> u64 {
+        let mut n = 0;
+        if let Some(s) = self.seqs.get(conversation) {
+            while s.contains(&(n + 1)) {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+#[derive(Default)]
+struct Calls {
+    latencies: Mutex<Vec<Duration>>,
+    server_errors: AtomicU64,
+    other_errors: AtomicU64,
+}
+
+/// Client retries of a failed call (docs/api.md §17: 5xx and 429 are retried, with backoff).
+const CLIENT_ATTEMPTS: u32 = 20;
+
+fn client_backoff(attempt: u32) -> Duration {
+    chat_shared::retry::jitter(
+        Duration::from_millis(100),
+        Duration::from_millis(250 << attempt.min(4)).min(Duration::from_secs(3)),
+    )
+}
+
+impl Calls {
+    async fn get(&self, t: &TestApp, path: &str, user: &str) -> Value {
+        let mut attempt = 0;
+        loop {
+            let started = Instant::now();
+            let r = t.get(path, user).await;
+            self.record(started, r.status);
+            attempt += 1;
+            if (r.status < 500 && r.status != 429) || attempt == CLIENT_ATTEMPTS {
+                return r.body;
+            }
+            tokio::time::sleep(client_backoff(attempt)).await;
+        }
+    }
+
+    async fn post(&self, t: &TestApp, path: &str, user: &str, body: Value) {
+        let mut attempt = 0;
+        loop {
+            let started = Instant::now();
+            let r = t.post(path, user, body.clone()).await;
+            self.record(started, r.status);
+            attempt += 1;
+            if (r.status < 500 && r.status != 429) || attempt == CLIENT_ATTEMPTS {
+                return;
+            }
+            tokio::time::sleep(client_backoff(attempt)).await;
+        }
+    }
+
+    fn record(&self, started: Instant, status: u16) {
+        self.latencies.lock().unwrap().push(started.elapsed());
+        if status >= 500 {
+            self.server_errors.fetch_add(1, Ordering::Relaxed);
+        } else if status >= 400 {
+            self.other_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Fetches `afterSeq` pages until caught up with the server; returns its lastSeq.
+async fn fetch_after(t: &TestApp, calls: &Calls, user: &str, c: &str, h: &mut Holdings) -> u64 {
+    loop {
+        let after = h.contiguous(c);
+        let page = calls
+            .get(
+                t,
+                &format!("/conversations/{c}/messages?afterSeq={after}&limit=100"),
+                user,
+            )
+            .await;
+        let set = h.seqs.entry(c.to_owned()).or_default();
+        for m in page["messages"].as_array().into_iter().flatten() {
+            set.insert(m["seq"].as_u64().unwrap_or(0));
+        }
+        if page["hasMore"] != json!(true) {
+            return page["lastSeq"].as_u64().unwrap_or(0);
+        }
+    }
+}
+
+/// A push: a full message is held; a light one or a gap is filled with `afterSeq`.
+async fn on_push(t: &TestApp, calls: &Calls, user: &str, e: &Value, h: &mut Holdings) {
+    if e["type"] != "message.new" {
+        return;
+    }
+    let (c, seq) = (
+        e["conversationId"].as_str().unwrap_or(""),
+        e["seq"].as_u64().unwrap_or(0),
+    );
+    let full = e.get("body").is_some();
+    if full && seq <= h.contiguous(c) + 1 {
+        h.seqs.entry(c.to_owned()).or_default().insert(seq);
+    } else if seq > h.contiguous(c) {
+        fetch_after(t, calls, user, c, h).await;
+    }
+}
+
+/// Connect, then catch up (inbox, afterSeq for each conversation that moved), mark read.
+async fn catch_up(t: &TestApp, calls: &Calls, user: &str, h: &mut Holdings) {
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/inbox?limit=100&cursor={c}"),
+            None => "/inbox?limit=100".to_owned(),
+        };
+        let page = calls.get(t, &path, user).await;
+        for entry in page["conversations"].as_array().into_iter().flatten() {
+            let c = entry["conversationId"].as_str().unwrap_or("").to_owned();
+            if entry["lastSeq"].as_u64().unwrap_or(0) > h.contiguous(&c) {
+                let last = fetch_after(t, calls, user, &c, h).await;
+                calls
+                    .post(
+                        t,
+                        &format!("/conversations/{c}/read"),
+                        user,
+                        json!({ "seq": last }),
+                    )
+                    .await;
+            }
+        }
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+}
+
+async fn reconnect_storm(t: &Arc<TestApp>) {
+    const USERS: usize = 300;
+    let sender = unique("storm");
+    let users: Vec<String> = (0..USERS).map(|i| format!("{sender}-{i}")).collect();
+    let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+    let big = t.group(&sender, &refs).await;
+    let small: Vec<String> = {
+        let mut out = Vec::new();
+        for chunk in refs.chunks(10) {
+            out.push(t.group(&sender, chunk).await);
+        }
+        out
+    };
+    let mut conversations = vec![big.clone()];
+    conversations.extend(small.iter().cloned());
+
+    // The sender: alternately the big group and the next small group, every 100 ms.
+    let sending = Arc::new(AtomicBool::new(true));
+    let sender_task = {
+        let (t, sending, big, small, sender) = (
+            t.clone(),
+            sending.clone(),
+            big.clone(),
+            small.clone(),
+            sender.clone(),
+        );
+        tokio::spawn(async move {
+            let (mut i, mut errors) = (0usize, 0usize);
+            let start = Instant::now();
+            // Paced at 10/s; a send that takes longer delays the next (closed loop).
+            while sending.load(Ordering::Relaxed) {
+                let c = if i % 2 == 0 {
+                    &big
+                } else {
+                    &small[(i / 2) % small.len()]
+                };
+                let r = t.send(c, &sender, &format!("storm {i}")).await;
+                errors += usize::from(r.status >= 500);
+                i += 1;
+                tokio::time::sleep_until((start + Duration::from_millis(100) * i as u32).into())
+                    .await;
+            }
+            (i, errors, start.elapsed())
+        })
+    };
+
+    // Phase 1: everyone online for 2 s.
+    let calls = Arc::new(Calls::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let holdings: Vec<Arc<tokio::sync::Mutex<Holdings>>> =
+        (0..USERS).map(|_| Arc::default()).collect();
+    let session = |user: String,
+                   client: WsClient,
+                   h: Arc<tokio::sync::Mutex<Holdings>>,
+                   stop: Arc<AtomicBool>| {
+        let (t, calls) = (t.clone(), calls.clone());
+        tokio::spawn(async move {
+            let mut client = client;
+            while !stop.load(Ordering::Relaxed) && !client.closed {
+                if let Some(e) = client.next_event(Duration::from_millis(100)).await {
+                    on_push(&t, &calls, &user, &e, &mut *h.lock().await).await;
+                }
+            }
+            client
+        })
+    };
+    let clients = connect_all(&users).await;
+    let tasks: Vec<_> = users
+        .iter()
+        .zip(clients)
+        .zip(&holdings)
+        .map(|((u, c), h)| session(u.clone(), c, h.clone(), stop.clone()))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Phase 2: all drop their sockets; messages keep coming for 2 s.
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap().close().await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Phase 3: all reconnect at once, socket first, then catch up and mark read.
+    let refused = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    t.calls.take_calls();
+    let storm_started = Instant::now();
+    let reconnects: Vec<_> = users
+        .iter()
+        .zip(&holdings)
+        .map(|(u, h)| {
+            let (t, calls, refused, h, u, stop) = (
+                t.clone(),
+                calls.clone(),
+                refused.clone(),
+                h.clone(),
+                u.clone(),
+                stop.clone(),
+            );
+            tokio::spawn(async move {
+                let url = format!("{}?token={}", gateway().ws_url, crate::token(&u));
+                let started = Instant::now();
+                // A refused handshake (the $connect handler answered 5xx) is retried with
+                // backoff, as clients reconnect.
+                let mut attempt = 0;
+                let client = loop {
+                    match WsClient::connect_url(&url).await {
+                        Ok(c) => break c,
+                        Err(status) if attempt + 1 < CLIENT_ATTEMPTS => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            if status >= 500 {
+                                calls.server_errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                            attempt += 1;
+                            tokio::time::sleep(client_backoff(attempt)).await;
+                        }
+                        Err(status) => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            if status >= 500 {
+                                calls.server_errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                            return (Duration::ZERO, None);
+                        }
+                    }
+                };
+                catch_up(&t, &calls, &u, &mut *h.lock().await).await;
+                let caught_up = started.elapsed();
+                let mut client = client;
+                while !stop.load(Ordering::Relaxed) && !client.closed {
+                    if let Some(e) = client.next_event(Duration::from_millis(100)).await {
+                        on_push(&t, &calls, &u, &e, &mut *h.lock().await).await;
+                    }
+                }
+                (caught_up, Some(client))
+            })
+        })
+        .collect();
+    // Messages keep coming for 3 s after the reconnect, then the pipeline drains.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sending.store(false, Ordering::Relaxed);
+    let (sent, send_errors, sending_for) = sender_task.await.unwrap();
+    // The server's lastSeq of each conversation, now that nothing more is sent; then the pipeline
+    // drains: until every user holds 1..lastSeq of its conversations, or 30 s (a user still
+    // missing something then has missed it: no push is coming that would make it look).
+    let mut last_seq = HashMap::new();
+    for c in &conversations {
+        let r = t.get(&format!("/conversations/{c}"), &sender).await;
+        last_seq.insert(c.clone(), r.body["lastSeq"].as_u64().unwrap_or(0));
+    }
+    let drained = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut complete = true;
+        for (i, h) in holdings.iter().enumerate() {
+            let h = h.lock().await;
+            for c in [&big, &small[i / 10]] {
+                complete &= h.contiguous(c) >= last_seq[c];
+            }
+        }
+        if complete || Instant::now() > drained {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut caught_up = Vec::new();
+    for r in reconnects {
+        let (d, client) = r.await.unwrap();
+        if let Some(c) = client {
+            caught_up.push(d);
+            c.close().await;
+        }
+    }
+    let storm = storm_started.elapsed();
+
+    // Judged against the server: exactly 1..lastSeq of each of the user's conversations.
+    let (mut missed, mut extra) = (0u64, 0u64);
+    let mut missing_seqs: Vec<(bool, u64, u64)> = Vec::new();
+    for (i, h) in holdings.iter().enumerate() {
+        let h = h.lock().await;
+        for c in [&big, &small[i / 10]] {
+            let held = h.seqs.get(c.as_str()).cloned().unwrap_or_default();
+            let want = last_seq[c];
+            for s in (1..=want).filter(|s| !held.contains(s)) {
+                missed += 1;
+                missing_seqs.push((c == &big, s, want));
+            }
+            extra += held.iter().filter(|s| **s == 0 || **s > want).count() as u64;
+        }
+    }
+    let mut rest = calls.latencies.lock().unwrap().clone();
+    rest.sort();
+    caught_up.sort();
+    println!("| scenario | 5xx (REST and handshakes) | other 4xx | refused handshakes | REST calls | REST p50 ms | REST p99 ms | caught up p50 ms | caught up p99 ms | messages sent | missed | extra |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| reconnect storm: {USERS} users drop and reconnect at once, a sender at up to 10 msg/s ({:.1}/s reached) | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {sent} | {missed} | {extra} |",
+        sent as f64 / sending_for.as_secs_f64(),
+        calls.server_errors.load(Ordering::Relaxed) + send_errors as u64,
+        calls.other_errors.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+        rest.len(),
+        percentile(&rest, 0.5),
+        percentile(&rest, 0.99),
+        percentile(&caught_up, 0.5),
+        percentile(&caught_up, 0.99),
+    );
+    println!("  (storm phase {:.1} s)", storm.as_secs_f64());
+    let f = gateway().fanout_stats();
+    println!(
+        "  fanout since start: delivered {}, retries {}, gave up {}, records deleted {}, kept in grace {}",
+        f.delivered(),
+        f.retries(),
+        f.gave_up(),
+        f.forgotten(),
+        f.kept_in_grace()
+    );
+    if !missing_seqs.is_empty() {
+        println!(
+            "  missed (big group?, seq, lastSeq): {:?}",
+            &missing_seqs[..missing_seqs.len().min(20)]
+        );
+    }
+    // The REST handlers' DynamoDB calls during the storm (the emulator answers one at a time).
+    let mut by: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
+    for c in t.calls.take_calls() {
+        let e = by.entry(c.name).or_default();
+        e.0 += 1;
+        e.1 += c.elapsed;
+    }
+    for (name, (n, d)) in by {
+        println!(
+            "  REST DynamoDB {name}: {n} calls, mean {:.0} ms",
+            ms(d) / n as f64
+        );
+    }
+}

@@ -100,7 +100,11 @@ impl ChatStore {
             .send()
             .await
             .map_err(|e| sdk_error("GetItem", e))?;
-        Ok(out.item().and_then(|i| super::attrs::get_n(i, "lastSeq")))
+        let last_seq = out.item().and_then(|i| super::attrs::get_n(i, "lastSeq"));
+        if let Some(n) = last_seq {
+            self.seen.saw(id, n);
+        }
+        Ok(last_seq)
     }
 
     /// The fanout's cheap check of who is in a conversation: its `membersVersion`, which every

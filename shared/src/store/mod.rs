@@ -13,6 +13,8 @@ mod reads;
 mod send;
 mod tx;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
@@ -21,6 +23,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 
+use crate::domain::ConversationId;
 use crate::error::ChatError;
 use crate::retry::{Deadline, Retry};
 
@@ -37,6 +40,32 @@ pub struct ChatStore {
     /// How long one request may take (`Config::timeouts`).
     budget: Duration,
     deadline: Option<Deadline>,
+    /// The highest `lastSeq` this instance has seen per conversation (shared by its requests).
+    seen: Arc<SeenLastSeq>,
+}
+
+/// `lastSeq` only grows, so a value seen earlier is a lower bound of the current one: a read
+/// receipt for a seq at or below it needs no read of the conversation to be clamped (in a
+/// receipt storm, most are). Bounded: forgotten wholesale past 10,000 conversations.
+#[derive(Debug, Default)]
+struct SeenLastSeq(Mutex<HashMap<ConversationId, u64>>);
+
+impl SeenLastSeq {
+    const MAX: usize = 10_000;
+
+    fn get(&self, id: &ConversationId) -> u64 {
+        self.0.lock().map_or(0, |m| m.get(id).copied().unwrap_or(0))
+    }
+
+    fn saw(&self, id: &ConversationId, last_seq: u64) {
+        if let Ok(mut m) = self.0.lock() {
+            if m.len() >= Self::MAX && !m.contains_key(id) {
+                m.clear();
+            }
+            let e = m.entry(id.clone()).or_insert(0);
+            *e = (*e).max(last_seq);
+        }
+    }
 }
 
 /// Result of a TransactWriteItems: committed, or cancelled with one reason per item (in request
@@ -116,6 +145,7 @@ impl ChatStore {
             table: table.into(),
             budget: crate::config::Timeouts::AWS.request_budget,
             deadline: None,
+            seen: Arc::default(),
         }
     }
 

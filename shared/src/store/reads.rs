@@ -20,16 +20,23 @@ impl ChatStore {
     /// with transactions), then the member item alone is updated on condition `lastReadSeq <
     /// target`. `lastSeq` only grows, so the clamp read first still holds when the update lands.
     /// A late, older request fails the condition: nothing is written, so no event is emitted.
+    /// A seq at or below a `lastSeq` this instance has already seen needs no clamp, and so no
+    /// read (a lower bound of a number that only grows).
     /// The update records this request's token (`lastReadBy`), so an update whose answer was lost
     /// can tell, when sent again, whether it had been applied: `advanced` stays truthful.
-    /// DynamoDB: 1 GetItem + 1 UpdateItem.
+    /// DynamoDB: 1 GetItem + 1 UpdateItem; the UpdateItem alone when the seq is known to exist.
     pub async fn mark_read(
         &self,
         caller: &UserId,
         id: &ConversationId,
         seq: u64,
     ) -> Result<ReadResult, ChatError> {
-        let last_seq = self.last_seq(id).await?.ok_or(ChatError::NotFound)?;
+        let known = self.seen.get(id);
+        let last_seq = if seq <= known {
+            known
+        } else {
+            self.last_seq(id).await?.ok_or(ChatError::NotFound)?
+        };
         let target = seq.min(last_seq);
         let token = uuid::Uuid::new_v4().to_string();
         let result = |last_read_seq, advanced| ReadResult {

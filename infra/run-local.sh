@@ -39,7 +39,7 @@ trap cleanup INT TERM EXIT
 
 # The emulator always runs: it serves Kinesis (DynamoDB Local has none), and DynamoDB too unless
 # DYNAMODB_ENDPOINT points elsewhere.
-log="$repo/.local/emulator.log"
+log="$repo/.local/emulator-$EMULATOR_PORT.log"
 mkdir -p "$repo/.local"
 python infra/moto_server.py --port "$EMULATOR_PORT" --template template.yaml >"$log" 2>&1 &
 pids+=($!)

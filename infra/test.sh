@@ -1,24 +1,63 @@
 #!/usr/bin/env bash
-# Runs all tests. Installs what they need first (infra/setup.sh): the pinned emulator, cfn-lint,
-# aws-sam-cli.
-#   - the emulator launcher's own checks (infra/test_moto_server.py)
-#   - template.yaml: one source of truth with the cargo-lambda router, cfn-lint, sam validate
-#     --lint (infra/test_template.py)
+# Runs all tests. Installs what they need first (infra/setup.sh: the pinned emulator, cfn-lint,
+# aws-sam-cli, schemathesis; infra/setup-clients.sh: the SDK's build and test tools; Chromium for
+# the browser test).
+#   - the emulator launcher's own checks, template.yaml (one source of truth with the local
+#     router, cfn-lint, sam validate --lint), unused dependencies
 #   - Rust unit and integration tests: the real handlers against the emulator, which the tests
 #     start themselves (or DYNAMODB_ENDPOINT, when set), and the push pipeline through the local
 #     WebSocket gateway
+#   - the TypeScript SDK's unit and property tests
+#   - then, against the whole local stack (infra/run-local.sh on ports of its own): the SDK's
+#     integration tests, the demo page in headless Chromium, and the OpenAPI fuzz test
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 bash infra/setup.sh
+bash infra/setup-clients.sh
 export PATH="$repo/.venv/bin:$PATH"
 
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+stack_pid=""
+stop_stack() {
+  if [[ -n "$stack_pid" ]]; then
+    # TERM: a background job of a script ignores INT.
+    kill -TERM "$stack_pid" 2>/dev/null || true
+    wait "$stack_pid" 2>/dev/null || true
+    stack_pid=""
+  fi
+}
+trap 'stop_stack; rm -f "$log"' EXIT
+
 python -m unittest infra/test_moto_server.py infra/test_template.py infra/test_check_deps.py 2>&1 | tee "$log"
 cargo test --workspace --lib --bins --tests 2>&1 | tee -a "$log"
+(cd clients/js && npm test) 2>&1 | tee -a "$log"
+
+# The whole system, as a user runs it, on ports that do not clash with a stack already running.
+export CHAT_REST_PORT=9300 CHAT_WS_PORT=9301 CHAT_MANAGEMENT_PORT=9302 CHAT_DEMO_PORT=9303
+export CHAT_FUNCTIONS_PORT=9310 CHAT_EMULATOR_PORT=4800
+stack_log="$repo/.local/test-stack.log"
+mkdir -p "$repo/.local"
+bash infra/run-local.sh >"$stack_log" 2>&1 &
+stack_pid=$!
+for _ in $(seq 1 600); do
+  grep -q "^Chat backend running locally" "$stack_log" 2>/dev/null && break
+  kill -0 "$stack_pid" 2>/dev/null || { cat "$stack_log"; echo "test.sh: the local stack did not start" >&2; exit 1; }
+  sleep 0.5
+done
+grep -q "^Chat backend running locally" "$stack_log" || { cat "$stack_log"; echo "test.sh: the local stack did not start in time" >&2; exit 1; }
+
+export CHAT_API_URL="http://127.0.0.1:$CHAT_REST_PORT" CHAT_WS_URL="ws://127.0.0.1:$CHAT_WS_PORT"
+export CHAT_DEMO_URL="http://127.0.0.1:$CHAT_DEMO_PORT/"
+(cd clients/js && npm run test:integration) 2>&1 | tee -a "$log"
+(cd clients/js && npm run test:browser) 2>&1 | tee -a "$log"
+python infra/fuzz_api.py --url "$CHAT_API_URL" 2>&1 | tee -a "$log"
+stop_stack
 
 # One closing line for all runners (every failure above has already stopped the script).
 awk '/^Ran [0-9]+ tests?/ { n += $2 }
      /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) n += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "total: %d passed, %d failed\n", n, f }' "$log"
+     /^# pass [0-9]+/ { n += $3 }
+     /^# fail [0-9]+/ { f += $3 }
+     /^fuzz_api: .* requests/ { fuzz = $0 }
+     END { printf "total: %d passed, %d failed\n", n, f; if (fuzz != "") print fuzz }' "$log"

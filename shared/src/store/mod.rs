@@ -40,31 +40,49 @@ pub struct ChatStore {
     /// How long one request may take (`Config::timeouts`).
     budget: Duration,
     deadline: Option<Deadline>,
-    /// The highest `lastSeq` this instance has seen per conversation (shared by its requests).
-    seen: Arc<SeenLastSeq>,
+    /// What this instance has seen of conversations (shared by its requests).
+    seen: Arc<Seen>,
 }
 
-/// `lastSeq` only grows, so a value seen earlier is a lower bound of the current one: a read
-/// receipt for a seq at or below it needs no read of the conversation to be clamped (in a
-/// receipt storm, most are). Bounded: forgotten wholesale past 10,000 conversations.
+/// What an instance remembers of the conversations it served, to skip reads:
+/// - the highest `lastSeq` seen: `lastSeq` only grows, so it is a lower bound of the current
+///   one, and a read receipt at or below it needs no read of the conversation to be clamped (in
+///   a receipt storm, most are);
+/// - until when sends were queued (`busyUntil`): while so, a send queues up at once instead of
+///   reading the conversation first.
+///
+/// Bounded: forgotten wholesale past 10,000 conversations.
 #[derive(Debug, Default)]
-struct SeenLastSeq(Mutex<HashMap<ConversationId, u64>>);
+struct Seen(Mutex<HashMap<ConversationId, (u64, u64)>>);
 
-impl SeenLastSeq {
+impl Seen {
     const MAX: usize = 10_000;
 
-    fn get(&self, id: &ConversationId) -> u64 {
-        self.0.lock().map_or(0, |m| m.get(id).copied().unwrap_or(0))
-    }
-
-    fn saw(&self, id: &ConversationId, last_seq: u64) {
+    fn entry(&self, id: &ConversationId, f: impl FnOnce(&mut (u64, u64))) {
         if let Ok(mut m) = self.0.lock() {
             if m.len() >= Self::MAX && !m.contains_key(id) {
                 m.clear();
             }
-            let e = m.entry(id.clone()).or_insert(0);
-            *e = (*e).max(last_seq);
+            f(m.entry(id.clone()).or_default());
         }
+    }
+
+    fn last_seq(&self, id: &ConversationId) -> u64 {
+        self.0.lock().map_or(0, |m| m.get(id).map_or(0, |e| e.0))
+    }
+
+    fn saw(&self, id: &ConversationId, last_seq: u64) {
+        self.entry(id, |e| e.0 = e.0.max(last_seq));
+    }
+
+    fn busy(&self, id: &ConversationId, now_ms: u64) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|m| m.get(id).is_some_and(|e| e.1 > now_ms))
+    }
+
+    fn saw_busy(&self, id: &ConversationId, until_ms: u64) {
+        self.entry(id, |e| e.1 = e.1.max(until_ms));
     }
 }
 

@@ -31,7 +31,7 @@ impl ChatStore {
         id: &ConversationId,
         seq: u64,
     ) -> Result<ReadResult, ChatError> {
-        let known = self.seen.get(id);
+        let known = self.seen.last_seq(id);
         let last_seq = if seq <= known {
             known
         } else {

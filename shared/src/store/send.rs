@@ -77,10 +77,10 @@ impl Head {
 }
 
 /// How long after a group commit new sends queue up rather than try alone.
-const BUSY_FOR: Duration = Duration::from_secs(2);
+const BUSY_FOR: Duration = Duration::from_secs(5);
 
-/// How long a queued send waits before it looks whether it was committed (and commits the queue
-/// itself if not): about one commit, so that commits carry many sends.
+/// The least time a queued send waits before it looks again whether it was committed: about one
+/// commit (more when the database answers slowly), during which more sends queue up for the next.
 const GATHER: Duration = Duration::from_millis(20);
 /// How long the oldest pending send may sit still (no commit at all: every commit takes it)
 /// before the next request in the queue commits it; the one after that waits twice as long, and
@@ -137,13 +137,20 @@ impl ChatStore {
             fingerprint: message_fingerprint(caller, &request.body),
             request_id: uuid::Uuid::new_v4().to_string(),
         };
+        // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
+        if self
+            .seen
+            .busy(id, crate::time::unix_millis(crate::time::now()))
+        {
+            return self.send_combined(&send, None).await;
+        }
         let head = self.head(id).await?.ok_or(ChatError::NotFound)?;
         if head.busy() {
-            return self.send_combined(&send, head).await;
+            return self.send_combined(&send, Some(head)).await;
         }
         match self.send_alone(&send, &head).await? {
             Alone::Done(message, created) => Ok((message, created)),
-            Alone::Lost(head) => self.send_combined(&send, head).await,
+            Alone::Lost(head) => self.send_combined(&send, Some(head)).await,
         }
     }
 
@@ -160,7 +167,11 @@ impl ChatStore {
             .send()
             .await
             .map_err(|e| sdk_error("GetItem", e))?;
-        Ok(out.item().and_then(Head::of))
+        let head = out.item().and_then(Head::of);
+        if let Some(h) = &head {
+            self.seen.saw_busy(id, h.busy_until);
+        }
+        Ok(head)
     }
 
     async fn send_alone(&self, send: &Send<'_>, head: &Head) -> Result<Alone, ChatError> {
@@ -182,7 +193,7 @@ impl ChatStore {
             request_id: send.request_id.clone(),
         };
         let parts = vec![
-            self.advance_conversation(send.id, head.last_seq, &message, None)?,
+            self.advance_conversation(send.id, head.last_seq, &message, false)?,
             tx::put(
                 &self.table,
                 MessageItem::new(&message).to_item()?,
@@ -238,27 +249,38 @@ impl ChatStore {
         id: &ConversationId,
         seen: u64,
         last: &Message,
-        busy_until: Option<u64>,
+        grouped: bool,
     ) -> Result<aws_sdk_dynamodb::types::TransactWriteItem, ChatError> {
         let preview =
             serde_dynamo::to_attribute_value(LastMessage::of(last)).map_err(ChatError::internal)?;
+        let now = crate::time::unix_millis(crate::time::now());
         let mut values = vec![
             (":next", n(last.seq)),
             (":at", s(&last.created_at)),
             (":message", preview),
             (":seen", n(seen)),
         ];
-        let mut expression =
-            "SET lastSeq = :next, lastMessageAt = :at, lastMessage = :message".to_owned();
-        if let Some(until) = busy_until {
-            expression.push_str(", busyUntil = :busy");
-            values.push((":busy", n(until)));
-        }
+        let (expression, condition) = if grouped {
+            // While sends are queued, the conversation says so: new sends queue up behind them
+            // instead of racing them for the item (and winning: their transactions are smaller).
+            values.push((":busy", n(now + BUSY_FOR.as_millis() as u64)));
+            (
+                "SET lastSeq = :next, lastMessageAt = :at, lastMessage = :message, busyUntil = :busy",
+                "lastSeq = :seen",
+            )
+        } else {
+            // Alone only while nothing is queued, even if this request read the item before.
+            values.push((":now", n(now)));
+            (
+                "SET lastSeq = :next, lastMessageAt = :at, lastMessage = :message",
+                "lastSeq = :seen AND (attribute_not_exists(busyUntil) OR busyUntil < :now)",
+            )
+        };
         tx::update(
             &self.table,
             keys::conversation_key(id),
-            &expression,
-            Some("lastSeq = :seen"),
+            expression,
+            Some(condition),
             &values,
         )
     }
@@ -283,47 +305,46 @@ impl ChatStore {
     async fn send_combined(
         &self,
         send: &Send<'_>,
-        head: Head,
+        mut head: Option<Head>,
     ) -> Result<(Message, bool), ChatError> {
         let started = Instant::now();
         let enqueued = self.enqueue(send).await?;
-        // About one commit: long enough for sends queued meanwhile to join the next one.
-        let pause = GATHER;
         let deadline = self.deadline();
-        let mut head = Some(head);
-        let mut wait = Some(pause);
+        // How long to wait before looking again (none: look now, at the queue first).
+        let mut wait: Option<Duration> = None;
         // The oldest pending send when this request last looked, and since when.
         let mut oldest_seen: Option<(String, Instant)> = None;
         // Whether `head` comes from the conversation item as it was a moment ago.
         let mut just_read = false;
         loop {
+            let fresh = std::mem::take(&mut just_read);
             if let Some(w) = wait.take() {
                 if !deadline.sleep(jitter(w, w * 3 / 2)).await {
                     return self.give_up(send, enqueued).await;
                 }
-            }
-            let fresh = std::mem::take(&mut just_read);
-            if let Some(key) = self.send_key(send).await? {
-                tracing::debug!(
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    pause_ms = pause.as_millis() as u64,
-                    "committed by another"
-                );
-                return answer(key, send);
+                if let Some(key) = self.send_key(send).await? {
+                    tracing::debug!(
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "committed by another"
+                    );
+                    return answer(key, send);
+                }
             }
             let asked = Instant::now();
             let queue = in_commit_order(self.pending(send.id).await?);
-            // A commit takes a few such round trips: patience scales with them.
+            // A commit takes a few such round trips: waits and patience scale with them.
             let round_trip = asked.elapsed();
+            let commit_time = GATHER.max(round_trip * 4);
             let mine = &send.request.client_msg_key;
             let Some(position) = queue.iter().position(|p| &p.client_msg_key == mine) else {
                 // Neither committed nor pending any more (unless committed just now): dropped,
                 // its sender is no longer a member.
                 return self.settled(send).await;
             };
-            // The request of the oldest pending send commits, for up to 24; the others wait
-            // about one commit per batch ahead of them, and take over only when the oldest has
-            // not moved for a while (its request may have ended).
+            // The request of the oldest pending send commits, for up to 24, at once; the others
+            // wait about one commit per batch ahead of them (and queue up meanwhile, for the
+            // next commit), and take over only when the oldest has not moved for a while (its
+            // request may have ended).
             let oldest = queue[0].client_msg_key.clone();
             // Staggered, so that one request takes over, not all of them.
             let patience = TAKE_OVER_AFTER.max(round_trip * 8) * position.max(1) as u32;
@@ -335,7 +356,7 @@ impl ChatStore {
                 }
             };
             if position > 0 && !stalled {
-                wait = Some(pause * (1 + (position / MAX_BATCH) as u32));
+                wait = Some(commit_time * (1 + (position / MAX_BATCH) as u32));
                 continue;
             }
             let batch = first_batch(queue);
@@ -362,20 +383,21 @@ impl ChatStore {
                 Batch::Committed(mut messages) if position < messages.len() => {
                     return Ok((messages.swap_remove(position), created))
                 }
-                Batch::Committed(_) => {}
+                Batch::Committed(_) => wait = Some(commit_time),
                 // Someone committed first, maybe this very send: look at once.
                 Batch::Progressed(next) => {
                     head = next;
                     just_read = true;
-                    continue;
+                    wait = Some(Duration::ZERO);
                 }
                 Batch::Drop(items) => {
                     for p in items {
                         self.drop_pending(&p).await?;
                     }
+                    wait = Some(Duration::ZERO);
                 }
                 // Another commit is in flight, likely with this send in it: give it time.
-                Batch::Conflict => wait = Some(pause),
+                Batch::Conflict => wait = Some(commit_time),
             }
         }
     }
@@ -452,6 +474,7 @@ impl ChatStore {
             return Ok(Batch::Progressed(None));
         };
         let id = first.conversation_id.clone();
+        let now_ms = crate::time::unix_millis(crate::time::now());
         let at = message_time(crate::time::now_rfc3339(), head.last_message_at.as_deref());
         let messages: Vec<Message> = batch
             .iter()
@@ -466,11 +489,7 @@ impl ChatStore {
             })
             .collect();
         let last = messages.last().expect("a batch is never empty");
-        // While sends are queued, the conversation says so: new sends queue up behind them instead
-        // of racing them for the item (and winning, since they are quicker).
-        let busy_until = crate::time::unix_millis(crate::time::now()) + BUSY_FOR.as_millis() as u64;
-        let mut parts =
-            vec![self.advance_conversation(&id, head.last_seq, last, Some(busy_until))?];
+        let mut parts = vec![self.advance_conversation(&id, head.last_seq, last, true)?];
         // Per send: its message, its key, its pending item gone (on condition it is the one read).
         for (p, m) in batch.iter().zip(&messages) {
             let key = SendKeyItem {
@@ -514,6 +533,8 @@ impl ChatStore {
         let reasons = match self.transact(parts).await? {
             TxOutcome::Committed => {
                 committed_metrics(messages.len());
+                self.seen
+                    .saw_busy(&id, now_ms + BUSY_FOR.as_millis() as u64);
                 return Ok(Batch::Committed(messages));
             }
             TxOutcome::Conflict => return Ok(Batch::Conflict),

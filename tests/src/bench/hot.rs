@@ -15,7 +15,7 @@ use super::{percentile, write_units, Table};
 use crate::{new_uuid, unique};
 
 const READERS: usize = 50;
-const RECEIPTS_PER_SEND: u64 = 10;
+const RECEIPTS_PER_SEND: usize = 10;
 
 pub struct Outcome {
     pub sends_per_s: f64,
@@ -71,13 +71,16 @@ pub async fn row(
 
     let sent = Arc::new(AtomicU64::new(0));
     let give_ups = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Receipt credits: each acknowledged send lets the readers send ten receipts (a semaphore,
+    // so idle readers cost nothing while they wait).
+    let credits = receipts.then(|| Arc::new(tokio::sync::Semaphore::new(0)));
     let started = Instant::now();
     let sender_tasks: Vec<_> = std::iter::once(owner.clone())
         .chain(others)
         .map(|user| {
             let (target, c, sent, give_ups) =
                 (target.clone(), c.clone(), sent.clone(), give_ups.clone());
+            let credits = credits.clone();
             tokio::spawn(async move {
                 let mut acked = vec![];
                 for i in 0..per_sender {
@@ -98,6 +101,9 @@ pub async fn row(
                             201 | 200 => {
                                 acked.push((began.elapsed(), answer));
                                 sent.fetch_add(1, Ordering::SeqCst);
+                                if let Some(credits) = &credits {
+                                    credits.add_permits(RECEIPTS_PER_SEND);
+                                }
                                 break;
                             }
                             429 | 503 => {
@@ -117,21 +123,18 @@ pub async fn row(
         .iter()
         .cloned()
         .map(|reader| {
-            let (target, c, sent, done, receipts_done) = (
+            let (target, c, sent, credits, receipts_done) = (
                 target.clone(),
                 c.clone(),
                 sent.clone(),
-                done.clone(),
+                credits.clone().expect("readers only with receipts"),
                 receipts_done.clone(),
             );
             tokio::spawn(async move {
-                while !done.load(Ordering::SeqCst) {
-                    let seen = sent.load(Ordering::SeqCst);
-                    if receipts_done.load(Ordering::SeqCst) >= seen * RECEIPTS_PER_SEND {
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                        continue;
-                    }
+                while let Ok(permit) = credits.acquire().await {
+                    permit.forget();
                     receipts_done.fetch_add(1, Ordering::SeqCst);
+                    let seen = sent.load(Ordering::SeqCst);
                     let (status, answer) = target
                         .call(
                             "POST",
@@ -150,11 +153,30 @@ pub async fn row(
         acked.extend(t.await.unwrap());
     }
     let elapsed = started.elapsed();
-    done.store(true, Ordering::SeqCst);
+    if let Some(credits) = &credits {
+        credits.close();
+    }
     for t in reader_tasks {
         t.await.unwrap();
     }
     let calls = target.app().map(|t| t.calls.take_calls());
+    if let (Some(calls), true) = (&calls, std::env::var_os("BENCH_CALLS").is_some()) {
+        let mut by: std::collections::BTreeMap<&str, (usize, Duration, Duration)> =
+            Default::default();
+        for c in calls {
+            let e = by.entry(c.name.as_str()).or_default();
+            e.0 += 1;
+            e.1 += c.elapsed;
+            e.2 = e.2.max(c.elapsed);
+        }
+        for (name, (n, total, max)) in by {
+            eprintln!(
+                "  {senders} senders: {name:<20} {n:>5} calls, mean {:>6.1} ms, max {:>6.1} ms",
+                total.as_secs_f64() * 1000.0 / n as f64,
+                max.as_secs_f64() * 1000.0
+            );
+        }
+    }
 
     let ok = verify(target, &owner, &c, &acked).await;
     let n = acked.len();

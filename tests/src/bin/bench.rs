@@ -93,6 +93,12 @@ async fn main() {
                 table.print();
             }
             "ops" => ops::run(&app, messages).await.print(),
+            // One row, for tuning: 32 senders.
+            "hot32" => {
+                let mut table = hot::table();
+                hot::row(&target, &mut table, 32, messages / 32, false, None).await;
+                table.print();
+            }
             other => eprintln!("bench: unknown scenario {other:?} (hot, ops)"),
         }
     }

@@ -184,7 +184,8 @@ pub async fn row(
     let latencies: Vec<Duration> = acked.iter().map(|(d, _)| *d).collect();
     let (calls_per_send, units_per_send) = match (&calls, target.app()) {
         (Some(calls), Some(t)) if !receipts => {
-            let (units, _) = write_units(t, calls).await;
+            // Failed conditional writes and cancelled transactions are billed too.
+            let (_, units) = write_units(t, calls).await;
             (
                 format!("{:.2}", calls.len() as f64 / n as f64),
                 format!("{:.1}", units as f64 / n as f64),

@@ -44,7 +44,8 @@ async fn measure(
         errors += usize::from(r.status >= 400);
     }
     let calls = t.calls.take_calls();
-    let (units, _) = write_units(t, &calls).await;
+    // Failed conditional writes and cancelled transactions are billed too.
+    let (_, units) = write_units(t, &calls).await;
     table.rows.push(vec![
         name.to_owned(),
         n.to_string(),

@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{Mutex, RwLock, RwLockReadGuard};
 
 /// Records per handler invocation (template.yaml: BatchSize 100).
-const BATCH: i32 = 100;
+pub const BATCH: i32 = 100;
 
 /// Per shard, the sequence number of the last record handed to the indexer.
 static READ_UP_TO: Mutex<Option<HashMap<String, String>>> = Mutex::const_new(None);
@@ -39,13 +39,15 @@ pub struct Indexed {
 }
 
 /// Reads the chat table's stream from where the last catch-up stopped to its end and hands it to
-/// the indexer in batches, as Lambda would; a batch whose response reports a failure is handed
-/// over again from the reported record (at most 10 times, then the test fails).
+/// the indexer in batches of at most `batch` records, as Lambda would; a batch whose response
+/// reports a failure is handed over again from the reported record (at most 10 times, then the
+/// test fails).
 pub async fn catch_up(
     db: &aws_sdk_dynamodb::Client,
     streams: &aws_sdk_dynamodbstreams::Client,
     store: &ChatStore,
     table: &str,
+    batch: i32,
 ) -> Indexed {
     let _gate = GATE.write().await;
     let mut read_up_to = READ_UP_TO.lock().await;
@@ -90,7 +92,7 @@ pub async fn catch_up(
             let page = streams
                 .get_records()
                 .shard_iterator(&iterator)
-                .limit(BATCH)
+                .limit(batch)
                 .send()
                 .await
                 .expect("GetRecords");

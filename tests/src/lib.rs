@@ -3,6 +3,7 @@
 //! function handlers with API Gateway v2 (HTTP API) events routed like `cargo lambda watch` does.
 
 pub mod bench;
+pub mod bench_inbox;
 pub mod bench_push;
 pub mod capacity;
 pub mod indexer;
@@ -312,8 +313,13 @@ impl TestApp {
     /// this, every inbox entry stays where its conversation's creation or join filed it. Its
     /// DynamoDB calls go to `calls` like the handlers'.
     pub async fn index(&self) -> indexer::Indexed {
+        self.index_in_batches_of(indexer::BATCH).await
+    }
+
+    /// `index` with at most `records` stream records per indexer invocation.
+    pub async fn index_in_batches_of(&self, records: i32) -> indexer::Indexed {
         let store = self.app.store.clone().with_budget(inbox_index::BUDGET);
-        indexer::catch_up(&self.db, &self.streams, &store, &self.table).await
+        indexer::catch_up(&self.db, &self.streams, &store, &self.table, records).await
     }
 
     /// An API Gateway v2 event as the HTTP API (or `cargo lambda watch`) sends it.

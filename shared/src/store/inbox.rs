@@ -118,7 +118,12 @@ impl ChatStore {
         }
 
         let mut entries = Vec::with_capacity(distinct.len());
-        let mut stale: Vec<&InboxPosition> = copies;
+        // A lower copy goes once its conversation exists (while a group is being created, a
+        // retried creation's entries can be the lower ones).
+        let mut stale: Vec<&InboxPosition> = copies
+            .into_iter()
+            .filter(|p| conversations.contains_key(&p.conversation_id))
+            .collect();
         for p in distinct {
             let c = conversations.get(&p.conversation_id);
             let m = members.get(&p.conversation_id);

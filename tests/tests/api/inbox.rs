@@ -660,3 +660,42 @@ async fn a_group_past_200_members_moves_in_five_second_steps() {
         assert_eq!(index_entries(&t, &newcomer).await, [(key, g.clone())]);
     }
 }
+
+#[tokio::test]
+async fn a_move_seen_halfway_shows_the_conversation_once() {
+    let t = TestApp::new().await;
+    let (me, peer, other) = (unique("me"), unique("peer"), unique("other"));
+    let hold = indexer::hold().await;
+    let quiet = t.direct(&me, &other).await;
+    let c = t.direct(&me, &peer).await;
+    let sent = t.send(&c, &peer, "moving").await;
+    let new_key = sent.body["createdAt"].as_str().unwrap().to_owned();
+    // The indexer's put of the new entry has landed, its delete of the old one not yet.
+    t.db.put_item()
+        .table_name(&t.table)
+        .item("pk", AttributeValue::S(format!("I#{me}")))
+        .item("sk", AttributeValue::S(format!("A#{new_key}#{c}")))
+        .item("conversationId", AttributeValue::S(c.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(index_entries(&t, &me).await.len(), 3);
+    t.calls.take();
+    let page = t.get("/inbox", &me).await;
+    assert_eq!(ids(&page), [c.clone(), quiet.clone()], "once");
+    assert_eq!(
+        t.calls.take(),
+        ["Query", "BatchGetItem", "BatchWriteItem"],
+        "the page deletes the old copy"
+    );
+    let filed = index_entries(&t, &me).await;
+    assert_eq!(filed.len(), 2, "{filed:?}");
+    assert_eq!(filed[0], (new_key.clone(), c.clone()));
+    assert_eq!(filed[1].1, quiet);
+    drop(hold);
+    // The indexer's own delete then finds nothing to do, and its put is the entry already there.
+    t.index().await;
+    let filed = index_entries(&t, &me).await;
+    assert_eq!(filed.len(), 2, "{filed:?}");
+    assert_eq!(filed[0], (new_key, c));
+}

@@ -16,7 +16,7 @@ use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
 use chat_shared::ChatStore;
 use inbox_index::InboxIndex;
 use serde_json::{json, Map, Value};
-use tokio::sync::{Mutex, RwLock, RwLockReadGuard};
+use tokio::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Records per handler invocation (template.yaml: BatchSize 100).
 pub const BATCH: i32 = 100;
@@ -29,6 +29,14 @@ static GATE: RwLock<()> = RwLock::const_new(());
 /// While held, no test of this binary moves inbox entries (do not call `index` meanwhile).
 pub async fn hold() -> RwLockReadGuard<'static, ()> {
     GATE.read().await
+}
+
+/// While held, only its holder moves inbox entries (`TestApp::index_exclusively`): what it
+/// writes and then indexes is indexed by it, so its call log has the indexer's calls.
+pub struct Exclusive(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
+
+pub async fn exclusive() -> Exclusive {
+    Exclusive(GATE.write().await)
 }
 
 /// What one catch-up did.
@@ -49,7 +57,19 @@ pub async fn catch_up(
     table: &str,
     batch: i32,
 ) -> Indexed {
-    let _gate = GATE.write().await;
+    let gate = exclusive().await;
+    catch_up_exclusively(&gate, db, streams, store, table, batch).await
+}
+
+/// `catch_up` for the holder of `Exclusive`.
+pub async fn catch_up_exclusively(
+    _gate: &Exclusive,
+    db: &aws_sdk_dynamodb::Client,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    store: &ChatStore,
+    table: &str,
+    batch: i32,
+) -> Indexed {
     let mut read_up_to = READ_UP_TO.lock().await;
     let positions = read_up_to.get_or_insert_with(HashMap::new);
     let arn = db

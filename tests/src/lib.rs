@@ -316,6 +316,20 @@ impl TestApp {
         self.index_in_batches_of(indexer::BATCH).await
     }
 
+    /// `index` for the holder of `indexer::exclusive()`.
+    pub async fn index_exclusively(&self, gate: &indexer::Exclusive) -> indexer::Indexed {
+        let store = self.app.store.clone().with_budget(inbox_index::BUDGET);
+        indexer::catch_up_exclusively(
+            gate,
+            &self.db,
+            &self.streams,
+            &store,
+            &self.table,
+            indexer::BATCH,
+        )
+        .await
+    }
+
     /// `index` with at most `records` stream records per indexer invocation.
     pub async fn index_in_batches_of(&self, records: i32) -> indexer::Indexed {
         let store = self.app.store.clone().with_budget(inbox_index::BUDGET);

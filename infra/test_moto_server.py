@@ -40,7 +40,9 @@ from botocore.exceptions import ClientError
 INFRA = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(INFRA)
 CHAT_TABLE = "ChatTable"
-MEMBER_INDEX = "byMember"  # GSI of ChatTable: memberId (hash), pk (range)
+# template.yaml's tables have no global secondary index: the index tests make this table.
+INDEXED_TABLE = "IndexedTable"
+MEMBER_INDEX = "byMember"  # GSI of INDEXED_TABLE: memberId (hash), pk (range)
 DEFAULTS = {"txWindowMs": 10, "gsiLagMs": 0, "fastPath": True}
 
 
@@ -126,6 +128,21 @@ class MotoServerTest(unittest.TestCase):
             service, endpoint_url=self.url, region_name="us-east-1",
             aws_access_key_id="test", aws_secret_access_key="test",
             config=Config(retries={"max_attempts": 1}, max_pool_connections=4))
+
+    def indexed_table(self) -> str:
+        """INDEXED_TABLE (keys pk, sk like ChatTable; GSI MEMBER_INDEX), created if missing."""
+        ddb = self.client("dynamodb")
+        if INDEXED_TABLE not in ddb.list_tables()["TableNames"]:
+            ddb.create_table(
+                TableName=INDEXED_TABLE, BillingMode="PAY_PER_REQUEST",
+                AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "memberId")],
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                GlobalSecondaryIndexes=[{
+                    "IndexName": MEMBER_INDEX,
+                    "KeySchema": [{"AttributeName": "memberId", "KeyType": "HASH"},
+                                  {"AttributeName": "pk", "KeyType": "RANGE"}],
+                    "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["lastReadSeq"]}}])
+        return INDEXED_TABLE
 
     def run_threads(self, n: int, target: Any) -> None:
         """Runs target(i, dynamodb_client, barrier) in n threads; the barrier lines them up."""
@@ -550,6 +567,7 @@ class MotoServerTest(unittest.TestCase):
     # --- (g) eventually consistent global secondary index -----------------------------------------
 
     def test_global_secondary_index_lags(self) -> None:
+        table = self.indexed_table()
         self.assertEqual(self.configure(gsiLagMs=300, txWindowMs=0), {**DEFAULTS, "txWindowMs": 0, "gsiLagMs": 300})
         ddb, member = self.client("dynamodb"), f"user-{uuid.uuid4()}"
         conv = [f"conv-{uuid.uuid4()}" for _ in range(3)]
@@ -557,29 +575,29 @@ class MotoServerTest(unittest.TestCase):
         row = lambda c: {**key(c), "memberId": {"S": member}, "lastReadSeq": {"N": "0"}}  # noqa: E731
 
         def index() -> list[str]:
-            items = ddb.query(TableName=CHAT_TABLE, IndexName=MEMBER_INDEX,
+            items = ddb.query(TableName=table, IndexName=MEMBER_INDEX,
                               KeyConditionExpression="memberId = :m",
                               ExpressionAttributeValues={":m": {"S": member}})["Items"]
             return [i["pk"]["S"] for i in items]
 
         def index_scan() -> list[str]:
-            items = ddb.scan(TableName=CHAT_TABLE, IndexName=MEMBER_INDEX, FilterExpression="memberId = :m",
+            items = ddb.scan(TableName=table, IndexName=MEMBER_INDEX, FilterExpression="memberId = :m",
                              ExpressionAttributeValues={":m": {"S": member}})["Items"]
             return [i["pk"]["S"] for i in items]
 
         def base(c: str) -> list[dict[str, Any]]:
-            return ddb.query(TableName=CHAT_TABLE, KeyConditionExpression="pk = :p",
+            return ddb.query(TableName=table, KeyConditionExpression="pk = :p",
                              ExpressionAttributeValues={":p": {"S": c}})["Items"]
 
         written = time.monotonic()
-        ddb.put_item(TableName=CHAT_TABLE, Item=row(conv[0]))
+        ddb.put_item(TableName=table, Item=row(conv[0]))
         # Failed writes never reach the index: a cancelled transaction, a failed conditional put.
         self.assert_error("TransactionCanceledException", lambda: ddb.transact_write_items(TransactItems=[
-            {"Put": {"TableName": CHAT_TABLE, "Item": row(conv[1])}},
-            {"ConditionCheck": {"TableName": CHAT_TABLE, "Key": key(conv[2]),
+            {"Put": {"TableName": table, "Item": row(conv[1])}},
+            {"ConditionCheck": {"TableName": table, "Key": key(conv[2]),
                                 "ConditionExpression": "attribute_exists(pk)"}}]))
         self.assert_error("ConditionalCheckFailedException", lambda: ddb.put_item(
-            TableName=CHAT_TABLE, Item=row(conv[2]), ConditionExpression="attribute_exists(pk)"))
+            TableName=table, Item=row(conv[2]), ConditionExpression="attribute_exists(pk)"))
         self.assertEqual(len(base(conv[0])), 1, "the base table sees a write at once")
         self.assertEqual((index(), index_scan()), ([], []), "the index sees it only after the lag")
         self.assertLess(time.monotonic() - written, 0.3, "too slow to test the lag")
@@ -587,7 +605,7 @@ class MotoServerTest(unittest.TestCase):
         self.assertEqual((index(), index_scan()), ([conv[0]], [conv[0]]))
 
         removed = time.monotonic()
-        ddb.delete_item(TableName=CHAT_TABLE, Key=key(conv[0]))
+        ddb.delete_item(TableName=table, Key=key(conv[0]))
         self.assertEqual(base(conv[0]), [])
         self.assertEqual(index(), [conv[0]], "deletes lag too")
         self.assertLess(time.monotonic() - removed, 0.3, "too slow to test the lag")
@@ -731,7 +749,9 @@ class MotoServerTest(unittest.TestCase):
         same("Query", {**query, "Select": "COUNT", "ReturnConsumedCapacity": "INDEXES"})
         same("Query", {**query, "FilterExpression": "i > :one", "ExpressionAttributeValues": {
             **query["ExpressionAttributeValues"], ":one": {"N": "1"}}})
-        same("Query", {"TableName": CHAT_TABLE, "IndexName": MEMBER_INDEX,
+        indexed = self.indexed_table()  # ChatTable has no secondary index
+        ddb.put_item(TableName=indexed, Item=rich)
+        same("Query", {"TableName": indexed, "IndexName": MEMBER_INDEX,
                        "KeyConditionExpression": "memberId = :m",
                        "ExpressionAttributeValues": {":m": {"S": f"member-{pk}"}}})
         same("Scan", {"TableName": CHAT_TABLE, "Limit": 3})
@@ -866,18 +886,19 @@ class MotoServerTest(unittest.TestCase):
 
     def test_query_reads_the_queried_partition(self) -> None:
         ddb, prefix = self.client("dynamodb"), f"part-{uuid.uuid4()}"
+        indexed = self.indexed_table()  # keys like ChatTable's, and an index
         sks = ["m#3", "a", "m#10", "z", "m#1", "b#", "m#2"]  # stored out of order
         member = f"member-{prefix}"
         writes = [{"PutRequest": {"Item": {"pk": {"S": f"{prefix}-{p}"}, "sk": {"S": sk}, "p": {"N": str(p)},
                                            **({"memberId": {"S": member}} if sk == "a" else {})}}}
                   for p in range(30) for sk in sks]
         for start in range(0, len(writes), 25):
-            ddb.batch_write_item(RequestItems={CHAT_TABLE: writes[start:start + 25]})
+            ddb.batch_write_item(RequestItems={indexed: writes[start:start + 25]})
 
         def query(pk: str, forward: bool = True, limit: int | None = None, **extra: Any) -> list[str]:
             out, start = [], None
             while True:
-                page = ddb.query(TableName=CHAT_TABLE, KeyConditionExpression="pk = :p",
+                page = ddb.query(TableName=indexed, KeyConditionExpression="pk = :p",
                                  ExpressionAttributeValues={":p": {"S": pk}}, ScanIndexForward=forward,
                                  **({"Limit": limit} if limit else {}),
                                  **({"ExclusiveStartKey": start} if start else {}), **extra)
@@ -894,11 +915,11 @@ class MotoServerTest(unittest.TestCase):
             self.assertEqual(query(f"{prefix}-0", forward=False, limit=2), sorted(sks, reverse=True))
             self.assertEqual(query(f"{prefix}-29", Select="COUNT"), [len(sks)])
             self.assertEqual(query(f"{prefix}-nope"), [])
-            between = ddb.query(TableName=CHAT_TABLE, KeyConditionExpression="pk = :p AND sk BETWEEN :a AND :b",
+            between = ddb.query(TableName=indexed, KeyConditionExpression="pk = :p AND sk BETWEEN :a AND :b",
                                 ExpressionAttributeValues={":p": {"S": f"{prefix}-7"}, ":a": {"S": "m#1"},
                                                            ":b": {"S": "m#3"}}, ScanIndexForward=False)["Items"]
             self.assertEqual([i["sk"]["S"] for i in between], ["m#3", "m#2", "m#10", "m#1"])
-            index = ddb.query(TableName=CHAT_TABLE, IndexName=MEMBER_INDEX, KeyConditionExpression="memberId = :m",
+            index = ddb.query(TableName=indexed, IndexName=MEMBER_INDEX, KeyConditionExpression="memberId = :m",
                               ExpressionAttributeValues={":m": {"S": member}})["Items"]
             self.assertEqual([i["pk"]["S"] for i in index], sorted(f"{prefix}-{p}" for p in range(30)))
         self.configure(fastPath=True)

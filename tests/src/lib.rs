@@ -3,8 +3,10 @@
 //! function handlers with API Gateway v2 (HTTP API) events routed like `cargo lambda watch` does.
 
 pub mod bench;
+pub mod bench_inbox;
 pub mod bench_push;
 pub mod capacity;
+pub mod indexer;
 pub mod push;
 pub mod server;
 
@@ -233,6 +235,9 @@ pub struct TestApp {
     pub calls: Arc<CallLog>,
     /// The same DynamoDB client the store uses, for tests that set up or inspect items directly.
     pub db: aws_sdk_dynamodb::Client,
+    /// The chat table's name.
+    pub table: String,
+    streams: aws_sdk_dynamodbstreams::Client,
     routes: Vec<(String, String, String)>,
 }
 
@@ -289,12 +294,46 @@ impl TestApp {
         }
         let db = aws_sdk_dynamodb::Client::from_conf(conf.build());
         let store = ChatStore::new(db.clone(), config.chat_table.clone()).with_budget(budget);
+        let streams = aws_sdk_dynamodbstreams::Client::from_conf(
+            aws_sdk_dynamodbstreams::config::Builder::from(&sdk)
+                .endpoint_url(server::dynamodb_endpoint())
+                .build(),
+        );
         TestApp {
             app: App { store, auth },
             calls,
             db,
+            table: config.chat_table,
+            streams,
             routes: router(),
         }
+    }
+
+    /// Runs the inbox indexer over everything written so far (`indexer`): until a test calls
+    /// this, every inbox entry stays where its conversation's creation or join filed it. Its
+    /// DynamoDB calls go to `calls` like the handlers'.
+    pub async fn index(&self) -> indexer::Indexed {
+        self.index_in_batches_of(indexer::BATCH).await
+    }
+
+    /// `index` for the holder of `indexer::exclusive()`.
+    pub async fn index_exclusively(&self, gate: &indexer::Exclusive) -> indexer::Indexed {
+        let store = self.app.store.clone().with_budget(inbox_index::BUDGET);
+        indexer::catch_up_exclusively(
+            gate,
+            &self.db,
+            &self.streams,
+            &store,
+            &self.table,
+            indexer::BATCH,
+        )
+        .await
+    }
+
+    /// `index` with at most `records` stream records per indexer invocation.
+    pub async fn index_in_batches_of(&self, records: i32) -> indexer::Indexed {
+        let store = self.app.store.clone().with_budget(inbox_index::BUDGET);
+        indexer::catch_up(&self.db, &self.streams, &store, &self.table, records).await
     }
 
     /// An API Gateway v2 event as the HTTP API (or `cargo lambda watch`) sends it.

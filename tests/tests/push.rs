@@ -158,11 +158,21 @@ async fn a_group_over_200_members_gets_the_light_message() {
             &json!({"type": "message.new", "conversationId": conv, "seq": 1}),
             "only the light form above 200 members"
         );
-        let added = events.iter().find(|e| e["type"] == "member.added");
+        // 50 new members are added in two batches (49 per transaction, each new member with its
+        // inbox entry), one event each, in order.
+        let batches: Vec<Vec<serde_json::Value>> = events
+            .iter()
+            .filter(|e| e["type"] == "member.added")
+            .map(|e| e["userIds"].as_array().unwrap().clone())
+            .collect();
         assert_eq!(
-            added.map(|e| e["userIds"].as_array().unwrap().len()),
-            Some(50),
+            batches.iter().map(Vec::len).collect::<Vec<_>>(),
+            [49, 1],
             "{events:#?}"
+        );
+        assert_eq!(
+            batches.concat(),
+            more.iter().map(|u| json!(u)).collect::<Vec<_>>()
         );
     })
     .await
@@ -697,6 +707,45 @@ async fn shutdown_closes_connections_and_unregisters_them() {
             tokio_tungstenite::connect_async(&url).await.is_err(),
             "the port is closed"
         );
+    })
+    .await
+}
+
+/// The local stack runs the inbox indexer from the stream too (template.yaml:
+/// InboxIndexEventSource): with real lag, a conversation moves to the top of the index walk
+/// shortly after its message, while every page is exact from the start.
+#[tokio::test]
+async fn the_inbox_index_follows_the_stream() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let gw = chat_tests::push::gateway();
+        let (me, p1, p2) = (unique("me"), unique("p1"), unique("p2"));
+        let older = t.direct(&me, &p1).await;
+        let newer = t.direct(&me, &p2).await;
+        let invocations = gw.stats().inbox_index.invocations();
+        let sent = t.send(&older, &p1, "move me up").await;
+        assert_eq!(sent.status, 201);
+        let entry = &t.get("/inbox", &me).await.body["conversations"][0];
+        assert_eq!(
+            (&entry["conversationId"], &entry["unreadCount"]),
+            (&json!(older), &json!(1))
+        );
+        let started = Instant::now();
+        loop {
+            let first = t.get("/inbox?limit=1", &me).await;
+            if first.body["conversations"][0]["conversationId"] == older.as_str() {
+                break;
+            }
+            assert_eq!(
+                first.body["conversations"][0]["conversationId"],
+                newer.as_str()
+            );
+            assert!(started.elapsed() < EVENT, "the index never moved");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        println!("the inbox index moved after {:?}", started.elapsed());
+        assert!(gw.stats().inbox_index.invocations() > invocations);
+        assert_eq!(gw.stats().inbox_index.given_up(), 0);
     })
     .await
 }

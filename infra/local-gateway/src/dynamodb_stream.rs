@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use crate::mapping::{Page, Position, Record, Shard, Source};
 use crate::{sdk_error, Error};
 
+#[derive(Clone)]
 pub(crate) struct TableStream {
     client: Client,
     arn: String,

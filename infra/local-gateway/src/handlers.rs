@@ -9,6 +9,7 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use chat_shared::auth::TokenVerifier;
 use chat_shared::{Config, ConnectionStore};
 use fanout::Fanout;
+use inbox_index::InboxIndex;
 use relay::Relay;
 use serde_json::{json, Value};
 use ws_connection::WsConnection;
@@ -20,6 +21,7 @@ pub(crate) struct Handlers {
     ws: WsConnection,
     relay: Relay,
     fanout: Fanout,
+    inbox_index: InboxIndex,
 }
 
 impl Handlers {
@@ -43,6 +45,7 @@ impl Handlers {
                 config.chat_store(sdk),
             ),
             fanout: Fanout::new(config.chat_store(sdk), connections, management),
+            inbox_index: InboxIndex::new(config.chat_store(sdk).with_budget(inbox_index::BUDGET)),
         })
     }
 
@@ -61,6 +64,12 @@ impl Handlers {
     pub(crate) async fn relay(&self, records: Vec<Value>) -> Result<Value, Error> {
         let event: DynamoDbEvent = serde_json::from_value(json!({ "Records": records }))?;
         Ok(serde_json::to_value(self.relay.handle(event).await)?)
+    }
+
+    /// DynamoDB stream records → the inbox indexer's response (`batchItemFailures`).
+    pub(crate) async fn inbox_index(&self, records: Vec<Value>) -> Result<Value, Error> {
+        let event: DynamoDbEvent = serde_json::from_value(json!({ "Records": records }))?;
+        Ok(serde_json::to_value(self.inbox_index.handle(event).await)?)
     }
 
     /// Kinesis records → the fanout's response (`batchItemFailures`).

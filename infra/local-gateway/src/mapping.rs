@@ -31,11 +31,12 @@ pub enum StartingPosition {
     Latest,
 }
 
-/// Counters of the two mappings (for logs and tests).
+/// Counters of the mappings (for logs and tests).
 #[derive(Debug, Default)]
 pub struct Stats {
     pub relay: MappingStats,
     pub fanout: MappingStats,
+    pub inbox_index: MappingStats,
 }
 
 /// Counters of one mapping.

@@ -1,4 +1,5 @@
-//! The event pipeline's two mappings: ChatTable stream → relay → Kinesis → fanout.
+//! The event pipeline's two mappings, ChatTable stream → relay → Kinesis → fanout, and the
+//! stream's second reader, ChatTable stream → inbox-index.
 
 use std::sync::Arc;
 
@@ -36,6 +37,7 @@ pub(crate) async fn start(
         region.clone(),
     )
     .await?;
+    let index_stream = table_stream.clone();
     let event_stream =
         EventStream::open(chat.kinesis_client(sdk), &chat.event_stream, region).await?;
 
@@ -82,6 +84,26 @@ pub(crate) async fn start(
         shutdown: shutdown.clone(),
         wake: None,
         delivered: Some(delivered),
+    }
+    .start(config.starting_position)
+    .await?;
+    // The stream's second reader (template.yaml: InboxIndexEventSource), with its own iterators.
+    let inbox_index: Handler = {
+        let h = handlers.clone();
+        Arc::new(move |records| {
+            let h = h.clone();
+            Box::pin(async move { h.inbox_index(records).await })
+        })
+    };
+    Mapping {
+        source: index_stream,
+        handler: inbox_index,
+        settings: settings(config.poll_interval),
+        stats: stats.clone(),
+        counters: |s| &s.inbox_index,
+        shutdown: shutdown.clone(),
+        wake: None,
+        delivered: None,
     }
     .start(config.starting_position)
     .await

@@ -48,33 +48,10 @@ impl RestEdge {
 
     pub(crate) async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         let origin = req.headers().get(header::ORIGIN).cloned();
-        let mut answer = if is_preflight(&req) {
-            preflight()
-        } else {
-            self.forward(req).await
-        };
-        // CORS is decided here, as by the HTTP API: whatever the functions' host said goes.
-        let foreign: Vec<_> = answer
-            .headers()
-            .keys()
-            .filter(|k| k.as_str().starts_with("access-control-") || *k == header::VARY)
-            .cloned()
-            .collect();
-        for name in foreign {
-            answer.headers_mut().remove(name);
+        if is_preflight(&req) {
+            return with_cors(preflight(), origin.is_some(), false);
         }
-        if origin.is_some() {
-            let h = answer.headers_mut();
-            h.insert(
-                header::ACCESS_CONTROL_ALLOW_ORIGIN,
-                HeaderValue::from_static("*"),
-            );
-            h.insert(
-                header::ACCESS_CONTROL_EXPOSE_HEADERS,
-                HeaderValue::from_static("retry-after"),
-            );
-        }
-        answer
+        with_cors(self.forward(req).await, origin.is_some(), true)
     }
 
     async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
@@ -148,6 +125,34 @@ fn is_preflight(req: &Request<Incoming>) -> bool {
             .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
 }
 
+/// CORS is decided here, as by the HTTP API: whatever the functions' host said goes (from a
+/// `forwarded` answer); a request with an `Origin` gets the allowed origin and exposed headers.
+fn with_cors(mut answer: Response<Body>, origin: bool, forwarded: bool) -> Response<Body> {
+    if forwarded {
+        let foreign: Vec<_> = answer
+            .headers()
+            .keys()
+            .filter(|k| k.as_str().starts_with("access-control-") || *k == header::VARY)
+            .cloned()
+            .collect();
+        for name in foreign {
+            answer.headers_mut().remove(name);
+        }
+    }
+    if origin {
+        let h = answer.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("retry-after"),
+        );
+    }
+    answer
+}
+
 /// template.yaml's CorsConfiguration.
 fn preflight() -> Response<Body> {
     let mut r = response(StatusCode::NO_CONTENT, Bytes::new());
@@ -211,6 +216,34 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preflight_keeps_its_own_cors_headers_and_the_functions_lose_theirs() {
+        let answer = with_cors(preflight(), true, false);
+        let h = answer.headers();
+        assert_eq!(
+            h[header::ACCESS_CONTROL_ALLOW_HEADERS],
+            "authorization,content-type"
+        );
+        assert_eq!(
+            h[header::ACCESS_CONTROL_ALLOW_METHODS],
+            "GET,POST,DELETE,OPTIONS"
+        );
+        assert_eq!(h[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        let mut from_functions = response(StatusCode::OK, Bytes::new());
+        from_functions.headers_mut().insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("http://elsewhere"),
+        );
+        let answer = with_cors(from_functions, true, true);
+        assert_eq!(answer.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        assert_eq!(
+            answer.headers()[header::ACCESS_CONTROL_EXPOSE_HEADERS],
+            "retry-after"
+        );
+        let without_origin = with_cors(response(StatusCode::OK, Bytes::new()), false, true);
+        assert!(without_origin.headers().is_empty());
+    }
 
     #[test]
     fn foreign_error_pages_take_the_apis_shape() {

@@ -1,110 +1,441 @@
-//! Inbox order and paging (docs/api.md §14): newest activity first, an opaque cursor.
+//! The inbox (docs/api.md §14, docs/data-model.md §2.5): each member's conversations filed by
+//! activity in a per-user index, an opaque cursor, and the rules that keep the index exact enough:
+//!
+//! - **Activity key**: where a conversation's entries are filed. Its activity (newest message,
+//!   else creation) exactly; for a group that has had more than 200 members, rounded down to a
+//!   5-second step, so that its thousand entries move at most once per 5 s. It never goes back.
+//! - **Moves**: the indexer files every member's entry under the new key when the key changes;
+//!   which old keys an entry can sit at follows from the stream records alone (`ConversationMove`).
+//! - **Which entries count**: an entry is shown only when the member item read with it says the
+//!   reader is a member, and that it was filed during this membership (`entry_verdict`).
+
+use std::collections::BTreeSet;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use time::OffsetDateTime;
 
 use super::ids::ConversationId;
 use crate::error::ChatError;
 
-/// A conversation's place in the inbox: newest activity first; ties broken by conversation id so
-/// pages never overlap.
+/// Groups above this many members get 5-second activity keys (and keep them: `bucketed_since`).
+pub const BUCKETED_ABOVE_MEMBERS: usize = 200;
+/// The step of a bucketed activity key, in milliseconds.
+pub const BUCKET_MILLIS: i128 = 5_000;
+
+/// A conversation's activity: the time of its newest message, or its creation time while it has
+/// none; the later of the two, since the first message's time comes from another server's clock
+/// and may be a little before the creation time. RFC 3339 fixed width: sorts as time.
+pub fn activity<'a>(created_at: &'a str, last_message_at: Option<&'a str>) -> &'a str {
+    match last_message_at {
+        Some(m) if m > created_at => m,
+        _ => created_at,
+    }
+}
+
+/// Whether a group of this many members files its entries under 5-second keys from now on.
+pub fn bucketed(member_count: usize) -> bool {
+    member_count > BUCKETED_ABOVE_MEMBERS
+}
+
+/// The key a conversation's inbox entries are filed under. `bucketed_since` is the activity key the
+/// conversation had when it first got more than 200 members: from then on the key is the activity
+/// rounded down to 5 seconds, but never below that. So the key never goes back, whether members
+/// come or go, and a big group's entries move at most once per 5 seconds.
+pub fn activity_key(activity: &str, bucketed_since: Option<&str>) -> String {
+    match bucketed_since {
+        None => activity.to_owned(),
+        Some(floor) => {
+            let step = bucket_start(activity);
+            if step.as_str() > floor {
+                step
+            } else {
+                floor.to_owned()
+            }
+        }
+    }
+}
+
+/// The start of the 5-second step an RFC 3339 time falls in (a malformed time is kept as is).
+fn bucket_start(t: &str) -> String {
+    let Some(parsed) = crate::time::parse_rfc3339(t) else {
+        return t.to_owned();
+    };
+    let ms = parsed.unix_timestamp_nanos() / 1_000_000;
+    let start = ms - ms.rem_euclid(BUCKET_MILLIS);
+    match OffsetDateTime::from_unix_timestamp_nanos(start * 1_000_000) {
+        Ok(s) => crate::time::rfc3339(s),
+        Err(_) => t.to_owned(),
+    }
+}
+
+/// A place in a user's inbox index: an activity key and the conversation (ties broken by id, so
+/// positions never coincide). A cursor is the position of the last index entry a page read.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct InboxPosition {
     /// RFC 3339, fixed width: sorts as time.
-    pub activity: String,
+    pub key: String,
     pub conversation_id: ConversationId,
 }
 
 impl InboxPosition {
-    /// True when `self` comes after `cursor` in newest-first order.
-    pub fn is_after(&self, cursor: &InboxPosition) -> bool {
-        self < cursor
-    }
-
     pub fn encode(&self) -> String {
-        URL_SAFE_NO_PAD.encode(serde_json::json!([self.activity, self.conversation_id]).to_string())
+        URL_SAFE_NO_PAD.encode(serde_json::json!([self.key, self.conversation_id]).to_string())
     }
 
     pub fn decode(cursor: &str) -> Result<InboxPosition, ChatError> {
         let bad = || ChatError::invalid("query parameter `cursor` is malformed");
         let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
-        let (activity, conversation_id): (String, String) =
+        let (key, conversation_id): (String, String) =
             serde_json::from_slice(&bytes).map_err(|_| bad())?;
-        if crate::time::parse_rfc3339(&activity).is_none() {
+        if crate::time::parse_rfc3339(&key).is_none() {
             return Err(bad());
         }
         Ok(InboxPosition {
-            activity,
+            key,
             conversation_id: ConversationId::parse(&conversation_id).ok_or_else(bad)?,
         })
     }
 }
 
-/// Sorts newest first and returns one page plus the cursor of the next one.
-pub fn inbox_page<T>(
-    mut entries: Vec<(InboxPosition, T)>,
-    after: Option<&InboxPosition>,
-    limit: usize,
-) -> (Vec<T>, Option<String>) {
+/// Newest activity first (then by id, descending, as the index orders equal keys).
+pub fn newest_first<T>(mut entries: Vec<(InboxPosition, T)>) -> Vec<T> {
     entries.sort_by(|a, b| b.0.cmp(&a.0));
-    let mut rest = entries
-        .into_iter()
-        .filter(|(p, _)| after.is_none_or(|c| p.is_after(c)))
-        .peekable();
-    let mut page = Vec::with_capacity(limit);
-    let mut last = None;
-    while page.len() < limit {
-        let Some((pos, item)) = rest.next() else {
-            break;
-        };
-        last = Some(pos);
-        page.push(item);
+    entries.into_iter().map(|(_, t)| t).collect()
+}
+
+/// What an inbox page does with one index entry, given what the strongly consistent reads of the
+/// page found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Show,
+    /// Not shown; left alone (its conversation is still being created, or the reader was removed
+    /// between the page's two reads).
+    Skip,
+    /// Not shown, and never will be: the reader is not a member, or the entry was filed during an
+    /// earlier membership. The page may delete it.
+    Stale,
+}
+
+/// The rule for one index entry filed under `entry_key`:
+/// - `conversation`: the conversation item exists (a group's is written last, at its creation);
+/// - `member`: the reader's member item, if any, with the key its entry was filed under when it
+///   joined (absent on members from before the index);
+/// - `removed_last`: the conversation's latest membership change removed the reader, so the
+///   conversation item was read after a removal that the member read did not see yet.
+pub fn entry_verdict(
+    entry_key: &str,
+    conversation: bool,
+    member: Option<Option<&str>>,
+    removed_last: bool,
+) -> Verdict {
+    if !conversation {
+        return Verdict::Skip;
     }
-    let next = match (rest.peek(), last) {
-        (Some(_), Some(last)) => Some(last.encode()),
-        _ => None,
-    };
-    (page, next)
+    match member {
+        None => Verdict::Stale,
+        // Entries only move up from where the join filed them: one below is from before.
+        Some(Some(joined)) if entry_key < joined => Verdict::Stale,
+        Some(_) if removed_last => Verdict::Skip,
+        Some(_) => Verdict::Show,
+    }
+}
+
+/// One conversation's change of activity key over a batch of its stream records, for the indexer:
+/// move every current member's entry to `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationMove {
+    pub conversation_id: ConversationId,
+    /// The keys before each record of the batch. An entry of a member who was a member before the
+    /// batch is at one of them: normally the first (the previous batch moved it there); when a
+    /// batch is delivered again after a partial failure, the entries of conversations that had
+    /// succeeded are already further on, at the key before a later record (or at `to`).
+    pub from: BTreeSet<String>,
+    pub to: String,
+    /// The first record of the batch this conversation's change comes from (what to report when
+    /// the move fails: Lambda delivers it and everything after it again).
+    pub first_record: usize,
+}
+
+/// What the indexer writes for one member: the new entry first, then the old ones away (a reader
+/// between the two sees the conversation twice, which a page dedupes, rather than not at all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberMove {
+    pub put: String,
+    pub deletes: Vec<String>,
+}
+
+impl ConversationMove {
+    /// Nothing to move: the key did not change (or only the creation was seen, whose transaction
+    /// filed every entry).
+    pub fn is_noop(&self) -> bool {
+        self.from.iter().all(|k| k.as_str() >= self.to.as_str())
+    }
+
+    /// The writes for a current member whose entry was filed under `joined` when it joined (None
+    /// for members from before the index). A member who joined during or after this batch has
+    /// its entry at its join key (or further on, if a redelivered batch already moved it), never
+    /// below; one who joined at or after `to` needs nothing.
+    pub fn for_member(&self, joined: Option<&str>) -> Option<MemberMove> {
+        let joined = joined.unwrap_or("");
+        let to = self.to.as_str();
+        if joined >= to {
+            return None;
+        }
+        let mut deletes: BTreeSet<&str> = self
+            .from
+            .iter()
+            .map(String::as_str)
+            .filter(|k| *k < to && *k >= joined)
+            .collect();
+        if self
+            .from
+            .first()
+            .is_some_and(|first| joined >= first.as_str())
+        {
+            deletes.insert(joined);
+        }
+        Some(MemberMove {
+            put: self.to.clone(),
+            deletes: deletes.into_iter().map(str::to_owned).collect(),
+        })
+    }
+}
+
+/// One stream record of a conversation item, for `coalesce`: the keys before and after it (no
+/// key before: the record is the conversation's creation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyChange {
+    pub record: usize,
+    pub conversation_id: ConversationId,
+    pub before: Option<String>,
+    pub after: String,
+}
+
+/// Coalesces a batch's key changes into one move per conversation (from the keys before each of
+/// its records to the key after its last one), in order of first appearance; conversations whose
+/// key did not change are left out.
+pub fn coalesce(changes: impl IntoIterator<Item = KeyChange>) -> Vec<ConversationMove> {
+    let mut moves: Vec<ConversationMove> = Vec::new();
+    for c in changes {
+        let at = match moves
+            .iter()
+            .position(|m| m.conversation_id == c.conversation_id)
+        {
+            Some(i) => i,
+            None => {
+                moves.push(ConversationMove {
+                    conversation_id: c.conversation_id.clone(),
+                    from: BTreeSet::new(),
+                    to: c.after.clone(),
+                    first_record: c.record,
+                });
+                moves.len() - 1
+            }
+        };
+        let m = &mut moves[at];
+        m.from.extend(c.before);
+        m.to = c.after;
+    }
+    moves.retain(|m| !m.is_noop());
+    moves
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn id(n: u32) -> ConversationId {
+        ConversationId::parse(&format!("g-{n:032x}")).unwrap()
+    }
+
+    fn t(s: &str) -> String {
+        format!("2026-01-01T00:00:{s}Z")
+    }
+
     #[test]
-    fn inbox_paging_is_newest_first_and_complete() {
-        let mk = |t: &str, id: &ConversationId| InboxPosition {
-            activity: t.into(),
-            conversation_id: id.clone(),
-        };
-        let ids: Vec<ConversationId> = (0..5)
-            .map(|i| ConversationId::parse(&format!("g-{:032x}", i)).unwrap())
-            .collect();
-        let entries: Vec<_> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| {
-                (
-                    mk(&format!("2026-01-01T00:00:0{}.000Z", i % 3), id),
-                    id.clone(),
+    fn activity_is_the_later_of_creation_and_last_message() {
+        assert_eq!(
+            activity("2026-01-01T00:00:01.000Z", None),
+            "2026-01-01T00:00:01.000Z"
+        );
+        let (created, first) = ("2026-01-01T00:00:01.000Z", "2026-01-01T00:00:00.990Z");
+        assert_eq!(
+            activity(created, Some(first)),
+            created,
+            "a clock slightly behind"
+        );
+        assert_eq!(
+            activity(created, Some("2026-01-01T00:00:02.000Z")),
+            "2026-01-01T00:00:02.000Z"
+        );
+    }
+
+    #[test]
+    fn bucketed_keys_step_by_five_seconds_and_never_go_back() {
+        assert_eq!(activity_key(&t("07.123"), None), t("07.123"));
+        assert_eq!(bucket_start(&t("07.123")), t("05.000"));
+        assert_eq!(bucket_start(&t("05.000")), t("05.000"));
+        assert_eq!(bucket_start("2026-01-01T00:00:59.999Z"), t("55.000"));
+        assert_eq!(bucket_start("not a time"), "not a time");
+        // Bucketed since 07.123 (the exact key when it grew past 200 members): the key stays
+        // there until the activity reaches the next step.
+        let floor = t("07.123");
+        assert_eq!(activity_key(&t("07.123"), Some(&floor)), floor);
+        assert_eq!(activity_key(&t("09.999"), Some(&floor)), floor);
+        assert_eq!(activity_key(&t("10.001"), Some(&floor)), t("10.000"));
+        assert_eq!(activity_key(&t("14.999"), Some(&floor)), t("10.000"));
+        // Monotonic: over a sequence of growing activities (and the switch to bucketing between
+        // two of them), the key never decreases.
+        let mut previous = String::new();
+        for ms in (0..20_000).step_by(137) {
+            let a = crate::time::rfc3339(
+                OffsetDateTime::from_unix_timestamp_nanos(
+                    1_767_225_600_000_000_000 + ms * 1_000_000,
                 )
-            })
-            .collect();
-        let (p1, c1) = inbox_page(entries.clone(), None, 2);
-        let after = InboxPosition::decode(c1.as_deref().unwrap()).unwrap();
-        let (p2, c2) = inbox_page(entries.clone(), Some(&after), 2);
-        let after = InboxPosition::decode(c2.as_deref().unwrap()).unwrap();
-        let (p3, c3) = inbox_page(entries, Some(&after), 2);
-        assert_eq!(c3, None);
-        let all: Vec<ConversationId> = p1.into_iter().chain(p2).chain(p3).collect();
-        assert_eq!(all.len(), 5);
-        let mut uniq = all.clone();
-        uniq.sort();
-        uniq.dedup();
-        assert_eq!(uniq.len(), 5);
-        // Newest activity first: ids 2 (…:02) before the others.
-        assert_eq!(all[0], ids[2]);
+                .unwrap(),
+            );
+            let key = if ms < 8_000 {
+                activity_key(&a, None)
+            } else {
+                activity_key(&a, Some("2026-01-01T00:00:07.946Z"))
+            };
+            assert!(key >= previous, "{key} < {previous}");
+            previous = key;
+        }
+        assert!(bucketed(201) && !bucketed(200));
+    }
+
+    #[test]
+    fn cursors_round_trip_and_reject_forgeries() {
+        let p = InboxPosition {
+            key: t("01.000"),
+            conversation_id: id(7),
+        };
+        assert_eq!(InboxPosition::decode(&p.encode()).unwrap(), p);
         assert!(InboxPosition::decode("!!!").is_err());
         assert!(InboxPosition::decode(&URL_SAFE_NO_PAD.encode("[1,2]")).is_err());
+        let not_a_time = URL_SAFE_NO_PAD.encode(format!(r#"["x","{}"]"#, id(1)));
+        assert!(InboxPosition::decode(&not_a_time).is_err());
+    }
+
+    #[test]
+    fn pages_are_newest_first_with_ties_by_id() {
+        let pos = |s: &str, n| InboxPosition {
+            key: t(s),
+            conversation_id: id(n),
+        };
+        let order = newest_first(vec![
+            (pos("01.000", 1), 1),
+            (pos("03.000", 2), 2),
+            (pos("01.000", 3), 3),
+        ]);
+        assert_eq!(order, vec![2, 3, 1]);
+    }
+
+    #[test]
+    fn entries_count_only_for_the_current_membership() {
+        let (k1, k2) = (t("01.000"), t("02.000"));
+        assert_eq!(
+            entry_verdict(&k2, true, Some(Some(&k1)), false),
+            Verdict::Show
+        );
+        assert_eq!(
+            entry_verdict(&k1, true, Some(Some(&k1)), false),
+            Verdict::Show
+        );
+        assert_eq!(entry_verdict(&k2, true, Some(None), false), Verdict::Show);
+        // Removed: never shown, the entry may go.
+        assert_eq!(entry_verdict(&k2, true, None, false), Verdict::Stale);
+        // Filed during an earlier membership (below where the current one started).
+        assert_eq!(
+            entry_verdict(&k1, true, Some(Some(&k2)), false),
+            Verdict::Stale
+        );
+        // The conversation item saw the reader's removal that the member read missed.
+        assert_eq!(
+            entry_verdict(&k2, true, Some(Some(&k1)), true),
+            Verdict::Skip
+        );
+        // A group still being created: its item is written last; keep the entry.
+        assert_eq!(entry_verdict(&k2, false, None, false), Verdict::Skip);
+    }
+
+    fn change(record: usize, n: u32, before: Option<&str>, after: &str) -> KeyChange {
+        KeyChange {
+            record,
+            conversation_id: id(n),
+            before: before.map(t),
+            after: t(after),
+        }
+    }
+
+    #[test]
+    fn a_batch_coalesces_to_one_move_per_conversation() {
+        let moves = coalesce(vec![
+            change(0, 1, Some("01.000"), "02.000"),
+            change(1, 2, Some("05.000"), "05.000"), // a read receipt or a membership change
+            change(2, 3, None, "07.000"),           // a creation
+            change(3, 1, Some("02.000"), "03.000"),
+            change(4, 3, Some("07.000"), "08.000"),
+        ]);
+        assert_eq!(moves.len(), 2);
+        assert_eq!(moves[0].conversation_id, id(1));
+        assert_eq!(moves[0].from, BTreeSet::from([t("01.000"), t("02.000")]));
+        assert_eq!(
+            (moves[0].to.clone(), moves[0].first_record),
+            (t("03.000"), 0)
+        );
+        assert_eq!(moves[1].from, BTreeSet::from([t("07.000")]));
+        assert_eq!(
+            (moves[1].to.clone(), moves[1].first_record),
+            (t("08.000"), 2)
+        );
+        assert!(
+            coalesce(vec![change(0, 1, None, "01.000")]).is_empty(),
+            "creation only"
+        );
+    }
+
+    #[test]
+    fn a_member_moves_from_wherever_its_entry_can_be() {
+        let mv = coalesce(vec![change(0, 1, Some("01.000"), "02.000")]).remove(0);
+        // A 1:1 message: one delete and one put per member, 4 write units for two members.
+        let long_time = MemberMove {
+            put: t("02.000"),
+            deletes: vec![t("01.000")],
+        };
+        assert_eq!(mv.for_member(Some(&t("00.000"))), Some(long_time.clone()));
+        assert_eq!(mv.for_member(None), Some(long_time.clone()));
+        assert_eq!(mv.for_member(Some(&t("01.000"))), Some(long_time));
+        // Joined after the batch's first record (at 01.500): its entry is there.
+        assert_eq!(
+            mv.for_member(Some(&t("01.500"))),
+            Some(MemberMove {
+                put: t("02.000"),
+                deletes: vec![t("01.500")]
+            })
+        );
+        // Joined at or after the new key: already filed there or further on.
+        assert_eq!(mv.for_member(Some(&t("02.000"))), None);
+        assert_eq!(mv.for_member(Some(&t("03.000"))), None);
+
+        // Three messages in one batch: the entry is at the first key, or (a redelivery after
+        // a partial failure) at a later one; every candidate goes, so no copy is left behind.
+        let mv = coalesce(vec![
+            change(0, 1, Some("01.000"), "02.000"),
+            change(1, 1, Some("02.000"), "03.000"),
+            change(2, 1, Some("03.000"), "04.000"),
+        ])
+        .remove(0);
+        let m = mv.for_member(Some(&t("00.000"))).unwrap();
+        assert_eq!(m.deletes, vec![t("01.000"), t("02.000"), t("03.000")]);
+        assert!(
+            2 * (1 + m.deletes.len()) <= 4 * 3,
+            "never more than 4 write units per 1:1 message"
+        );
+        // Joined between the second and third message: the earlier keys were never its.
+        let m = mv.for_member(Some(&t("02.500"))).unwrap();
+        assert_eq!(m.deletes, vec![t("02.500"), t("03.000")]);
     }
 }

@@ -135,6 +135,7 @@ mod tests {
                 kind: MembersChangeKind::Added,
                 user_ids: vec![user("n")],
             }),
+            bucketed_since: None,
         }
     }
 
@@ -199,6 +200,7 @@ mod tests {
             last_sent_seq: sent,
             joined_at: None,
             create_fp: None,
+            inbox_key: None,
         };
         let (old, read) = (image(&member(1, 0), "M#m"), image(&member(3, 0), "M#m"));
         assert_eq!(

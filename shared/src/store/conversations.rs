@@ -10,12 +10,14 @@ use crate::domain::conversation::{
     check_membership_change, check_removal, group_fingerprint, group_members, joining_watermark,
     members_to_add,
 };
+use crate::domain::inbox::{bucketed, InboxPosition};
 use crate::domain::model::Conversation;
 use crate::domain::{ConversationId, ConversationType, UserId};
 use crate::error::ChatError;
 
-/// Member items per transaction next to the conversation item (TransactWriteItems takes 100).
-const MEMBERS_PER_TX: usize = 99;
+/// New members per transaction: each is a member item and its inbox entry, next to the
+/// conversation item (TransactWriteItems takes 100 items).
+const MEMBERS_PER_TX: usize = 49;
 
 fn members_change(
     kind: MembersChangeKind,
@@ -26,6 +28,14 @@ fn members_change(
         user_ids: user_ids.iter().map(|u| (*u).clone()).collect(),
     };
     serde_dynamo::to_attribute_value(change).map_err(ChatError::internal)
+}
+
+/// Where `conversation`'s inbox entries are filed now.
+fn filed_at(conversation: &ConversationItem) -> InboxPosition {
+    InboxPosition {
+        key: conversation.activity_key(),
+        conversation_id: conversation.conversation_id.clone(),
+    }
 }
 
 fn sorted_ids<'a>(users: impl IntoIterator<Item = &'a UserId>) -> Vec<UserId> {
@@ -189,8 +199,9 @@ impl ChatStore {
     }
 
     /// `createConversation` (direct). The id is derived from the pair and the conversation item is
-    /// put only if absent, so simultaneous creations make one conversation. Returns `(conversation,
-    /// created)`. DynamoDB: 1 TransactWriteItems (+1 Query when it already exists).
+    /// put only if absent, so simultaneous creations make one conversation; both inbox entries are
+    /// written with it, so it is in both inboxes at once. Returns `(conversation, created)`.
+    /// DynamoDB: 1 TransactWriteItems (+1 Query when it already exists).
     pub async fn create_direct(
         &self,
         caller: &UserId,
@@ -212,7 +223,9 @@ impl ChatStore {
             last_message: None,
             members_version: 0,
             members_change: None,
+            bucketed_since: None,
         };
+        let filed = filed_at(&conversation);
         let mut parts = vec![tx::put(
             &self.table,
             conversation.to_item()?,
@@ -220,8 +233,9 @@ impl ChatStore {
             &[],
         )?];
         for user in &pair {
-            let member = MemberItem::new(&id, user, 0, &now);
+            let member = MemberItem::new(&id, user, 0, &now, &filed.key);
             parts.push(tx::put(&self.table, member.to_item()?, None, &[])?);
+            parts.push(self.put_inbox_entry(user, &filed)?);
         }
         match self.transact_retrying(parts).await? {
             TxOutcome::Committed => Ok((conversation.to_conversation(pair), true)),
@@ -234,11 +248,12 @@ impl ChatStore {
         }
     }
 
-    /// `createConversation` (group). Members are written first, in transactions of 99 that each
-    /// check the conversation item is still absent; the conversation item, put last, is the commit
-    /// point (until then nothing of the group is visible). A retry with the same `clientRequestId`
-    /// lands on the same id and returns the existing group. DynamoDB: ⌈members/99⌉
-    /// TransactWriteItems (1 for groups under 99), +1 Query when it already exists.
+    /// `createConversation` (group). Members and their inbox entries are written first, in
+    /// transactions of 49 that each check the conversation item is still absent; the conversation
+    /// item, put last, is the commit point (until then nothing of the group is visible: the inbox
+    /// skips entries whose conversation item is missing). A retry with the same `clientRequestId`
+    /// lands on the same id and returns the existing group. DynamoDB: ⌈members/49⌉
+    /// TransactWriteItems (1 for groups of up to 49), +1 Query when it already exists.
     pub async fn create_group(
         &self,
         caller: &UserId,
@@ -263,7 +278,9 @@ impl ChatStore {
             last_message: None,
             members_version: 0,
             members_change: None,
+            bucketed_since: bucketed(all.len()).then(|| now.clone()),
         };
+        let filed = filed_at(&conversation);
         let chunks: Vec<&[UserId]> = all.chunks(MEMBERS_PER_TX).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let absent = "attribute_not_exists(pk)";
@@ -279,7 +296,7 @@ impl ChatStore {
                 // exists, its request id just returns it.
                 let member = MemberItem {
                     create_fp: Some(fingerprint.clone()),
-                    ..MemberItem::new(&id, user, 0, &now)
+                    ..MemberItem::new(&id, user, 0, &now, &filed.key)
                 };
                 parts.push(tx::put(
                     &self.table,
@@ -287,6 +304,7 @@ impl ChatStore {
                     Some("attribute_not_exists(pk) OR createFp = :fp"),
                     &[(":fp", s(&fingerprint))],
                 )?);
+                parts.push(self.put_inbox_entry(user, &filed)?);
             }
             match self.transact_retrying(parts).await? {
                 TxOutcome::Committed => {}
@@ -303,10 +321,11 @@ impl ChatStore {
         Ok((conversation.to_conversation(sorted_ids(&all)), true))
     }
 
-    /// `addMembers`. Each transaction of up to 99 new members raises `memberCount` on condition
+    /// `addMembers`. Each transaction of up to 49 new members raises `memberCount` on condition
     /// that it and `lastSeq` are what was read, so the 1,000 bound holds under concurrent adds and
-    /// each new member starts exactly at `lastSeq`. DynamoDB per round: 1 Query + 1
-    /// TransactWriteItems.
+    /// each new member starts exactly at `lastSeq`; the same condition makes the activity key read
+    /// the current one, under which the new members' inbox entries are filed. DynamoDB per round:
+    /// 1 Query + 1 TransactWriteItems.
     pub async fn add_members(
         &self,
         caller: &UserId,
@@ -325,28 +344,41 @@ impl ChatStore {
             }
             let chunk = &new[..new.len().min(MEMBERS_PER_TX)];
             let now = crate::time::now_rfc3339();
+            let mut expression = "SET memberCount = memberCount + :k, membersVersion = membersVersion + :one, membersChange = :change".to_owned();
+            let mut values = vec![
+                (":k", n(chunk.len() as u64)),
+                (":one", n(1)),
+                (":change", members_change(MembersChangeKind::Added, chunk)?),
+                (":seen", n(conversation.last_seq)),
+                (":count", n(members.len() as u64)),
+            ];
+            let mut grown = conversation.clone();
+            if grown.bucketed_since.is_none() && bucketed(members.len() + chunk.len()) {
+                // From now on its entries move in 5-second steps, starting from today's key
+                // (so nothing moves now; docs/data-model.md §2.5).
+                let since = grown.activity_key();
+                expression.push_str(", bucketedSince = :since");
+                values.push((":since", s(&since)));
+                grown.bucketed_since = Some(since);
+            }
+            let filed = filed_at(&grown);
             let mut parts = vec![tx::update(
                 &self.table,
                 keys::conversation_key(id),
-                "SET memberCount = memberCount + :k, membersVersion = membersVersion + :one, membersChange = :change",
+                &expression,
                 Some("lastSeq = :seen AND memberCount = :count"),
-                &[
-                    (":k", n(chunk.len() as u64)),
-                    (":one", n(1)),
-                    (":change", members_change(MembersChangeKind::Added, chunk)?),
-                    (":seen", n(conversation.last_seq)),
-                    (":count", n(members.len() as u64)),
-                ],
+                &values,
             )?];
             let watermark = joining_watermark(conversation.last_seq);
             for user in chunk {
-                let member = MemberItem::new(id, user, watermark, &now);
+                let member = MemberItem::new(id, user, watermark, &now, &filed.key);
                 parts.push(tx::put(
                     &self.table,
                     member.to_item()?,
                     Some("attribute_not_exists(pk)"),
                     &[],
                 )?);
+                parts.push(self.put_inbox_entry(user, &filed)?);
             }
             match self.transact(parts).await? {
                 TxOutcome::Committed if chunk.len() == new.len() => {
@@ -365,8 +397,10 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
-    /// `removeMember`: a member may remove itself, the owner anyone. DynamoDB: 1 BatchGetItem
-    /// (conversation, caller, target) + 1 TransactWriteItems.
+    /// `removeMember`: a member may remove itself, the owner anyone. The target's inbox entry is
+    /// deleted where the conversation's key says it is; if the indexer had not moved it there yet,
+    /// the entry left behind is never shown (no member item) and the next inbox page that meets it
+    /// deletes it. DynamoDB: 1 BatchGetItem (conversation, caller, target) + 1 TransactWriteItems.
     pub async fn remove_member(
         &self,
         caller: &UserId,
@@ -409,6 +443,10 @@ impl ChatStore {
                     (":one", n(1)),
                     (":change", members_change(MembersChangeKind::Removed, &[target])?),
                 ],
+            )?,
+            tx::delete_unconditionally(
+                &self.table,
+                keys::inbox_entry_key(target, &filed_at(&conversation)),
             )?,
         ];
         match self.transact_retrying(parts).await? {

@@ -1,11 +1,21 @@
-//! `inbox` (docs/api.md §14): a user's conversations, newest activity first, with unread counts.
+//! `inbox` (docs/api.md §14) and the per-user inbox index it reads (docs/data-model.md §2.5).
+//!
+//! Each member has one entry per conversation, `pk = I#<userId>, sk = A#<activityKey>#<id>`. The
+//! conversation's creation and `addMembers` file new members' entries in their transactions,
+//! `removeMember` deletes the target's, and the `inbox-index` function moves every member's entry
+//! when a conversation's activity key changes (`move_inbox_entries`, from the table's stream). A
+//! page reads the next entries, then the conversations and the caller's memberships themselves,
+//! strongly consistently: the index only says where to look and in which order.
 
+use std::collections::{HashMap, HashSet};
+
+use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, TransactWriteItem, WriteRequest};
 use futures::future::try_join_all;
 
-use super::attrs::{get_n, get_s, s};
-use super::items::{from_item, ConversationItem};
-use super::{keys, sdk_error, ChatStore};
-use crate::domain::inbox::{inbox_page, InboxPosition};
+use super::attrs::{get_s, s};
+use super::items::{from_item, ConversationItem, InboxEntryItem, MemberItem};
+use super::{keys, sdk_error, tx, ChatStore};
+use crate::domain::inbox::{entry_verdict, newest_first, ConversationMove, InboxPosition, Verdict};
 use crate::domain::model::{InboxEntry, InboxPage};
 use crate::domain::read_state::unread_count;
 use crate::domain::{ConversationId, ConversationType, UserId};
@@ -13,11 +23,26 @@ use crate::error::ChatError;
 
 /// BatchGetItem takes 100 keys.
 const BATCH_GET_KEYS: usize = 100;
+/// BatchWriteItem takes 25 requests.
+const BATCH_WRITE_REQUESTS: usize = 25;
+/// BatchWriteItem calls of one move in flight at once (a 1,000-member group's move is 80 calls).
+const WRITES_IN_FLIGHT: usize = 4;
+
+/// What one move wrote (for the indexer's logs and the benchmark).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MoveCount {
+    pub members: usize,
+    pub puts: usize,
+    pub deletes: usize,
+}
 
 impl ChatStore {
-    /// `inbox`. DynamoDB: 1 Query of the `byMember` index (the user's memberships with their
-    /// watermarks; more pages only past 1 MB, ~10,000 memberships) + ⌈memberships/100⌉
-    /// BatchGetItem of the conversation items, run concurrently; then sorted and paged in memory.
+    /// `inbox`. DynamoDB, whatever the number of memberships: 1 strongly consistent Query of the
+    /// caller's index (the next `limit` + 1 entries), then the page's conversation items and the
+    /// caller's member items, strongly consistent, in 1 BatchGetItem (2, concurrently, for more
+    /// than 50 conversations). When one BatchGetItem did, entries found stale (the caller was
+    /// removed, or left over from an earlier membership or a move) are deleted with 1
+    /// BatchWriteItem: at most 3 calls.
     pub async fn inbox(
         &self,
         caller: &UserId,
@@ -25,78 +50,285 @@ impl ChatStore {
         cursor: Option<&str>,
     ) -> Result<InboxPage, ChatError> {
         let after = cursor.map(InboxPosition::decode).transpose()?;
-        let mut memberships: Vec<(ConversationId, u64)> = Vec::new();
+        let limit = limit as usize;
+        let query = self
+            .db
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .scan_index_forward(false)
+            .limit(limit as i32 + 1)
+            .expression_attribute_values(":pk", s(keys::inbox_pk(caller)));
+        let query = match &after {
+            Some(p) => query
+                .key_condition_expression("pk = :pk AND sk < :after")
+                .expression_attribute_values(":after", s(keys::inbox_sk(p))),
+            None => query
+                .key_condition_expression("pk = :pk AND begins_with(sk, :entry)")
+                .expression_attribute_values(":entry", s(keys::INBOX_ENTRY_PREFIX)),
+        };
+        let found = query.send().await.map_err(|e| sdk_error("Query", e))?;
+        let mut walked: Vec<InboxPosition> = found
+            .items()
+            .iter()
+            .filter_map(|i| get_s(i, keys::SK).and_then(keys::inbox_position_of_sk))
+            .collect();
+        let more = walked.len() > limit;
+        walked.truncate(limit);
+        // The cursor is the position in the walk of the index, whatever the page shows.
+        let next_cursor = more
+            .then(|| walked.last().map(InboxPosition::encode))
+            .flatten();
+
+        // Entries come newest first: a conversation's first one is its newest; a lower one is a
+        // copy a move has not deleted yet.
+        let mut distinct: Vec<&InboxPosition> = Vec::new();
+        let mut copies: Vec<&InboxPosition> = Vec::new();
+        let mut seen = HashSet::new();
+        for p in &walked {
+            if seen.insert(&p.conversation_id) {
+                distinct.push(p);
+            } else {
+                copies.push(p);
+            }
+        }
+        let wanted: Vec<_> = distinct
+            .iter()
+            .flat_map(|p| {
+                [
+                    keys::conversation_key(&p.conversation_id),
+                    keys::member_key(&p.conversation_id, caller),
+                ]
+            })
+            .collect();
+        let calls = wanted.len().div_ceil(BATCH_GET_KEYS);
+        let reads = wanted
+            .chunks(BATCH_GET_KEYS)
+            .map(|chunk| self.batch_get(chunk.to_vec(), true));
+        let mut conversations: HashMap<ConversationId, ConversationItem> = HashMap::new();
+        let mut members: HashMap<ConversationId, MemberItem> = HashMap::new();
+        for item in try_join_all(reads).await?.into_iter().flatten() {
+            if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
+                let c: ConversationItem = from_item(item)?;
+                conversations.insert(c.conversation_id.clone(), c);
+            } else {
+                let m: MemberItem = from_item(item)?;
+                members.insert(m.conversation_id.clone(), m);
+            }
+        }
+
+        let mut entries = Vec::with_capacity(distinct.len());
+        // A lower copy goes once its conversation exists (while a group is being created, a
+        // retried creation's entries can be the lower ones).
+        let mut stale: Vec<&InboxPosition> = copies
+            .into_iter()
+            .filter(|p| conversations.contains_key(&p.conversation_id))
+            .collect();
+        for p in distinct {
+            let c = conversations.get(&p.conversation_id);
+            let m = members.get(&p.conversation_id);
+            let verdict = entry_verdict(
+                &p.key,
+                c.is_some(),
+                m.map(|m| m.inbox_key.as_deref()),
+                c.is_some_and(|c| c.removed_last(caller)),
+            );
+            match (verdict, c, m) {
+                (Verdict::Show, Some(c), Some(m)) => entries.push(entry(caller, c, m)),
+                (Verdict::Stale, _, _) => stale.push(p),
+                _ => {}
+            }
+        }
+        if calls <= 1 && !stale.is_empty() {
+            self.delete_stale_entries(caller, &stale).await;
+        }
+        Ok(InboxPage {
+            conversations: newest_first(entries),
+            next_cursor,
+        })
+    }
+
+    /// Best effort, one attempt: an entry that stays is skipped again by the next page.
+    async fn delete_stale_entries(&self, caller: &UserId, stale: &[&InboxPosition]) {
+        let requests = stale
+            .iter()
+            .take(BATCH_WRITE_REQUESTS)
+            .map(|p| delete_request(keys::inbox_entry_key(caller, p)))
+            .collect::<Result<Vec<_>, _>>();
+        let sent = match requests {
+            Ok(r) => self
+                .db
+                .batch_write_item()
+                .request_items(&self.table, r)
+                .send()
+                .await
+                .map_err(|e| sdk_error("BatchWriteItem", e)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "deleting stale inbox entries failed");
+        }
+    }
+
+    /// A transaction part filing `user`'s inbox entry at `position`.
+    pub(super) fn put_inbox_entry(
+        &self,
+        user: &UserId,
+        position: &InboxPosition,
+    ) -> Result<TransactWriteItem, ChatError> {
+        tx::put(
+            &self.table,
+            InboxEntryItem::to_item(user, position)?,
+            None,
+            &[],
+        )
+    }
+
+    /// The current members of a conversation, each with the key its inbox entry was filed under
+    /// when it joined. DynamoDB: 1 strongly consistent Query (more pages only past 1 MB, about
+    /// 3,000 members).
+    pub async fn member_inbox_keys(
+        &self,
+        id: &ConversationId,
+    ) -> Result<Vec<(UserId, Option<String>)>, ChatError> {
+        let mut out = Vec::new();
         let mut start = None;
         loop {
             let resp = self
                 .db
                 .query()
                 .table_name(&self.table)
-                .index_name(keys::MEMBER_INDEX)
-                .key_condition_expression("memberId = :u")
-                .expression_attribute_values(":u", s(caller.as_str()))
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+                .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
+                .expression_attribute_values(":from", s(keys::MEMBER_SK_PREFIX))
+                .expression_attribute_values(":to", s(keys::MEMBERS_END_SK))
+                .projection_expression("memberId, inboxKey")
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(|e| sdk_error("Query", e))?;
             for item in resp.items() {
-                if let Some(id) = get_s(item, keys::PK).and_then(keys::conversation_id_of_pk) {
-                    memberships.push((id, get_n(item, "lastReadSeq").unwrap_or(0)));
-                }
+                let user = get_s(item, "memberId")
+                    .and_then(UserId::parse)
+                    .ok_or_else(|| ChatError::internal("member item without memberId"))?;
+                out.push((user, get_s(item, "inboxKey").map(str::to_owned)));
             }
             match resp.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
+                _ => return Ok(out),
             }
         }
-
-        let batches = memberships.chunks(BATCH_GET_KEYS).map(|chunk| {
-            let keys = chunk
-                .iter()
-                .map(|(id, _)| keys::conversation_key(id))
-                .collect();
-            self.batch_get(keys, true)
-        });
-        let conversations = try_join_all(batches).await?;
-        let read: std::collections::HashMap<&ConversationId, u64> =
-            memberships.iter().map(|(id, r)| (id, *r)).collect();
-
-        let mut entries = Vec::with_capacity(memberships.len());
-        for item in conversations.into_iter().flatten() {
-            let c: ConversationItem = from_item(item)?;
-            let last_read_seq = read
-                .get(&c.conversation_id)
-                .copied()
-                .unwrap_or(0)
-                .min(c.last_seq);
-            let position = InboxPosition {
-                activity: c.activity().to_owned(),
-                conversation_id: c.conversation_id.clone(),
-            };
-            let peer_id = match c.kind {
-                ConversationType::Direct => c.direct_members.iter().find(|m| *m != caller).cloned(),
-                ConversationType::Group => None,
-            };
-            entries.push((
-                position,
-                InboxEntry {
-                    last_message: c.preview(),
-                    conversation_id: c.conversation_id,
-                    kind: c.kind,
-                    title: c.title,
-                    peer_id,
-                    member_count: c.member_count,
-                    last_seq: c.last_seq,
-                    last_read_seq,
-                    unread_count: unread_count(c.last_seq, last_read_seq),
-                    last_message_at: c.last_message_at,
-                },
-            ));
-        }
-        let (conversations, next_cursor) = inbox_page(entries, after.as_ref(), limit as usize);
-        Ok(InboxPage {
-            conversations,
-            next_cursor,
-        })
     }
+
+    /// The indexer's move of one conversation: every current member's entry to `mv.to`, new
+    /// entries first and then the old ones away. Idempotent, so a redelivered batch does it again
+    /// harmlessly. DynamoDB: `member_inbox_keys`, then BatchWriteItem of 25 (a 1:1 message: 1 of
+    /// 2 puts, then 1 of 2 deletes: 4 write units), unprocessed items retried until the deadline.
+    pub async fn move_inbox_entries(&self, mv: &ConversationMove) -> Result<MoveCount, ChatError> {
+        let members = self.member_inbox_keys(&mv.conversation_id).await?;
+        let (mut puts, mut deletes) = (Vec::new(), Vec::new());
+        let mut count = MoveCount {
+            members: members.len(),
+            ..MoveCount::default()
+        };
+        for (user, joined) in &members {
+            let Some(m) = mv.for_member(joined.as_deref()) else {
+                continue;
+            };
+            let at = |key: &str| InboxPosition {
+                key: key.to_owned(),
+                conversation_id: mv.conversation_id.clone(),
+            };
+            puts.push(put_request(InboxEntryItem::to_item(user, &at(&m.put))?)?);
+            for key in &m.deletes {
+                deletes.push(delete_request(keys::inbox_entry_key(user, &at(key)))?);
+            }
+        }
+        count.puts = puts.len();
+        count.deletes = deletes.len();
+        self.batch_write(puts).await?;
+        self.batch_write(deletes).await?;
+        Ok(count)
+    }
+
+    /// BatchWriteItem calls of 25, a few at a time, each retrying its unprocessed items.
+    async fn batch_write(&self, requests: Vec<WriteRequest>) -> Result<(), ChatError> {
+        for wave in requests.chunks(BATCH_WRITE_REQUESTS * WRITES_IN_FLIGHT) {
+            let calls = wave
+                .chunks(BATCH_WRITE_REQUESTS)
+                .map(|c| self.batch_write_call(c.to_vec()));
+            try_join_all(calls).await?;
+        }
+        Ok(())
+    }
+
+    async fn batch_write_call(&self, requests: Vec<WriteRequest>) -> Result<(), ChatError> {
+        let mut pending = requests;
+        let mut retry = self.retry();
+        while retry.next().await {
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let resp = self
+                .db
+                .batch_write_item()
+                .request_items(&self.table, std::mem::take(&mut pending))
+                .send()
+                .await
+                .map_err(|e| sdk_error("BatchWriteItem", e))?;
+            if let Some(mut unprocessed) = resp.unprocessed_items {
+                pending = unprocessed.remove(&self.table).unwrap_or_default();
+            }
+        }
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(ChatError::Throttled)
+        }
+    }
+}
+
+fn put_request(item: super::Item) -> Result<WriteRequest, ChatError> {
+    let put = PutRequest::builder()
+        .set_item(Some(item))
+        .build()
+        .map_err(ChatError::internal)?;
+    Ok(WriteRequest::builder().put_request(put).build())
+}
+
+fn delete_request(key: super::Item) -> Result<WriteRequest, ChatError> {
+    let delete = DeleteRequest::builder()
+        .set_key(Some(key))
+        .build()
+        .map_err(ChatError::internal)?;
+    Ok(WriteRequest::builder().delete_request(delete).build())
+}
+
+/// One conversation as the caller's inbox shows it: counts from the two strongly consistent
+/// reads, so `unreadCount` is exact right after a read or a send.
+fn entry(caller: &UserId, c: &ConversationItem, m: &MemberItem) -> (InboxPosition, InboxEntry) {
+    let last_read_seq = m.last_read_seq.min(c.last_seq);
+    let peer_id = match c.kind {
+        ConversationType::Direct => c.direct_members.iter().find(|u| *u != caller).cloned(),
+        ConversationType::Group => None,
+    };
+    (
+        InboxPosition {
+            key: c.activity().to_owned(),
+            conversation_id: c.conversation_id.clone(),
+        },
+        InboxEntry {
+            last_message: c.preview(),
+            conversation_id: c.conversation_id.clone(),
+            kind: c.kind,
+            title: c.title.clone(),
+            peer_id,
+            member_count: c.member_count,
+            last_seq: c.last_seq,
+            last_read_seq,
+            unread_count: unread_count(c.last_seq, last_read_seq),
+            last_message_at: c.last_message_at.clone(),
+        },
+    )
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::attrs::Item;
 use super::keys;
+use crate::domain::inbox::{self, InboxPosition};
 use crate::domain::message::preview;
 use crate::domain::model::{Conversation, Message, MessagePreview};
 use crate::domain::{ConversationId, ConversationType, UserId};
@@ -58,6 +59,11 @@ pub struct ConversationItem {
     pub members_version: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub members_change: Option<MembersChange>,
+    /// Set once, when the group first has more than 200 members: the activity key it had then.
+    /// From then on its inbox entries are filed under 5-second keys, never below this one
+    /// (`domain::inbox::activity_key`), so they move at most once per 5 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucketed_since: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,9 +89,21 @@ impl ConversationItem {
         )
     }
 
-    /// Newest activity, for inbox order.
+    /// Newest activity (its last message, else its creation), for inbox order.
     pub fn activity(&self) -> &str {
-        self.last_message_at.as_deref().unwrap_or(&self.created_at)
+        inbox::activity(&self.created_at, self.last_message_at.as_deref())
+    }
+
+    /// The key its members' inbox entries are filed under (docs/data-model.md §2.5).
+    pub fn activity_key(&self) -> String {
+        inbox::activity_key(self.activity(), self.bucketed_since.as_deref())
+    }
+
+    /// Whether the latest membership change removed `user`.
+    pub fn removed_last(&self, user: &UserId) -> bool {
+        self.members_change
+            .as_ref()
+            .is_some_and(|c| c.kind == MembersChangeKind::Removed && c.user_ids.contains(user))
     }
 
     pub fn to_conversation(&self, member_ids: Vec<UserId>) -> Conversation {
@@ -116,7 +134,6 @@ impl ConversationItem {
 #[serde(rename_all = "camelCase")]
 pub struct MemberItem {
     pub conversation_id: ConversationId,
-    /// Also the key of the `byMember` index.
     pub member_id: UserId,
     #[serde(default)]
     pub last_read_seq: u64,
@@ -130,14 +147,20 @@ pub struct MemberItem {
     /// same request retried rewrites them harmlessly and another one is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_fp: Option<String>,
+    /// The activity key this member's inbox entry was filed under when it joined: its entry is
+    /// there or further on, never below (an entry below is left from an earlier membership).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbox_key: Option<String>,
 }
 
 impl MemberItem {
+    /// A member joining now, its inbox entry filed under `inbox_key`.
     pub fn new(
         conversation_id: &ConversationId,
         user: &UserId,
         last_read_seq: u64,
         now: &str,
+        inbox_key: &str,
     ) -> Self {
         MemberItem {
             conversation_id: conversation_id.clone(),
@@ -146,6 +169,7 @@ impl MemberItem {
             last_sent_seq: 0,
             joined_at: Some(now.to_owned()),
             create_fp: None,
+            inbox_key: Some(inbox_key.to_owned()),
         }
     }
 
@@ -154,6 +178,26 @@ impl MemberItem {
             self,
             keys::conversation_pk(&self.conversation_id),
             keys::member_sk(&self.member_id),
+        )
+    }
+}
+
+/// `pk = I#<userId>, sk = A#<activityKey>#<conversationId>`: one conversation in a user's inbox
+/// index (the key says where; the id is repeated as an attribute for readers of the raw table).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboxEntryItem {
+    pub conversation_id: ConversationId,
+}
+
+impl InboxEntryItem {
+    pub fn to_item(user: &UserId, position: &InboxPosition) -> Result<Item, ChatError> {
+        to_item(
+            &InboxEntryItem {
+                conversation_id: position.conversation_id.clone(),
+            },
+            keys::inbox_pk(user),
+            keys::inbox_sk(position),
         )
     }
 }
@@ -306,6 +350,7 @@ mod tests {
                 kind: MembersChangeKind::Removed,
                 user_ids: vec![UserId::parse("u3").unwrap()],
             }),
+            bucketed_since: None,
         }
     }
 

@@ -12,12 +12,17 @@
 //! `C` sorts just before `M#…`, so one Query `sk BETWEEN "C" AND "M$"` reads a conversation and all
 //! its members.
 //!
+//! Each user's inbox index is the item collection `pk = I#<userId>`: one entry per membership,
+//! `sk = A#<activityKey>#<conversationId>`, so a descending Query walks the user's conversations
+//! newest first. Nothing else is stored under `I#`.
+//!
 //! Connections table (`connections`): `pk = U#<userId>, sk = P` (a user's live connections) and
 //! `pk = W#<connectionId>, sk = U` (who owns a connection, for `$disconnect`).
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::attrs::Item;
+use crate::domain::inbox::InboxPosition;
 use crate::domain::{ConversationId, UserId};
 
 pub const PK: &str = "pk";
@@ -25,8 +30,6 @@ pub const SK: &str = "sk";
 pub const CONVERSATION_SK: &str = "C";
 pub const MEMBER_SK_PREFIX: &str = "M#";
 pub const MEMBERS_END_SK: &str = "M$";
-pub const MEMBER_INDEX: &str = "byMember";
-pub const MEMBER_INDEX_KEY: &str = "memberId";
 pub const FIRST_MESSAGE_SK: &str = "S#00000000000000000000";
 pub const LAST_MESSAGE_SK: &str = "S#99999999999999999999";
 
@@ -63,6 +66,32 @@ pub fn message_sk(seq: u64) -> String {
 
 pub fn send_key_sk(client_msg_key: &str) -> String {
     format!("X#{client_msg_key}")
+}
+
+pub fn inbox_pk(user: &UserId) -> String {
+    format!("I#{user}")
+}
+
+pub const INBOX_ENTRY_PREFIX: &str = "A#";
+
+/// `A#<activityKey>#<conversationId>`: the activity key (RFC 3339) has no `#`.
+pub fn inbox_sk(position: &InboxPosition) -> String {
+    format!(
+        "{INBOX_ENTRY_PREFIX}{}#{}",
+        position.key, position.conversation_id
+    )
+}
+
+pub fn inbox_position_of_sk(sk: &str) -> Option<InboxPosition> {
+    let (key, id) = sk.strip_prefix(INBOX_ENTRY_PREFIX)?.rsplit_once('#')?;
+    Some(InboxPosition {
+        key: key.to_owned(),
+        conversation_id: ConversationId::parse(id)?,
+    })
+}
+
+pub fn inbox_entry_key(user: &UserId, position: &InboxPosition) -> Item {
+    key(inbox_pk(user), inbox_sk(position))
 }
 
 pub const PENDING_PREFIX: &str = "P#";
@@ -106,5 +135,32 @@ mod tests {
         assert!(MEMBERS_END_SK < pending_sk("0").as_str());
         assert!(pending_sk("ffffffff-ffff-ffff-ffff-ffffffffffff").as_str() < PENDING_END_SK);
         assert!(PENDING_END_SK < FIRST_MESSAGE_SK);
+    }
+
+    #[test]
+    fn inbox_entries_sort_by_activity_then_id() {
+        let at = |key: &str, id: &str| InboxPosition {
+            key: key.into(),
+            conversation_id: ConversationId::parse(id).unwrap(),
+        };
+        let d = "d-0123456789abcdef0123456789abcdef";
+        let g = "g-0123456789abcdef0123456789abcdef";
+        let older = at("2026-01-01T00:00:01.000Z", g);
+        let newer = at("2026-01-01T00:00:02.000Z", d);
+        let tie = at("2026-01-01T00:00:02.000Z", g);
+        assert!(inbox_sk(&older) < inbox_sk(&newer));
+        assert!(
+            inbox_sk(&newer) < inbox_sk(&tie),
+            "the same order as InboxPosition"
+        );
+        assert!(newer < tie);
+        assert_eq!(inbox_position_of_sk(&inbox_sk(&tie)), Some(tie));
+        assert_eq!(
+            inbox_position_of_sk("A#2026-01-01T00:00:02.000Z#nope"),
+            None
+        );
+        assert_eq!(inbox_position_of_sk("M#u"), None);
+        let user = UserId::parse("u").unwrap();
+        assert_eq!(inbox_pk(&user), "I#u");
     }
 }

@@ -29,6 +29,7 @@ use crate::retry::{Deadline, Retry};
 
 pub use attrs::Item;
 pub use connections::ConnectionStore;
+pub use inbox::MoveCount;
 pub use items::{ConversationItem, MemberItem};
 
 /// The chat table, reached through one DynamoDB client built at init. A request's copy carries

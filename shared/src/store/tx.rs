@@ -96,3 +96,14 @@ pub fn delete(
     )?;
     Ok(TransactWriteItem::builder().delete(d).build())
 }
+
+/// A Delete with no condition: it succeeds whether or not the item exists.
+pub fn delete_unconditionally(table: &str, key: Item) -> Result<TransactWriteItem, ChatError> {
+    let d = built(
+        Delete::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .build(),
+    )?;
+    Ok(TransactWriteItem::builder().delete(d).build())
+}

@@ -1,6 +1,6 @@
 //! The benchmark (docs/benchmarks.md):
 //!
-//!     cargo run -p chat-tests --bin bench [-- [hot] [ops] [--messages N] [--api URL]]
+//!     cargo run -p chat-tests --bin bench [-- [hot] [ops] [inbox] [--messages N] [--api URL]]
 //!
 //! By default the real handlers run in this process against the emulator the tests use (or
 //! `DYNAMODB_ENDPOINT`), every DynamoDB call recorded, so calls and write units per operation are
@@ -99,7 +99,10 @@ async fn main() {
                 hot::row(&target, &mut table, 32, messages / 32, false, None).await;
                 table.print();
             }
-            other => eprintln!("bench: unknown scenario {other:?} (hot, ops)"),
+            // The inbox at 10-5,000 memberships and the index's cost per message
+            // (tests/src/bench_inbox.rs; its own client, to record the reads' responses).
+            "inbox" => chat_tests::bench_inbox::run(messages).await.print(),
+            other => eprintln!("bench: unknown scenario {other:?} (hot, ops, hot32, inbox)"),
         }
     }
 }

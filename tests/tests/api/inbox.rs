@@ -1,7 +1,10 @@
 //! The inbox: order, unread counts, previews, paging.
 
-use chat_tests::{unique, TestApp};
-use serde_json::json;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chat_shared::domain::inbox::{activity_key, ConversationMove};
+use chat_shared::ConversationId;
+use chat_tests::{indexer, unique, Resp, TestApp};
+use serde_json::{json, Value};
 
 #[tokio::test]
 async fn inbox_orders_by_activity_with_unread_counts() {
@@ -124,4 +127,578 @@ async fn inbox_pages_with_a_cursor() {
     }
     let empty = t.get("/inbox", &unique("nobody")).await;
     assert_eq!(empty.body, json!({"conversations": [], "nextCursor": null}));
+}
+
+// --- the inbox index: exact pages over a lagging index ---------------------------------------------
+
+/// The caller's inbox index as stored: `(activity key, conversation id)`, newest first.
+async fn index_entries(t: &TestApp, user: &str) -> Vec<(String, String)> {
+    let out =
+        t.db.query()
+            .table_name(&t.table)
+            .consistent_read(true)
+            .scan_index_forward(false)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(format!("I#{user}")))
+            .send()
+            .await
+            .unwrap();
+    out.items()
+        .iter()
+        .map(|i| {
+            let sk = i["sk"].as_s().unwrap();
+            let (key, id) = sk.strip_prefix("A#").unwrap().rsplit_once('#').unwrap();
+            assert_eq!(i["conversationId"].as_s().unwrap(), id);
+            (key.to_owned(), id.to_owned())
+        })
+        .collect()
+}
+
+fn ids(page: &Resp) -> Vec<String> {
+    page.body["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["conversationId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn find<'a>(page: &'a Resp, id: &str) -> Option<&'a Value> {
+    page.body["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["conversationId"] == id)
+}
+
+/// Every page of the caller's inbox, following `nextCursor`; between pages `between(page)` runs.
+async fn walk<F, Fut>(t: &TestApp, user: &str, limit: u32, mut between: F) -> Vec<String>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut seen = vec![];
+    let mut cursor: Option<String> = None;
+    for page in 0.. {
+        let q = match &cursor {
+            Some(c) => format!("/inbox?limit={limit}&cursor={c}"),
+            None => format!("/inbox?limit={limit}"),
+        };
+        let r = t.get(&q, user).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        seen.extend(ids(&r));
+        match r.body["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return seen,
+        }
+        between(page).await;
+    }
+    unreachable!()
+}
+
+#[tokio::test]
+async fn unread_counts_are_exact_right_after_a_read_or_a_send() {
+    let t = TestApp::new().await;
+    let me = unique("me");
+    let peers: Vec<String> = (0..3).map(|i| unique(&format!("p{i}"))).collect();
+    let mut conversations = vec![];
+    for p in &peers {
+        conversations.push(t.direct(&me, p).await);
+    }
+    let g = t.group(&peers[0], &[&me, &peers[1]]).await;
+    conversations.push(g.clone());
+    // The index is never brought up to date here: whatever it says, the counts are exact.
+    let mut checks = 0;
+    for round in 1..=4u64 {
+        for (i, c) in conversations.iter().enumerate() {
+            let sender = &peers[i % peers.len()];
+            for _ in 0..round {
+                assert_eq!(t.send(c, sender, "new").await.status, 201);
+            }
+            let last_seq = t.get(&format!("/conversations/{c}"), &me).await.body["lastSeq"]
+                .as_u64()
+                .unwrap();
+            // Read all but `round - 1` of them, then look at once.
+            let read_to = last_seq + 1 - round;
+            let r = t
+                .post(
+                    &format!("/conversations/{c}/read"),
+                    &me,
+                    json!({"seq": read_to}),
+                )
+                .await;
+            assert_eq!(r.status, 200, "{r:?}");
+            let page = t.get("/inbox", &me).await;
+            let entry = find(&page, c).expect("listed");
+            assert_eq!(
+                (
+                    entry["lastSeq"].as_u64(),
+                    entry["lastReadSeq"].as_u64(),
+                    entry["unreadCount"].as_u64()
+                ),
+                (Some(last_seq), Some(read_to), Some(round - 1)),
+                "right after reading {c} up to {read_to}"
+            );
+            checks += 1;
+        }
+    }
+    // A send marks it read for its sender: zero unread in the very next page.
+    assert_eq!(t.send(&g, &me, "mine").await.status, 201);
+    let page = t.get("/inbox", &me).await;
+    assert_eq!(find(&page, &g).unwrap()["unreadCount"], 0);
+    assert_eq!(checks, 16);
+}
+
+#[tokio::test]
+async fn a_new_or_joined_conversation_is_listed_at_once() {
+    let t = TestApp::new().await;
+    let _no_indexing = indexer::hold().await;
+    let (a, b, c, d) = (unique("a"), unique("b"), unique("c"), unique("d"));
+    let direct = t.direct(&a, &b).await;
+    assert_eq!(ids(&t.get("/inbox", &a).await), vec![direct.clone()]);
+    assert_eq!(ids(&t.get("/inbox", &b).await), vec![direct.clone()]);
+    let g = t.group(&a, &[&c]).await;
+    assert_eq!(ids(&t.get("/inbox", &c).await), vec![g.clone()]);
+    assert_eq!(ids(&t.get("/inbox", &a).await), [g.clone(), direct.clone()]);
+    t.send(&g, &c, "before d joins").await;
+    let added = t
+        .post(
+            &format!("/conversations/{g}/members"),
+            &a,
+            json!({"userIds": [d]}),
+        )
+        .await;
+    assert_eq!(added.status, 200, "{added:?}");
+    let page = t.get("/inbox", &d).await;
+    assert_eq!(ids(&page), vec![g.clone()]);
+    let entry = find(&page, &g).unwrap();
+    assert_eq!(
+        (entry["lastSeq"].as_u64(), entry["unreadCount"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert_eq!(entry["lastMessage"]["body"], "before d joins");
+}
+
+#[tokio::test]
+async fn a_removed_member_never_sees_the_conversation_again() {
+    let t = TestApp::new().await;
+    let (owner, me, other) = (unique("owner"), unique("me"), unique("other"));
+    let keep = t.direct(&me, &other).await;
+    let g = t.group(&owner, &[&me, &other]).await;
+    let hold = indexer::hold().await;
+    // A message moves the group's activity, but its entries still sit at the creation key when
+    // `me` is removed: the removal deletes the entry where the conversation's key says, and the
+    // old one is left behind.
+    t.send(&g, &owner, "before").await;
+    let filed = index_entries(&t, &me).await;
+    assert!(filed.iter().any(|(_, id)| id == &g), "{filed:?}");
+    let removed = t
+        .call(
+            "DELETE",
+            &format!("/conversations/{g}/members/{me}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(removed.status, 204, "{removed:?}");
+    assert!(
+        index_entries(&t, &me).await.iter().any(|(_, id)| id == &g),
+        "an entry is left behind (the index lags)"
+    );
+    t.send(&g, &owner, "after").await;
+    t.calls.take();
+    // Immediately after: not listed, and the page deletes the entry left behind.
+    let page = t.get("/inbox", &me).await;
+    assert_eq!(ids(&page), vec![keep.clone()]);
+    assert_eq!(
+        t.calls.take(),
+        ["Query", "BatchGetItem", "BatchWriteItem"],
+        "the third call deletes the stale entry"
+    );
+    assert_eq!(
+        index_entries(&t, &me)
+            .await
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect::<Vec<_>>(),
+        vec![keep.clone()]
+    );
+    drop(hold);
+    // The indexer moves the current members only.
+    t.send(&g, &owner, "later").await;
+    t.index().await;
+    assert_eq!(ids(&t.get("/inbox", &me).await), vec![keep.clone()]);
+    assert_eq!(ids(&t.get("/inbox", &other).await)[0], g);
+    assert!(!index_entries(&t, &me).await.iter().any(|(_, id)| id == &g));
+
+    // Added again: listed once, starting from the lastSeq of that moment.
+    let back = t
+        .post(
+            &format!("/conversations/{g}/members"),
+            &owner,
+            json!({"userIds": [me]}),
+        )
+        .await;
+    assert_eq!(back.status, 200);
+    let page = t.get("/inbox", &me).await;
+    assert_eq!(ids(&page), [g.clone(), keep.clone()]);
+    let entry = find(&page, &g).unwrap();
+    assert_eq!(
+        (entry["lastSeq"].as_u64(), entry["unreadCount"].as_u64()),
+        (Some(3), Some(0))
+    );
+}
+
+#[tokio::test]
+async fn an_entry_left_from_an_earlier_membership_is_never_shown() {
+    let t = TestApp::new().await;
+    let (owner, me) = (unique("owner"), unique("me"));
+    let g = t.group(&owner, &[&me]).await;
+    let _hold = indexer::hold().await;
+    t.send(&g, &owner, "one").await;
+    // Removed while the entry lags, and added back after another message: the entry from the
+    // first membership is still there, below the key the new membership was filed under.
+    t.call(
+        "DELETE",
+        &format!("/conversations/{g}/members/{me}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    t.send(&g, &owner, "two").await;
+    t.post(
+        &format!("/conversations/{g}/members"),
+        &owner,
+        json!({"userIds": [me]}),
+    )
+    .await;
+    let filed = index_entries(&t, &me).await;
+    assert_eq!(filed.len(), 2, "{filed:?}");
+    let page = t.get("/inbox?limit=1", &me).await;
+    assert_eq!(ids(&page), vec![g.clone()]);
+    let next = page.body["nextCursor"]
+        .as_str()
+        .expect("one more entry in the walk");
+    let rest = t.get(&format!("/inbox?limit=1&cursor={next}"), &me).await;
+    assert_eq!(
+        ids(&rest),
+        Vec::<String>::new(),
+        "the old entry is not shown again"
+    );
+    assert!(rest.body["nextCursor"].is_null());
+    assert_eq!(index_entries(&t, &me).await.len(), 1, "and it was deleted");
+}
+
+#[tokio::test]
+async fn a_lagging_entry_shows_the_conversation_as_it_is() {
+    let t = TestApp::new().await;
+    let (me, p1, p2) = (unique("me"), unique("p1"), unique("p2"));
+    let hold = indexer::hold().await;
+    let older = t.direct(&me, &p1).await;
+    let newer = t.direct(&me, &p2).await;
+    for i in 1..=3 {
+        t.send(&older, &p1, &format!("message {i}")).await;
+    }
+    // The index still files `older` under its creation time, below `newer`.
+    let filed = index_entries(&t, &me).await;
+    assert_eq!(
+        filed.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>(),
+        [newer.clone(), older.clone()]
+    );
+    let created = t.get(&format!("/conversations/{older}"), &me).await.body["createdAt"].clone();
+    assert_eq!(json!(filed[1].0), created);
+
+    // One page: ordered by the activity read with it.
+    let page = t.get("/inbox", &me).await;
+    assert_eq!(ids(&page), [older.clone(), newer.clone()]);
+    let entry = find(&page, &older).unwrap();
+    assert_eq!(
+        (
+            entry["lastSeq"].as_u64(),
+            entry["lastReadSeq"].as_u64(),
+            entry["unreadCount"].as_u64()
+        ),
+        (Some(3), Some(0), Some(3))
+    );
+    assert_eq!(entry["lastMessage"]["body"], "message 3");
+    assert_eq!(entry["lastMessage"]["seq"], 3);
+    // Pages of one: the walk follows the index, each entry exact.
+    let first = t.get("/inbox?limit=1", &me).await;
+    assert_eq!(ids(&first), vec![newer.clone()]);
+    let cursor = first.body["nextCursor"].as_str().unwrap();
+    let second = t.get(&format!("/inbox?limit=1&cursor={cursor}"), &me).await;
+    assert_eq!(ids(&second), vec![older.clone()]);
+    assert_eq!(find(&second, &older).unwrap(), entry);
+    drop(hold);
+
+    // Once the indexer has run (this call, or another test's just before), the walk has it first.
+    t.index().await;
+    assert_eq!(
+        ids(&t.get("/inbox?limit=1", &me).await),
+        vec![older.clone()]
+    );
+    let filed = index_entries(&t, &me).await;
+    assert_eq!(filed.len(), 2, "moved, not copied: {filed:?}");
+    assert_eq!(json!(filed[0].0), entry["lastMessageAt"]);
+}
+
+#[tokio::test]
+async fn paging_while_other_conversations_get_messages() {
+    let t = TestApp::new().await;
+    let me = unique("me");
+    let mut all = vec![];
+    for i in 0..24 {
+        let peer = unique(&format!("p{i}"));
+        let c = t.direct(&me, &peer).await;
+        t.send(&c, &peer, "hello").await;
+        all.push((c, peer));
+    }
+    t.index().await;
+    let created: Vec<String> = all.iter().rev().map(|(c, _)| c.clone()).collect();
+    assert_eq!(
+        walk(&t, &me, 5, |_| async {}).await,
+        created,
+        "newest first"
+    );
+
+    // Twice: with the indexer keeping up between pages, and with it lagging.
+    for indexing in [true, false] {
+        let order = walk(&t, &me, 7, |_| async {}).await;
+        assert_eq!(order.len(), all.len());
+        let changed = std::cell::RefCell::new(Vec::<String>::new());
+        let seen = walk(&t, &me, 4, |page| {
+            // Between pages: a message to a conversation the walk has passed and to one it has
+            // not reached yet.
+            let passed = order[page * 4].clone();
+            let ahead = order[order.len() - 1 - page].clone();
+            changed.borrow_mut().extend([passed.clone(), ahead.clone()]);
+            let t = &t;
+            let peer_of = |c: &str| all.iter().find(|(x, _)| x == c).unwrap().1.clone();
+            async move {
+                t.send(&passed, &peer_of(&passed), "while paging").await;
+                t.send(&ahead, &peer_of(&ahead), "while paging").await;
+                if indexing {
+                    t.index().await;
+                }
+            }
+        })
+        .await;
+        let changed = changed.into_inner();
+        let mut unique_seen = seen.clone();
+        unique_seen.sort();
+        unique_seen.dedup();
+        assert_eq!(
+            unique_seen.len(),
+            seen.len(),
+            "no conversation twice: {seen:?}"
+        );
+        for c in &order {
+            if !changed.contains(c) {
+                assert!(seen.contains(c), "an unchanged conversation was skipped");
+            }
+        }
+        if indexing {
+            assert!(
+                changed.iter().any(|c| !seen.contains(c)),
+                "one moved ahead of the walk: it is seen on the first page instead"
+            );
+        } else {
+            assert_eq!(
+                unique_seen.len(),
+                order.len(),
+                "the index lags: all seen once"
+            );
+        }
+        // Afterwards the first page has the changed ones on top, newest first.
+        t.index().await;
+        let top = ids(&t.get(&format!("/inbox?limit={}", changed.len()), &me).await);
+        let mut expected = changed.clone();
+        expected.reverse();
+        expected.dedup();
+        assert_eq!(top, expected);
+    }
+}
+
+#[tokio::test]
+async fn moves_are_idempotent_and_survive_a_redelivered_batch() {
+    let t = TestApp::new().await;
+    let (me, peer) = (unique("me"), unique("peer"));
+    let hold = indexer::hold().await;
+    let c = t.direct(&me, &peer).await;
+    let created = t.get(&format!("/conversations/{c}"), &me).await.body["createdAt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut keys = vec![created];
+    for i in 1..=3 {
+        let sent = t.send(&c, &peer, &format!("m{i}")).await;
+        keys.push(sent.body["createdAt"].as_str().unwrap().to_owned());
+    }
+    let id = ConversationId::parse(&c).unwrap();
+    let mv = |from: &[usize], to: usize| ConversationMove {
+        conversation_id: id.clone(),
+        from: from.iter().map(|i| keys[*i].clone()).collect(),
+        to: keys[to].clone(),
+        first_record: 0,
+    };
+    let store = &t.app.store;
+    // The first two messages in one batch, delivered twice.
+    for _ in 0..2 {
+        let count = store.move_inbox_entries(&mv(&[0, 1], 2)).await.unwrap();
+        assert_eq!((count.members, count.puts, count.deletes), (2, 2, 4));
+        for user in [&me, &peer] {
+            assert_eq!(
+                index_entries(&t, user).await,
+                [(keys[2].clone(), c.clone())]
+            );
+        }
+    }
+    // Delivered again from the second message (a failure elsewhere in the batch was reported
+    // there), now with the third: the entries are at the key before the second record's change,
+    // not the batch's first; they still end up in one place.
+    store.move_inbox_entries(&mv(&[1, 2], 3)).await.unwrap();
+    for user in [&me, &peer] {
+        assert_eq!(
+            index_entries(&t, user).await,
+            [(keys[3].clone(), c.clone())]
+        );
+    }
+    drop(hold);
+    // The real indexer then sees all of these records: still one entry each, where it belongs.
+    t.index().await;
+    for user in [&me, &peer] {
+        assert_eq!(
+            index_entries(&t, user).await,
+            [(keys[3].clone(), c.clone())]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_group_past_200_members_moves_in_five_second_steps() {
+    let t = TestApp::new().await;
+    let owner = unique("owner");
+    let prefix = unique("m");
+    let members: Vec<String> = (0..199).map(|i| format!("{prefix}-{i}")).collect();
+    let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+    let g = t.group(&owner, &refs).await;
+    let item = |t: &TestApp| {
+        let (db, table, key) = (t.db.clone(), t.table.clone(), g.clone());
+        async move {
+            let out = db
+                .get_item()
+                .table_name(table)
+                .key("pk", AttributeValue::S(format!("C#{key}")))
+                .key("sk", AttributeValue::S("C".into()))
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap();
+            out.item.unwrap()
+        }
+    };
+    let c = item(&t).await;
+    assert!(!c.contains_key("bucketedSince"), "200 members: exact keys");
+    let newcomer = unique("newcomer");
+    let r = t
+        .post(
+            &format!("/conversations/{g}/members"),
+            &owner,
+            json!({"userIds": [newcomer]}),
+        )
+        .await;
+    assert_eq!(r.body["memberCount"], 201);
+    let c = item(&t).await;
+    let created = c["createdAt"].as_s().unwrap().clone();
+    assert_eq!(
+        c["bucketedSince"].as_s().unwrap(),
+        &created,
+        "from now on 5-second steps, from the key it had"
+    );
+    assert_eq!(
+        index_entries(&t, &newcomer).await,
+        [(created.clone(), g.clone())]
+    );
+
+    for round in 0..2 {
+        t.send(&g, &owner, &format!("round {round}")).await;
+        t.index().await;
+        t.calls.take();
+        let c = item(&t).await;
+        let at = c["lastMessageAt"].as_s().unwrap();
+        let expected = activity_key(at, Some(&created));
+        assert!(expected <= *at && expected >= created);
+        for user in [&owner, &newcomer, &members[0]] {
+            assert_eq!(
+                index_entries(&t, user).await,
+                [(expected.clone(), g.clone())]
+            );
+        }
+        // A message in the same 5-second step as the key changes nothing in the index. (No
+        // other test may index meanwhile: the writes counted below must be this index's.)
+        let gate = indexer::exclusive().await;
+        t.send(&g, &owner, "same step, most likely").await;
+        t.calls.take();
+        t.index_exclusively(&gate).await;
+        drop(gate);
+        let c = item(&t).await;
+        let key = activity_key(c["lastMessageAt"].as_s().unwrap(), Some(&created));
+        // The indexer's calls for this group (it also indexes other tests' conversations).
+        let writes = t
+            .calls
+            .take_calls()
+            .into_iter()
+            .filter(|call| call.name == "BatchWriteItem")
+            .filter(|call| String::from_utf8_lossy(call.write.as_deref().unwrap()).contains(&g))
+            .count();
+        if key == expected {
+            assert_eq!(writes, 0, "no move within a step");
+        } else {
+            assert_eq!(
+                writes,
+                2 * 201usize.div_ceil(25),
+                "201 puts, then 201 deletes"
+            );
+        }
+        assert_eq!(index_entries(&t, &newcomer).await, [(key, g.clone())]);
+    }
+}
+
+#[tokio::test]
+async fn a_move_seen_halfway_shows_the_conversation_once() {
+    let t = TestApp::new().await;
+    let (me, peer, other) = (unique("me"), unique("peer"), unique("other"));
+    let hold = indexer::hold().await;
+    let quiet = t.direct(&me, &other).await;
+    let c = t.direct(&me, &peer).await;
+    let sent = t.send(&c, &peer, "moving").await;
+    let new_key = sent.body["createdAt"].as_str().unwrap().to_owned();
+    // The indexer's put of the new entry has landed, its delete of the old one not yet.
+    t.db.put_item()
+        .table_name(&t.table)
+        .item("pk", AttributeValue::S(format!("I#{me}")))
+        .item("sk", AttributeValue::S(format!("A#{new_key}#{c}")))
+        .item("conversationId", AttributeValue::S(c.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(index_entries(&t, &me).await.len(), 3);
+    t.calls.take();
+    let page = t.get("/inbox", &me).await;
+    assert_eq!(ids(&page), [c.clone(), quiet.clone()], "once");
+    assert_eq!(
+        t.calls.take(),
+        ["Query", "BatchGetItem", "BatchWriteItem"],
+        "the page deletes the old copy"
+    );
+    let filed = index_entries(&t, &me).await;
+    assert_eq!(filed.len(), 2, "{filed:?}");
+    assert_eq!(filed[0], (new_key.clone(), c.clone()));
+    assert_eq!(filed[1].1, quiet);
+    drop(hold);
+    // The indexer's own delete then finds nothing to do, and its put is the entry already there.
+    t.index().await;
+    let filed = index_entries(&t, &me).await;
+    assert_eq!(filed.len(), 2, "{filed:?}");
+    assert_eq!(filed[0], (new_key, c));
 }

@@ -1,0 +1,195 @@
+//! Inbox index: the chat table's stream → every member's inbox entry filed under its
+//! conversation's activity key (docs/data-model.md §2.5). The second reader of the stream, next
+//! to the relay.
+//!
+//! Only conversation items' records matter: a send, a group commit or the creation changes the
+//! conversation's activity key (`domain::inbox::activity_key`); member, message and inbox entry
+//! records (this function's own writes among them) are skipped. A batch is coalesced to one move
+//! per conversation, from the keys before its records to the key after its last one, and each
+//! move rewrites the entries of the conversation's members as they are now
+//! (`ChatStore::move_inbox_entries`). Moves are idempotent and keys never go back, so a batch
+//! delivered again (after a failure, Lambda redelivers from the reported record) does no harm.
+//! A big group's key moves in 5-second steps, so its entries move at most once per 5 s however
+//! busy it is.
+
+use std::time::Duration;
+
+use aws_lambda_events::event::dynamodb::Event as StreamEvent;
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use chat_shared::domain::inbox::{coalesce, KeyChange};
+use chat_shared::events::plan::BatchFailures;
+use chat_shared::store::items::{from_item, ConversationItem};
+use chat_shared::store::keys;
+use chat_shared::{telemetry, ChatError, ChatStore, Config};
+use futures::stream::{self, StreamExt};
+
+/// Conversations moved at once.
+const CONVERSATIONS_IN_FLIGHT: usize = 8;
+/// How long one invocation keeps retrying throttled writes (the function times out after 60 s).
+pub const BUDGET: Duration = Duration::from_secs(45);
+
+#[derive(Clone, Debug)]
+pub struct InboxIndex {
+    chat: ChatStore,
+}
+
+impl InboxIndex {
+    pub fn new(chat: ChatStore) -> Self {
+        InboxIndex { chat }
+    }
+
+    pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
+        let config = Config::from_env()?;
+        config.init_telemetry();
+        let sdk = config.sdk_config().await;
+        Ok(InboxIndex::new(config.chat_store(&sdk).with_budget(BUDGET)))
+    }
+
+    pub async fn handle(&self, event: StreamEvent) -> DynamoDbEventResponse {
+        let records = &event.records;
+        let mut failures = BatchFailures::default();
+        let mut changes = Vec::new();
+        for (i, record) in records.iter().enumerate() {
+            match key_change(i, &record.change.old_image, &record.change.new_image) {
+                Ok(Some(change)) => changes.push(change),
+                Ok(None) => {}
+                Err(e) => {
+                    // Retried, then sent to the on-failure destination; never skipped silently.
+                    tracing::error!(error = ?e, event_id = record.event_id, "undecodable stream record");
+                    failures.fail(i);
+                    break;
+                }
+            }
+        }
+
+        let chat = self.chat.for_request();
+        let moved: Vec<_> = stream::iter(coalesce(changes))
+            .map(|mv| {
+                let chat = &chat;
+                async move {
+                    let result = chat.move_inbox_entries(&mv).await;
+                    (mv, result)
+                }
+            })
+            .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
+            .collect()
+            .await;
+        let (mut moves, mut writes, mut failed) = (0, 0, 0);
+        for (mv, result) in moved {
+            match result {
+                Ok(count) => {
+                    tracing::debug!(conversation = %mv.conversation_id, ?count, "inbox entries moved");
+                    moves += 1;
+                    writes += (count.puts + count.deletes) as u64;
+                }
+                Err(e) => {
+                    tracing::warn!(conversation = %mv.conversation_id, error = ?e, "moving inbox entries failed; batch will be retried");
+                    failures.fail(mv.first_record);
+                    failed += 1;
+                }
+            }
+        }
+        telemetry::count("InboxMoves", moves);
+        telemetry::count("InboxEntryWrites", writes);
+        telemetry::count("InboxMovesFailed", failed);
+
+        let mut response = DynamoDbEventResponse::default();
+        if let Some(i) = failures.earliest() {
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = records[i].change.sequence_number.clone();
+            response.batch_item_failures.push(failure);
+        }
+        response
+    }
+}
+
+/// The activity key change one stream record stands for: conversation items only (their creation
+/// has no key before).
+pub fn key_change(
+    record: usize,
+    old: &serde_dynamo::Item,
+    new: &serde_dynamo::Item,
+) -> Result<Option<KeyChange>, ChatError> {
+    let is_conversation = matches!(
+        new.get(keys::SK),
+        Some(serde_dynamo::AttributeValue::S(sk)) if sk == keys::CONVERSATION_SK
+    );
+    if !is_conversation {
+        return Ok(None);
+    }
+    let after: ConversationItem = from_item(new.clone())?;
+    let before: Option<ConversationItem> = (!old.is_empty())
+        .then(|| from_item(old.clone()))
+        .transpose()?;
+    Ok(Some(KeyChange {
+        record,
+        conversation_id: after.conversation_id.clone(),
+        before: before.map(|b| b.activity_key()),
+        after: after.activity_key(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chat_shared::domain::{ConversationId, ConversationType};
+
+    fn conversation(last_message_at: Option<&str>) -> ConversationItem {
+        ConversationItem {
+            conversation_id: ConversationId::parse("d-00000000000000000000000000000001").unwrap(),
+            kind: ConversationType::Direct,
+            title: None,
+            owner_id: None,
+            direct_members: vec![],
+            member_count: 2,
+            last_seq: u64::from(last_message_at.is_some()),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            last_message_at: last_message_at.map(str::to_owned),
+            last_message: None,
+            members_version: 0,
+            members_change: None,
+            bucketed_since: None,
+        }
+    }
+
+    fn image(c: &ConversationItem) -> serde_dynamo::Item {
+        c.to_item().unwrap().into()
+    }
+
+    #[test]
+    fn conversation_records_are_key_changes_and_others_are_skipped() {
+        let (created, sent) = (
+            conversation(None),
+            conversation(Some("2026-01-01T00:00:01.000Z")),
+        );
+        let change = key_change(3, &image(&created), &image(&sent))
+            .unwrap()
+            .unwrap();
+        assert_eq!(change.record, 3);
+        assert_eq!(change.before.as_deref(), Some("2026-01-01T00:00:00.000Z"));
+        assert_eq!(change.after, "2026-01-01T00:00:01.000Z");
+        let creation = key_change(0, &serde_dynamo::Item::default(), &image(&created))
+            .unwrap()
+            .unwrap();
+        assert_eq!(creation.before, None);
+
+        // A member's watermark, an inbox entry (this function's own write), a removal record.
+        let s = |v: &str| serde_dynamo::AttributeValue::S(v.into());
+        let other = serde_dynamo::Item::from(std::collections::HashMap::from([
+            ("pk".to_owned(), s("I#u")),
+            ("sk".to_owned(), s("A#2026-01-01T00:00:00.000Z#d-1")),
+        ]));
+        assert_eq!(key_change(1, &other, &other).unwrap(), None);
+        assert_eq!(
+            key_change(1, &image(&created), &serde_dynamo::Item::default()).unwrap(),
+            None
+        );
+        // A malformed conversation image is an error (reported, retried), not skipped.
+        let mut broken = image(&sent);
+        broken.insert(
+            "lastSeq".into(),
+            serde_dynamo::AttributeValue::S("x".into()),
+        );
+        assert!(key_change(2, &image(&created), &broken).is_err());
+    }
+}

@@ -1,0 +1,205 @@
+//! The inbox indexer for the API tests, which run the REST handlers without the event pipeline:
+//! the real handler (`inbox_index::InboxIndex`) fed with the emulator's DynamoDB stream, read with
+//! the SDK the way the local gateway's mapping reads it (one consumer per test binary, in stream
+//! order, Lambda's event shape).
+//!
+//! Nothing moves inbox entries until a test calls `TestApp::index`, which brings the index up to
+//! date with everything written so far (by any test of the binary, as the deployed indexer would).
+//! So a test controls the lag: before `index` every entry sits where its conversation's creation
+//! or join filed it, however many messages came since; `hold` keeps other tests from indexing
+//! while a test looks at a lagging index.
+
+use std::collections::HashMap;
+
+use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
+use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
+use chat_shared::ChatStore;
+use inbox_index::InboxIndex;
+use serde_json::{json, Map, Value};
+use tokio::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Records per handler invocation (template.yaml: BatchSize 100).
+pub const BATCH: i32 = 100;
+
+/// Per shard, the sequence number of the last record handed to the indexer.
+static READ_UP_TO: Mutex<Option<HashMap<String, String>>> = Mutex::const_new(None);
+/// `index` takes it exclusively; `hold` shares it.
+static GATE: RwLock<()> = RwLock::const_new(());
+
+/// While held, no test of this binary moves inbox entries (do not call `index` meanwhile).
+pub async fn hold() -> RwLockReadGuard<'static, ()> {
+    GATE.read().await
+}
+
+/// While held, only its holder moves inbox entries (`TestApp::index_exclusively`): what it
+/// writes and then indexes is indexed by it, so its call log has the indexer's calls.
+pub struct Exclusive(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
+
+pub async fn exclusive() -> Exclusive {
+    Exclusive(GATE.write().await)
+}
+
+/// What one catch-up did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Indexed {
+    pub records: usize,
+    pub invocations: usize,
+}
+
+/// Reads the chat table's stream from where the last catch-up stopped to its end and hands it to
+/// the indexer in batches of at most `batch` records, as Lambda would; a batch whose response
+/// reports a failure is handed over again from the reported record (at most 10 times, then the
+/// test fails).
+pub async fn catch_up(
+    db: &aws_sdk_dynamodb::Client,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    store: &ChatStore,
+    table: &str,
+    batch: i32,
+) -> Indexed {
+    let gate = exclusive().await;
+    catch_up_exclusively(&gate, db, streams, store, table, batch).await
+}
+
+/// `catch_up` for the holder of `Exclusive`.
+pub async fn catch_up_exclusively(
+    _gate: &Exclusive,
+    db: &aws_sdk_dynamodb::Client,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    store: &ChatStore,
+    table: &str,
+    batch: i32,
+) -> Indexed {
+    let mut read_up_to = READ_UP_TO.lock().await;
+    let positions = read_up_to.get_or_insert_with(HashMap::new);
+    let arn = db
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .expect("DescribeTable")
+        .table()
+        .and_then(|t| t.latest_stream_arn())
+        .expect("the chat table has a stream")
+        .to_owned();
+    let shards = streams
+        .describe_stream()
+        .stream_arn(&arn)
+        .send()
+        .await
+        .expect("DescribeStream")
+        .stream_description()
+        .map(|d| d.shards().to_vec())
+        .unwrap_or_default();
+    let indexer = InboxIndex::new(store.clone());
+    let mut done = Indexed::default();
+    for shard in shards {
+        let id = shard.shard_id().unwrap_or_default().to_owned();
+        let request = streams.get_shard_iterator().stream_arn(&arn).shard_id(&id);
+        let request = match positions.get(&id) {
+            Some(seq) => request
+                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .sequence_number(seq),
+            None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+        };
+        let mut iterator = request
+            .send()
+            .await
+            .expect("GetShardIterator")
+            .shard_iterator
+            .expect("a shard iterator");
+        loop {
+            let page = streams
+                .get_records()
+                .shard_iterator(&iterator)
+                .limit(batch)
+                .send()
+                .await
+                .expect("GetRecords");
+            let records: Vec<(String, Value)> = page.records().iter().map(lambda_record).collect();
+            if records.is_empty() {
+                break;
+            }
+            done.records += records.len();
+            done.invocations += deliver(&indexer, &records).await;
+            positions.insert(id.clone(), records.last().unwrap().0.clone());
+            match page.next_shard_iterator {
+                Some(next) => iterator = next,
+                None => break,
+            }
+        }
+    }
+    done
+}
+
+/// Invokes the indexer until the whole batch is done; returns the number of invocations.
+async fn deliver(indexer: &InboxIndex, records: &[(String, Value)]) -> usize {
+    let mut from = 0;
+    for invocation in 1..=10 {
+        let batch: Vec<Value> = records[from..].iter().map(|(_, r)| r.clone()).collect();
+        let event: DynamoDbEvent =
+            serde_json::from_value(json!({ "Records": batch })).expect("a Lambda DynamoDB event");
+        let response = indexer.handle(event).await;
+        let Some(failed) = response.batch_item_failures.first() else {
+            return invocation;
+        };
+        let id = failed.item_identifier.as_deref().unwrap_or_default();
+        from = records
+            .iter()
+            .position(|(seq, _)| seq == id)
+            .expect("the reported record is in the batch");
+    }
+    panic!("the inbox indexer failed the same batch 10 times");
+}
+
+/// `(sequence number, the record as the Lambda DynamoDB event carries it)`.
+fn lambda_record(r: &aws_sdk_dynamodbstreams::types::Record) -> (String, Value) {
+    let change = r.dynamodb().expect("a stream record");
+    let sequence = change.sequence_number().unwrap_or_default().to_owned();
+    let mut dynamodb = Map::new();
+    for (name, image) in [
+        ("Keys", change.keys()),
+        ("NewImage", change.new_image()),
+        ("OldImage", change.old_image()),
+    ] {
+        if let Some(image) = image {
+            dynamodb.insert(name.into(), item(image));
+        }
+    }
+    dynamodb.insert("SequenceNumber".into(), json!(sequence));
+    dynamodb.insert("SizeBytes".into(), json!(change.size_bytes().unwrap_or(0)));
+    dynamodb.insert("StreamViewType".into(), json!("NEW_AND_OLD_IMAGES"));
+    let record = json!({
+        "eventID": r.event_id(),
+        "eventName": r.event_name().map(|n| n.as_str()),
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": dynamodb,
+    });
+    (sequence, record)
+}
+
+fn item(attributes: &HashMap<String, AttributeValue>) -> Value {
+    Value::Object(
+        attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), attribute(v)))
+            .collect(),
+    )
+}
+
+/// DynamoDB JSON (the chat table holds strings, numbers, maps, lists and booleans only).
+fn attribute(v: &AttributeValue) -> Value {
+    match v {
+        AttributeValue::S(s) => json!({ "S": s }),
+        AttributeValue::N(n) => json!({ "N": n }),
+        AttributeValue::Ss(v) => json!({ "SS": v }),
+        AttributeValue::Ns(v) => json!({ "NS": v }),
+        AttributeValue::M(m) => json!({ "M": item(m) }),
+        AttributeValue::L(l) => json!({ "L": l.iter().map(attribute).collect::<Vec<_>>() }),
+        AttributeValue::Null(b) => json!({ "NULL": b }),
+        AttributeValue::Bool(b) => json!({ "BOOL": b }),
+        other => panic!("an attribute type the chat table does not use: {other:?}"),
+    }
+}

@@ -416,34 +416,47 @@ impl ChatStore {
             request_id: send.request_id.clone(),
             enqueued_at: crate::time::unix_micros(crate::time::now()),
         };
-        let put = self
-            .db
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_item(
-                &item,
-                keys::conversation_pk(send.id),
-                keys::pending_sk(&item.client_msg_key),
-            )?))
-            .condition_expression("attribute_not_exists(pk)")
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        let err = match put {
-            Ok(_) => return Ok(true),
-            Err(e) => e,
-        };
+        let item = to_item(
+            &item,
+            keys::conversation_pk(send.id),
+            keys::pending_sk(&item.client_msg_key),
+        )?;
         use aws_sdk_dynamodb::operation::put_item::PutItemError;
-        match err.as_service_error() {
-            Some(PutItemError::ConditionalCheckFailedException(e)) => {
-                let existing: PendingItem = from_item(e.item().cloned().unwrap_or_default())?;
-                if existing.sender_id != *send.caller || existing.fingerprint != send.fingerprint {
-                    return Err(conflict());
+        let mut retry = self.retry();
+        while retry.next().await {
+            let put = self
+                .db
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item.clone()))
+                .condition_expression("attribute_not_exists(pk)")
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            let err = match put {
+                Ok(_) => return Ok(true),
+                Err(e) => e,
+            };
+            match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(e)) => {
+                    let existing: PendingItem = from_item(e.item().cloned().unwrap_or_default())?;
+                    if existing.sender_id != *send.caller
+                        || existing.fingerprint != send.fingerprint
+                    {
+                        return Err(conflict());
+                    }
+                    return Ok(false);
                 }
-                Ok(false)
+                // A replay of this send is being committed right now (its pending item is in the
+                // transaction): a moment later it is either committed (its key answers) or
+                // pending again.
+                Some(PutItemError::TransactionConflictException(_)) => {}
+                _ => return Err(sdk_error("PutItem", err)),
             }
-            _ => Err(sdk_error("PutItem", err)),
         }
+        Err(ChatError::Throttled)
     }
 
     /// The pending sends of a conversation. DynamoDB: 1 strongly consistent Query (its first

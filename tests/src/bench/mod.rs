@@ -1,6 +1,7 @@
 //! The benchmark's scenarios (`cargo run -p chat-tests --bin bench`), each a module that returns
 //! a markdown table for docs/benchmarks.md.
 
+pub mod cost;
 pub mod hot;
 pub mod ops;
 pub mod target;
@@ -57,6 +58,11 @@ pub fn percentile(latencies: &[Duration], p: f64) -> f64 {
 /// Write units of recorded calls (successful ones, and all of them), with the sizes of updated,
 /// deleted and checked items read back from the table.
 pub async fn write_units(t: &TestApp, calls: &[Call]) -> (u64, u64) {
+    write_units_in(t, "ChatTable", calls).await
+}
+
+/// `write_units` for calls that write to `table` (e.g. the connections table).
+pub async fn write_units_in(t: &TestApp, table: &str, calls: &[Call]) -> (u64, u64) {
     let bodies: Vec<&[u8]> = calls.iter().filter_map(|c| c.write.as_deref()).collect();
     let keys = capacity::keys_to_measure(&bodies);
     let mut sizes = HashMap::new();
@@ -77,14 +83,14 @@ pub async fn write_units(t: &TestApp, calls: &[Call]) -> (u64, u64) {
             .unwrap();
         let out =
             t.db.batch_get_item()
-                .request_items("ChatTable", request)
+                .request_items(table, request)
                 .send()
                 .await
                 .unwrap();
         for item in out
             .responses
             .unwrap_or_default()
-            .remove("ChatTable")
+            .remove(table)
             .unwrap_or_default()
         {
             let json: serde_json::Value = item_json(&item);

@@ -1,6 +1,7 @@
 //! The benchmark (docs/benchmarks.md):
 //!
 //!     cargo run -p chat-tests --bin bench [-- [hot] [ops] [inbox] [--messages N] [--api URL]]
+//!     cargo run -p chat-tests --bin bench -- cost [--messages N]
 //!
 //! By default the real handlers run in this process against the emulator the tests use (or
 //! `DYNAMODB_ENDPOINT`), every DynamoDB call recorded, so calls and write units per operation are
@@ -9,17 +10,31 @@
 //! stack over HTTP instead (the functions under `cargo lambda watch` with concurrent instances).
 //! Against the emulator the absolute rates measure moto, which answers one request at a time;
 //! ratios, round trips and behaviour under contention are what carry over.
+//!
+//! `cost` measures the figures of docs/cost.md (calls, write and read units, sizes, log bytes per
+//! operation; tests/src/bench/cost.rs) and prints what 1 M messages, receipts and inbox loads
+//! cost at the prices listed there, and the per-message figure.
 
 use std::sync::Arc;
 
 use chat_tests::bench::target::Target;
-use chat_tests::bench::{hot, ops};
+use chat_tests::bench::{cost, hot, ops};
 use chat_tests::TestApp;
 
 #[tokio::main]
 async fn main() {
     if std::env::args().nth(1).as_deref() == Some("push") {
         return chat_tests::bench_push::run(&std::env::args().skip(2).collect::<Vec<_>>()).await;
+    }
+    // Before any logging is set up: the scenario captures the functions' log lines itself.
+    if std::env::args().nth(1).as_deref() == Some("cost") {
+        let args: Vec<String> = std::env::args().collect();
+        let n = args
+            .iter()
+            .position(|a| a == "--messages")
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+            .unwrap_or(40);
+        return cost::run(n).await;
     }
     if std::env::var_os("RUST_LOG").is_some() {
         chat_shared::telemetry::init(false, None);
@@ -102,7 +117,9 @@ async fn main() {
             // The inbox at 10-5,000 memberships and the index's cost per message
             // (tests/src/bench_inbox.rs; its own client, to record the reads' responses).
             "inbox" => chat_tests::bench_inbox::run(messages).await.print(),
-            other => eprintln!("bench: unknown scenario {other:?} (hot, ops, hot32, inbox)"),
+            other => {
+                eprintln!("bench: unknown scenario {other:?} (hot, ops, hot32, inbox, push, cost)")
+            }
         }
     }
 }

@@ -1,0 +1,1281 @@
+//! The cost model's figures (docs/cost.md): `cargo run -p chat-tests --bin bench -- cost`.
+//!
+//! Measured here, with the real handlers in process against the emulator: DynamoDB calls, write
+//! units (from the requests and the stored item sizes, `capacity`, failed writes included) and
+//! read units (from the items read, re-read without projection where a request projected: DynamoDB
+//! charges whole items) per operation; durations; response, stored, Kinesis record and push frame
+//! sizes (the relay's and the fanout's own event types); the per-request log line (the JSON the
+//! Lambda runtime's subscriber writes); the fanout's read units from the items it reads; the EMF
+//! metric names in the sources. What cannot be measured locally is an [`Assumptions`] value,
+//! printed as such. [`costs`] turns both into dollars with the prices below.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
+use chat_shared::events::{Event, EventBatch};
+use chat_shared::{ConnectionStore, ConversationId, UserId};
+use lambda_http::tracing::Instrument;
+use serde_json::{json, Value};
+
+use super::{percentile, write_units_in};
+use crate::capacity::{item_size, read_units};
+use crate::{new_uuid, unique, TestApp};
+
+// --- prices -------------------------------------------------------------------------------------
+
+/// Where the prices below come from.
+pub const PRICES_TAKEN: &str = "docs/cost.md's Prices table as of 2026-11-30 (us-east-1, on-demand list prices; not re-checked online)";
+
+/// DynamoDB, per write request unit.
+pub const WRU: f64 = 0.625e-6;
+/// DynamoDB, per read request unit.
+pub const RRU: f64 = 0.125e-6;
+/// DynamoDB storage and point-in-time recovery, per GB-month.
+pub const DDB_STORAGE_GB_MONTH: f64 = 0.25;
+pub const DDB_PITR_GB_MONTH: f64 = 0.20;
+/// Lambda (arm64), per GB-second and per request.
+pub const LAMBDA_GB_S: f64 = 0.000_013_333_4;
+pub const LAMBDA_REQUEST: f64 = 0.20e-6;
+/// API Gateway: HTTP API request; WebSocket message (either direction); connection minute.
+pub const HTTP_REQUEST: f64 = 1.00e-6;
+pub const WS_MESSAGE: f64 = 1.00e-6;
+pub const WS_CONNECTION_MINUTE: f64 = 0.25e-6;
+/// Kinesis on-demand: stream-hour, data in per GB (records rounded up to 1 KB).
+pub const KINESIS_STREAM_HOUR: f64 = 0.04;
+pub const KINESIS_IN_GB: f64 = 0.08;
+/// Kinesis data out through the fanout's enhanced fan-out consumer (template.yaml), per GB, and per
+/// consumer-hour. ASSUMED: not in cost.md's table and not verifiable offline; $0.05 per GB and no
+/// consumer-hour charge in on-demand mode is what the pricing page is recalled to say.
+pub const KINESIS_EFO_GB: f64 = 0.05;
+pub const KINESIS_EFO_CONSUMER_HOUR: f64 = 0.0;
+/// CloudWatch: log ingestion per GB; alarm metric per month; custom metric per month.
+pub const LOG_INGEST_GB: f64 = 0.50;
+pub const ALARM_METRIC_MONTH: f64 = 0.10;
+pub const CUSTOM_METRIC_MONTH: f64 = 0.30;
+/// Data transfer out to the internet, per GB.
+pub const OUT_GB: f64 = 0.09;
+
+/// Alarm metrics in template.yaml (29 single-metric alarms, 6 metrics in 3 metric-math alarms).
+pub const ALARM_METRICS: f64 = 35.0;
+const HOURS_PER_MONTH: f64 = 730.0;
+const MILLION: f64 = 1e6;
+/// Memory of the REST functions, relay, inbox indexer and ws-connection; of the fanout (GB).
+const MEMORY_GB: f64 = 0.25;
+const FANOUT_MEMORY_GB: f64 = 0.5;
+
+// --- figures ------------------------------------------------------------------------------------
+
+/// One operation, per request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Op {
+    pub requests: usize,
+    pub calls: f64,
+    pub wru: f64,
+    pub rru: f64,
+    /// In-process p50 (this build, the emulator's round trips).
+    pub ms: f64,
+    pub response_bytes: f64,
+    /// The function's log lines for the request.
+    pub log_bytes: f64,
+}
+
+/// What the bench measures.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    pub send: Op,
+    pub send_group: Op,
+    pub read: Op,
+    pub read_noop: Op,
+    pub inbox: Op,
+    /// `history?afterSeq` of the few newest messages of the 1,000-member group.
+    pub history: Op,
+    /// Stored bytes per 1:1 message, DynamoDB's 100 bytes per item included.
+    pub message_bytes: f64,
+    /// Kinesis record (an `EventBatch` of one event): full and light `message.new`, `read.updated`.
+    pub event_bytes: f64,
+    pub event_bytes_light: f64,
+    pub event_bytes_read: f64,
+    /// Push frames: full `message.new`, light, `read.updated`.
+    pub push_bytes: f64,
+    pub push_bytes_light: f64,
+    pub push_bytes_read: f64,
+    /// The fanout's read units per event with its member list cached (GetItem + presence), and
+    /// the member Query it adds when the list changed or the instance is new.
+    pub fanout_rru_1to1: f64,
+    pub fanout_rru_group: f64,
+    pub fanout_query_rru_1to1: f64,
+    pub fanout_query_rru_group: f64,
+    /// The inbox index per 1:1 message, and per move of a 1,000-member group.
+    pub index_wru_1to1: f64,
+    pub index_rru_1to1: f64,
+    pub index_move_wru: f64,
+    pub index_move_rru: f64,
+    /// `$connect`: a user's further connection (the usual case), and a user's first.
+    pub connect_wru: f64,
+    pub connect_first_wru: f64,
+    pub connect_ms: f64,
+    /// Distinct custom metrics (name × Function dimension).
+    pub emf_metrics: f64,
+}
+
+/// Figures that cannot be measured locally: stated, printed, never presented as measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Assumptions {
+    /// Lambda bills per ms: a request's billed duration is taken as its in-process p50 rounded up
+    /// to the next whole ms (a debug build against the emulator, whose round trips stand in for
+    /// DynamoDB's in-region ones; a release build's CPU time is lower).
+    pub billed_ms_rounding: f64,
+    /// Stream records per relay / indexer invocation, Kinesis records per fanout invocation: 1
+    /// (a quiet stream: every record its own invocation, the most invocations).
+    pub relay_batch: f64,
+    pub fanout_batch: f64,
+    /// Durations per invocation of the stream consumers (docs/event-pipeline.md, "Latency on AWS":
+    /// PutRecords 10-30 ms; fanout reads 10-30 ms, 5 rounds of pushes 100-200 ms).
+    pub relay_ms: f64,
+    pub index_ms: f64,
+    pub fanout_ms_1to1: f64,
+    pub fanout_ms_group: f64,
+    /// Open connections per online user.
+    pub connections_per_online_user: f64,
+    /// Members online in a 1:1 conversation when a message or receipt is pushed (both: the most).
+    pub online_1to1: f64,
+    /// Members online of the 1,000-member group.
+    pub online_group: f64,
+    /// `history` fetches per light push (every client fetches every message: the most).
+    pub fetches_per_push: f64,
+    /// Index moves per group message (each message in its own 5-second step: the most).
+    pub moves_per_group_message: f64,
+    /// Lambda's own JSON lines per invocation (platform.start, platform.report), the HTTP API's
+    /// access-log line (template.yaml's 16 fields), a stream consumer's per-batch line.
+    pub platform_log_bytes: f64,
+    pub access_log_bytes: f64,
+    pub consumer_log_bytes: f64,
+    /// HTTP response headers and framing per response (data out).
+    pub response_overhead_bytes: f64,
+}
+
+pub const ASSUMED: Assumptions = Assumptions {
+    billed_ms_rounding: 1.0,
+    relay_batch: 1.0,
+    fanout_batch: 1.0,
+    relay_ms: 30.0,
+    index_ms: 40.0,
+    fanout_ms_1to1: 60.0,
+    fanout_ms_group: 250.0,
+    connections_per_online_user: 1.3,
+    online_1to1: 2.0,
+    online_group: 300.0,
+    fetches_per_push: 1.0,
+    moves_per_group_message: 1.0,
+    platform_log_bytes: 700.0,
+    access_log_bytes: 600.0,
+    consumer_log_bytes: 250.0,
+    response_overhead_bytes: 200.0,
+};
+
+// --- the arithmetic -----------------------------------------------------------------------------
+
+/// One line of a cost table: what, and dollars per million operations (or per month).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub part: &'static str,
+    pub dollars: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Costs {
+    pub direct: Vec<Line>,
+    pub group: Vec<Line>,
+    pub receipts: Vec<Line>,
+    pub inbox: Vec<Line>,
+    pub fixed: Vec<Line>,
+    /// Storage per month kept of 1 M 1:1 messages (table and PITR).
+    pub storage_per_month: f64,
+    /// The DynamoDB part of the 1:1 total (send, index, fanout reads).
+    pub direct_dynamodb: f64,
+}
+
+pub fn total(lines: &[Line]) -> f64 {
+    lines.iter().map(|l| l.dollars).sum()
+}
+
+fn kib(bytes: f64) -> f64 {
+    (bytes / 1024.0).ceil().max(1.0)
+}
+
+/// Dollars per 1 M operations and per month, from the figures and the prices above.
+pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
+    let billed = |ms: f64| (ms / a.billed_ms_rounding).ceil() * a.billed_ms_rounding / 1000.0;
+    // One REST request: the API, the invocation and its compute.
+    let rest = |op: &Op| HTTP_REQUEST + LAMBDA_REQUEST + billed(op.ms) * MEMORY_GB * LAMBDA_GB_S;
+    let ddb = |op: &Op| op.wru * WRU + op.rru * RRU;
+    let consumer =
+        |batch: f64, ms: f64, gb: f64| LAMBDA_REQUEST / batch + billed(ms) * gb * LAMBDA_GB_S;
+    let kinesis = |bytes: f64| kib(bytes) * 1024.0 / 1e9 * (KINESIS_IN_GB + KINESIS_EFO_GB);
+    let gb = |bytes: f64| bytes / 1e9;
+    // A REST request's log bytes: its own lines, Lambda's, the access log's.
+    let rest_logs = |op: &Op| op.log_bytes + a.platform_log_bytes + a.access_log_bytes;
+    let consumer_logs = a.consumer_log_bytes + a.platform_log_bytes;
+    let relay = consumer(a.relay_batch, a.relay_ms, MEMORY_GB);
+    let fanout_1to1 = consumer(a.fanout_batch, a.fanout_ms_1to1, FANOUT_MEMORY_GB);
+    let pushes_1to1 = a.online_1to1 * a.connections_per_online_user;
+
+    let index_ddb = m.index_wru_1to1 * WRU + m.index_rru_1to1 * RRU;
+    let direct = vec![
+        Line {
+            part: "API request",
+            dollars: HTTP_REQUEST,
+        },
+        Line {
+            part: "send-message function",
+            dollars: rest(&m.send) - HTTP_REQUEST,
+        },
+        Line {
+            part: "DynamoDB, send",
+            dollars: ddb(&m.send),
+        },
+        Line {
+            part: "relay",
+            dollars: relay,
+        },
+        Line {
+            part: "inbox index, DynamoDB",
+            dollars: index_ddb,
+        },
+        Line {
+            part: "inbox index, function",
+            dollars: consumer(a.relay_batch, a.index_ms, MEMORY_GB),
+        },
+        Line {
+            part: "Kinesis",
+            dollars: kinesis(m.event_bytes),
+        },
+        Line {
+            part: "fanout function",
+            dollars: fanout_1to1,
+        },
+        Line {
+            part: "DynamoDB, fanout",
+            dollars: m.fanout_rru_1to1 * RRU,
+        },
+        Line {
+            part: "pushes",
+            dollars: pushes_1to1 * WS_MESSAGE,
+        },
+        Line {
+            part: "logs",
+            dollars: gb(rest_logs(&m.send) + 3.0 * consumer_logs) * LOG_INGEST_GB,
+        },
+        Line {
+            part: "data out",
+            dollars: gb(m.send.response_bytes
+                + a.response_overhead_bytes
+                + pushes_1to1 * m.push_bytes)
+                * OUT_GB,
+        },
+    ];
+
+    let pushes_group = a.online_group * a.connections_per_online_user;
+    let fetches = a.online_group * a.fetches_per_push;
+    let group = vec![
+        Line {
+            part: "API request, send-message, DynamoDB send",
+            dollars: rest(&m.send_group) + ddb(&m.send_group),
+        },
+        Line {
+            part: "relay, Kinesis",
+            dollars: relay + kinesis(m.event_bytes_light),
+        },
+        Line {
+            part: "inbox index",
+            dollars: a.moves_per_group_message * (m.index_move_wru * WRU + m.index_move_rru * RRU)
+                + consumer(a.relay_batch, a.index_ms, MEMORY_GB),
+        },
+        Line {
+            part: "fanout function",
+            dollars: consumer(a.fanout_batch, a.fanout_ms_group, FANOUT_MEMORY_GB),
+        },
+        Line {
+            part: "DynamoDB, fanout",
+            dollars: m.fanout_rru_group * RRU,
+        },
+        Line {
+            part: "pushes",
+            dollars: pushes_group * WS_MESSAGE,
+        },
+        Line {
+            part: "fetches after light pushes",
+            dollars: fetches * (rest(&m.history) + ddb(&m.history)),
+        },
+        Line {
+            part: "logs, data out",
+            dollars: gb(rest_logs(&m.send_group)
+                + 3.0 * consumer_logs
+                + fetches * rest_logs(&m.history))
+                * LOG_INGEST_GB
+                + gb(m.send_group.response_bytes
+                    + pushes_group * m.push_bytes_light
+                    + fetches * m.history.response_bytes
+                    + (1.0 + fetches) * a.response_overhead_bytes)
+                    * OUT_GB,
+        },
+    ];
+
+    let receipts = vec![
+        Line {
+            part: "API request",
+            dollars: HTTP_REQUEST,
+        },
+        Line {
+            part: "mark-read function",
+            dollars: rest(&m.read) - HTTP_REQUEST,
+        },
+        Line {
+            part: "DynamoDB",
+            dollars: ddb(&m.read),
+        },
+        Line {
+            part: "relay, Kinesis, fanout",
+            dollars: relay + kinesis(m.event_bytes_read) + fanout_1to1 + m.fanout_rru_1to1 * RRU,
+        },
+        Line {
+            part: "pushes",
+            dollars: pushes_1to1 * WS_MESSAGE,
+        },
+        Line {
+            part: "logs, data out",
+            dollars: gb(rest_logs(&m.read) + 2.0 * consumer_logs) * LOG_INGEST_GB
+                + gb(m.read.response_bytes
+                    + a.response_overhead_bytes
+                    + pushes_1to1 * m.push_bytes_read)
+                    * OUT_GB,
+        },
+    ];
+
+    let inbox = vec![
+        Line {
+            part: "API request",
+            dollars: HTTP_REQUEST,
+        },
+        Line {
+            part: "inbox function",
+            dollars: rest(&m.inbox) - HTTP_REQUEST,
+        },
+        Line {
+            part: "DynamoDB",
+            dollars: ddb(&m.inbox),
+        },
+        Line {
+            part: "logs, data out",
+            dollars: gb(rest_logs(&m.inbox)) * LOG_INGEST_GB
+                + gb(m.inbox.response_bytes + a.response_overhead_bytes) * OUT_GB,
+        },
+    ];
+
+    let per_million = |lines: Vec<Line>| -> Vec<Line> {
+        lines
+            .into_iter()
+            .map(|l| Line {
+                dollars: l.dollars * MILLION,
+                ..l
+            })
+            .collect()
+    };
+    let direct = per_million(direct);
+    let direct_dynamodb = direct
+        .iter()
+        .filter(|l| l.part.contains("DynamoDB"))
+        .map(|l| l.dollars)
+        .sum();
+    Costs {
+        direct,
+        group: per_million(group),
+        receipts: per_million(receipts),
+        inbox: per_million(inbox),
+        fixed: vec![
+            Line {
+                part: "Kinesis on-demand stream",
+                dollars: KINESIS_STREAM_HOUR * HOURS_PER_MONTH,
+            },
+            Line {
+                part: "enhanced fan-out consumer",
+                dollars: KINESIS_EFO_CONSUMER_HOUR * HOURS_PER_MONTH,
+            },
+            Line {
+                part: "alarms",
+                dollars: ALARM_METRICS * ALARM_METRIC_MONTH,
+            },
+            Line {
+                part: "custom metrics (EMF)",
+                dollars: m.emf_metrics * CUSTOM_METRIC_MONTH,
+            },
+        ],
+        storage_per_month: MILLION * m.message_bytes / 1e9
+            * (DDB_STORAGE_GB_MONTH + DDB_PITR_GB_MONTH),
+        direct_dynamodb,
+    }
+}
+
+// --- measuring ----------------------------------------------------------------------------------
+
+/// A 60-character message, the size assumed for an average one.
+const BODY: &str = "See you at the station at 7, I'll bring the tickets, snacks!";
+
+/// Runs every measurement (`n` requests per operation) and prints the figures and the costs.
+pub async fn run(n: usize) {
+    let n = n.clamp(5, 100);
+    let logs = LogCapture::install();
+    let reads = Arc::new(Reads::default());
+    let t = TestApp::custom(
+        crate::config().timeouts.request_budget,
+        Some(SharedInterceptor::new(ReadRecorder(reads.clone()))),
+    )
+    .await;
+    let b = Bench {
+        t: &t,
+        reads: &reads,
+        logs: &logs,
+    };
+    let m = b.measure_all(n).await;
+    print_report(&m, &ASSUMED, n);
+}
+
+struct Bench<'a> {
+    t: &'a TestApp,
+    reads: &'a Reads,
+    logs: &'a LogCapture,
+}
+
+impl Bench<'_> {
+    async fn measure_all(&self, n: usize) -> Measured {
+        let t = self.t;
+        let mut m = Measured::default();
+        let (a, b) = (unique("a"), unique("b"));
+        let c = t.direct(&a, &b).await;
+        let pk = format!("C#{c}");
+
+        // The inbox first: its page reads the index, which the emulator answers by looking at
+        // every item of the table (the 1,000-member group adds thousands).
+        let reader = unique("reader");
+        for i in 0..25 {
+            let peer = format!("{reader}-peer{i}");
+            let conversation = t.direct(&reader, &peer).await;
+            assert_eq!(t.send(&conversation, &peer, BODY).await.status, 201);
+        }
+        t.index().await;
+        m.inbox = self
+            .op(n, |_| {
+                ("GET", "/inbox?limit=20".into(), reader.clone(), None)
+            })
+            .await;
+
+        // 1:1 sends, and what they leave stored.
+        let before = partition(t, &pk).await;
+        m.send = self
+            .op(n, |_| {
+                let body = json!({"clientMsgId": new_uuid(), "body": BODY});
+                (
+                    "POST",
+                    format!("/conversations/{c}/messages"),
+                    a.clone(),
+                    Some(body),
+                )
+            })
+            .await;
+        let after = partition(t, &pk).await;
+        let added: usize = after
+            .iter()
+            .filter(|(sk, _)| !before.contains_key(*sk))
+            .map(|(_, size)| size + 100)
+            .sum();
+        m.message_bytes = added as f64 / n as f64;
+        m.read = self
+            .op(n, |i| {
+                let body = json!({"seq": i + 1});
+                (
+                    "POST",
+                    format!("/conversations/{c}/read"),
+                    b.clone(),
+                    Some(body),
+                )
+            })
+            .await;
+        m.read_noop = self
+            .op(n, |_| {
+                let body = json!({"seq": 1});
+                (
+                    "POST",
+                    format!("/conversations/{c}/read"),
+                    b.clone(),
+                    Some(body),
+                )
+            })
+            .await;
+
+        // Events and frames, as the relay and the fanout build them from a real message.
+        let sent = t.send(&c, &a, BODY).await;
+        let conversation = ConversationId::parse(&c).unwrap();
+        let full = Event::MessageNew {
+            conversation_id: conversation.clone(),
+            seq: sent.body["seq"].as_u64().unwrap(),
+            sender_id: UserId::parse(&a),
+            client_msg_id: sent.body["clientMsgId"].as_str().map(str::to_owned),
+            body: Some(BODY.into()),
+            created_at: sent.body["createdAt"].as_str().map(str::to_owned),
+        };
+        let read = Event::ReadUpdated {
+            conversation_id: conversation.clone(),
+            user_id: UserId::parse(&b).unwrap(),
+            last_read_seq: sent.body["seq"].as_u64().unwrap(),
+        };
+        m.event_bytes = record_bytes(&full);
+        m.event_bytes_read = record_bytes(&read);
+        m.push_bytes = frame_bytes(&full);
+        m.push_bytes_read = frame_bytes(&read);
+
+        // The inbox index per 1:1 message (the real indexer, one message per batch).
+        let (mut wru, mut rru) = (0.0, 0.0);
+        let messages = 5;
+        for _ in 0..messages {
+            t.index().await;
+            assert_eq!(t.send(&c, &b, BODY).await.status, 201);
+            self.forget();
+            t.index().await;
+            let (_, w, r) = self.units().await;
+            wru += w;
+            rru += r;
+        }
+        m.index_wru_1to1 = wru / messages as f64;
+        m.index_rru_1to1 = rru / messages as f64;
+
+        // $connect: the two of the 1:1 conversation, then each again (a further connection).
+        let connections = ConnectionStore::new(t.db.clone(), crate::config().connections_table);
+        let (first, _) = self.connect(&connections, &[a.clone(), b.clone()]).await;
+        let (again, ms) = self.connect(&connections, &[a.clone(), b.clone()]).await;
+        let (fanout, query) = fanout_reads(t, &c, &[a.clone(), b.clone()]).await;
+        m.fanout_rru_1to1 = fanout;
+        m.fanout_query_rru_1to1 = query;
+
+        // The 1,000-member group, 300 of them online.
+        let owner = unique("owner");
+        let members: Vec<String> = (0..999).map(|i| format!("{owner}-{i}")).collect();
+        let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+        let g = t.group(&owner, &refs).await;
+        let (first_300, _) = self.connect(&connections, &members[..300]).await;
+        m.connect_first_wru = (first * 2.0 + first_300 * 300.0) / 302.0;
+        let (again_300, ms_300) = self.connect(&connections, &members[..300]).await;
+        m.connect_wru = (again * 2.0 + again_300 * 300.0) / 302.0;
+        m.connect_ms = (ms * 2.0 + ms_300 * 300.0) / 302.0;
+        let mut everyone = members.clone();
+        everyone.push(owner.clone());
+        let (fanout, query) = fanout_reads(t, &g, &everyone).await;
+        m.fanout_rru_group = fanout;
+        m.fanout_query_rru_group = query;
+        let light = Event::light(&ConversationId::parse(&g).unwrap(), 1);
+        m.event_bytes_light = record_bytes(&light);
+        m.push_bytes_light = frame_bytes(&light);
+
+        // One move of the group's index entries: the first message of a 5-second step.
+        t.index().await;
+        assert_eq!(t.send(&g, &owner, BODY).await.status, 201);
+        self.forget();
+        t.index().await;
+        let (_, w, r) = self.units().await;
+        m.index_move_wru = w;
+        m.index_move_rru = r;
+
+        let group_sends = n.min(20);
+        m.send_group = self
+            .op(group_sends, |_| {
+                let body = json!({"clientMsgId": new_uuid(), "body": BODY});
+                (
+                    "POST",
+                    format!("/conversations/{g}/messages"),
+                    owner.clone(),
+                    Some(body),
+                )
+            })
+            .await;
+        let last = t.get(&format!("/conversations/{g}"), &owner).await.body["lastSeq"]
+            .as_u64()
+            .unwrap();
+        let reader = members[0].clone();
+        m.history = self
+            .op(n, |_| {
+                let after = last - 3;
+                (
+                    "GET",
+                    format!("/conversations/{g}/messages?afterSeq={after}"),
+                    reader.clone(),
+                    None,
+                )
+            })
+            .await;
+        m.emf_metrics = emf_metrics().len() as f64;
+        m
+    }
+
+    /// Drops what was recorded so far.
+    fn forget(&self) {
+        self.t.calls.take_calls();
+        self.reads.take();
+    }
+
+    /// DynamoDB calls, write units (failed writes included: they are billed) and read units of
+    /// what was recorded since the last take.
+    async fn units(&self) -> (f64, f64, f64) {
+        let calls = self.t.calls.take_calls();
+        let reads = self.reads.take();
+        let (_, wru) = write_units_in(self.t, &self.t.table, &calls).await;
+        let rru = read_units_of(self.t, &reads).await;
+        self.forget();
+        (calls.len() as f64, wru as f64, rru)
+    }
+
+    /// `n` requests one at a time: per request the mean calls, units, sizes and log bytes, and
+    /// the p50 duration.
+    async fn op(
+        &self,
+        n: usize,
+        request: impl Fn(usize) -> (&'static str, String, String, Option<Value>),
+    ) -> Op {
+        let mut op = Op {
+            requests: n,
+            ..Op::default()
+        };
+        let mut latencies = Vec::with_capacity(n);
+        for i in 0..n {
+            let (method, path, user, body) = request(i);
+            self.forget();
+            self.logs.take();
+            // The span Lambda's runtime opens around an invocation: its fields are in every line.
+            let span = lambda_http::tracing::info_span!(
+                "Lambda runtime invoke",
+                requestId = %new_uuid(),
+                xrayTraceId = "Root=1-674a5e2b-3f1c2a9d8e7b6c5d4e3f2a1b;Parent=53995c3f42cd8ad8;Sampled=0;Lineage=1:a3f1b2c4:0"
+            );
+            let started = Instant::now();
+            let r = self
+                .t
+                .call(
+                    method,
+                    &path,
+                    Some(&user),
+                    body.map(|b| b.to_string()).as_deref(),
+                )
+                .instrument(span)
+                .await;
+            latencies.push(started.elapsed());
+            assert!(r.status < 400, "{method} {path}: {r:?}");
+            op.log_bytes += self.logs.take().len() as f64;
+            op.response_bytes += if r.body.is_null() {
+                0
+            } else {
+                r.body.to_string().len()
+            } as f64;
+            let (calls, wru, rru) = self.units().await;
+            op.calls += calls;
+            op.wru += wru;
+            op.rru += rru;
+        }
+        op.ms = percentile(&latencies, 0.5);
+        let per = |x: f64| x / n as f64;
+        op.calls = per(op.calls);
+        op.wru = per(op.wru);
+        op.rru = per(op.rru);
+        op.log_bytes = per(op.log_bytes);
+        op.response_bytes = per(op.response_bytes);
+        op
+    }
+
+    /// Registers one connection for each of `users` as `$connect` does: mean write units and p50 ms.
+    async fn connect(&self, connections: &ConnectionStore, users: &[String]) -> (f64, f64) {
+        self.forget();
+        let mut latencies = Vec::new();
+        for u in users {
+            let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+            let started = Instant::now();
+            connections
+                .register(&UserId::parse(u).unwrap(), &unique("conn"), now)
+                .await
+                .unwrap();
+            latencies.push(started.elapsed());
+        }
+        let calls = self.t.calls.take_calls();
+        let table = crate::config().connections_table;
+        let (_, wru) = write_units_in(self.t, &table, &calls).await;
+        self.forget();
+        (wru as f64 / users.len() as f64, percentile(&latencies, 0.5))
+    }
+}
+
+/// The fanout's read units for one event of `conversation` (members `everyone`), from the items
+/// it reads: the conversation's `membersVersion` (strongly consistent GetItem, charged for the
+/// whole item) and every member's presence item (eventually consistent BatchGetItem: half a unit
+/// per started 4 KB, the minimum for a member without one); and the member Query (strongly
+/// consistent, the conversation item and every member item) it adds on a cache miss.
+async fn fanout_reads(t: &TestApp, conversation: &str, everyone: &[String]) -> (f64, f64) {
+    let pk = format!("C#{conversation}");
+    let items = partition(t, &pk).await;
+    let conversation_item = items["C"];
+    let members: usize = items
+        .iter()
+        .filter(|(sk, _)| sk.starts_with("M#"))
+        .map(|(_, size)| size)
+        .sum();
+    let table = crate::config().connections_table;
+    let mut presence = 0.0;
+    for user in everyone {
+        let found =
+            t.db.get_item()
+                .table_name(&table)
+                .key("pk", AttributeValue::S(format!("U#{user}")))
+                .key("sk", AttributeValue::S("P".into()))
+                .send()
+                .await
+                .unwrap();
+        presence += 0.5 * found.item().map_or(1, |i| read_units(item_size_of(i))) as f64;
+    }
+    t.calls.take_calls();
+    (
+        read_units(conversation_item) as f64 + presence,
+        read_units(conversation_item + members) as f64,
+    )
+}
+
+/// The items of one partition of the chat table: sort key → size.
+async fn partition(t: &TestApp, pk: &str) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    let mut start = None;
+    loop {
+        let page =
+            t.db.query()
+                .table_name(&t.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .unwrap();
+        for item in page.items() {
+            let sk = item["sk"].as_s().unwrap().clone();
+            out.insert(sk, item_size_of(item));
+        }
+        match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => break,
+        }
+    }
+    t.calls.take_calls();
+    out
+}
+
+fn item_size_of(item: &HashMap<String, AttributeValue>) -> usize {
+    item_size(super::item_json(item).as_object().unwrap())
+}
+
+/// The relay's Kinesis record for one event: an `EventBatch` as it serializes it.
+fn record_bytes(e: &Event) -> f64 {
+    let batch = EventBatch {
+        conversation_id: e.conversation_id().clone(),
+        events: vec![e.clone()],
+    };
+    serde_json::to_vec(&batch).unwrap().len() as f64
+}
+
+/// The fanout's push frame for one event.
+fn frame_bytes(e: &Event) -> f64 {
+    serde_json::to_string(e).unwrap().len() as f64
+}
+
+// --- read units ---------------------------------------------------------------------------------
+
+/// A read's operation, request and response (DynamoDB JSON).
+type Read = (String, Value, Value);
+
+/// Read units of recorded reads as DynamoDB bills them: whole items (a projected or filtered read
+/// is read again without projection and filter), per started 4 KB (a Query sums its items first;
+/// BatchGetItem and GetItem round each item, a missing one costs the minimum), half for eventually
+/// consistent reads.
+async fn read_units_of(t: &TestApp, reads: &[Read]) -> f64 {
+    let mut total = 0.0;
+    for (op, req, resp) in reads {
+        let factor = |consistent: &Value| if consistent == &json!(true) { 1.0 } else { 0.5 };
+        let narrowed = req.get("ProjectionExpression").is_some()
+            || req.get("FilterExpression").is_some()
+            || req.get("AttributesToGet").is_some();
+        match op.as_str() {
+            "GetItem" => {
+                let item = if narrowed {
+                    let out =
+                        t.db.get_item()
+                            .table_name(req["TableName"].as_str().unwrap())
+                            .set_key(Some(attributes(&req["Key"])))
+                            .send()
+                            .await
+                            .unwrap();
+                    out.item().map(item_size_of)
+                } else {
+                    resp["Item"].as_object().map(item_size)
+                };
+                total += factor(&req["ConsistentRead"]) * item.map_or(1, read_units) as f64;
+            }
+            "Query" => {
+                let bytes: usize = if narrowed {
+                    whole_query(t, req).await
+                } else {
+                    resp["Items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_object)
+                        .map(item_size)
+                        .sum()
+                };
+                total += factor(&req["ConsistentRead"]) * read_units(bytes) as f64;
+            }
+            "BatchGetItem" => {
+                for (table, request) in req["RequestItems"].as_object().into_iter().flatten() {
+                    let asked = request["Keys"].as_array().map_or(0, Vec::len);
+                    let found: Vec<usize> = resp["Responses"][table]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_object)
+                        .map(item_size)
+                        .collect();
+                    let units: u64 = found.iter().map(|s| read_units(*s)).sum::<u64>()
+                        + asked.saturating_sub(found.len()) as u64;
+                    total += factor(&request["ConsistentRead"]) * units as f64;
+                }
+            }
+            other => eprintln!("  cost: read units of {other} not counted"),
+        }
+    }
+    t.calls.take_calls();
+    total
+}
+
+/// The bytes a narrowed Query reads: the same keys, pages and order, whole items, no filter.
+async fn whole_query(t: &TestApp, req: &Value) -> usize {
+    let condition = req["KeyConditionExpression"].as_str().unwrap_or("");
+    // Only the names and values the key condition uses (DynamoDB refuses unused ones).
+    let names: HashMap<String, String> = req["ExpressionAttributeNames"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| condition.contains(k.as_str()))
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+        .collect();
+    let values: HashMap<String, AttributeValue> = attributes(&req["ExpressionAttributeValues"])
+        .into_iter()
+        .filter(|(k, _)| condition.contains(k.as_str()))
+        .collect();
+    let out =
+        t.db.query()
+            .table_name(req["TableName"].as_str().unwrap())
+            .set_index_name(req["IndexName"].as_str().map(str::to_owned))
+            .key_condition_expression(condition)
+            .set_expression_attribute_names((!names.is_empty()).then_some(names))
+            .set_expression_attribute_values(Some(values))
+            .set_exclusive_start_key(req.get("ExclusiveStartKey").map(attributes))
+            .set_limit(req["Limit"].as_i64().map(|l| l as i32))
+            .set_scan_index_forward(req["ScanIndexForward"].as_bool())
+            .send()
+            .await
+            .unwrap();
+    out.items().iter().map(item_size_of).sum()
+}
+
+/// DynamoDB JSON of keys and expression values (strings, numbers, booleans) as SDK values.
+fn attributes(v: &Value) -> HashMap<String, AttributeValue> {
+    v.as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, typed)| {
+            let (kind, inner) = typed.as_object()?.iter().next()?;
+            let value = match kind.as_str() {
+                "S" => AttributeValue::S(inner.as_str()?.to_owned()),
+                "N" => AttributeValue::N(inner.as_str()?.to_owned()),
+                "BOOL" => AttributeValue::Bool(inner.as_bool()?),
+                _ => return None,
+            };
+            Some((k.clone(), value))
+        })
+        .collect()
+}
+
+/// Every read's operation, request and response, recorded on the DynamoDB client.
+#[derive(Debug, Default)]
+struct Reads(Mutex<Vec<Read>>);
+
+impl Reads {
+    fn take(&self) -> Vec<Read> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct ReadRecorder(Arc<Reads>);
+
+/// The operation and request of the attempt in flight.
+#[derive(Debug, Clone)]
+struct Asked(String, Value);
+
+impl Storable for Asked {
+    type Storer = StoreReplace<Self>;
+}
+
+const READ_OPERATIONS: [&str; 5] = [
+    "GetItem",
+    "BatchGetItem",
+    "Query",
+    "Scan",
+    "TransactGetItems",
+];
+
+impl Intercept for ReadRecorder {
+    fn name(&self) -> &'static str {
+        "CostReads"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let request = ctx.request();
+        let op = request
+            .headers()
+            .get("x-amz-target")
+            .and_then(|t| t.rsplit('.').next())
+            .unwrap_or_default()
+            .to_owned();
+        if READ_OPERATIONS.contains(&op.as_str()) {
+            let body = request
+                .body()
+                .bytes()
+                .and_then(|b| serde_json::from_slice(b).ok());
+            cfg.interceptor_state()
+                .store_put(Asked(op, body.unwrap_or(Value::Null)));
+        }
+        Ok(())
+    }
+
+    fn read_after_deserialization(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::AfterDeserializationInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if let Some(Asked(op, req)) = cfg.load::<Asked>().cloned() {
+            let resp = ctx
+                .response()
+                .body()
+                .bytes()
+                .and_then(|b| serde_json::from_slice(b).ok())
+                .unwrap_or(Value::Null);
+            self.0 .0.lock().unwrap().push((op, req, resp));
+        }
+        Ok(())
+    }
+}
+
+// --- logs and metrics ---------------------------------------------------------------------------
+
+/// The functions' log output, written by the subscriber the Lambda runtime sets up (JSON, as
+/// template.yaml's `LogFormat: JSON` makes it), into memory.
+#[derive(Clone, Default)]
+struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    fn install() -> LogCapture {
+        // What Lambda sets for the functions; RUST_LOG would add lines they do not write.
+        std::env::set_var("AWS_LAMBDA_LOG_FORMAT", "JSON");
+        std::env::set_var("AWS_LAMBDA_LOG_LEVEL", "INFO");
+        std::env::remove_var("RUST_LOG");
+        let capture = LogCapture::default();
+        chat_shared::telemetry::init_with_writer(false, None, capture.clone());
+        capture
+    }
+
+    fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+impl<'a> lambda_http::tracing::subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogWriter;
+
+    fn make_writer(&'a self) -> LogWriter {
+        LogWriter(self.0.clone())
+    }
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The custom metrics the functions emit: (name, Function dimension), from the sources' calls of
+/// `telemetry::count`/`metric` (and the fanout's list of counters). A name in `shared/` counts for
+/// each function whose code path emits it.
+pub fn emf_metrics() -> std::collections::BTreeSet<(String, String)> {
+    let root = crate::server::workspace_root();
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("shared/src"), root.join("functions")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let relative = path
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let functions: Vec<String> = match relative.split('/').collect::<Vec<_>>().as_slice() {
+            ["functions", f, ..] => vec![(*f).to_owned()],
+            [.., "telemetry.rs"] => vec![],
+            [.., "send.rs"] => vec!["send-message".into()],
+            [.., "reads.rs"] => vec!["mark-read".into()],
+            // Transactions: creating and changing conversations, sending.
+            [.., "store", "mod.rs"] => vec!["conversations".into(), "send-message".into()],
+            _ => vec![format!("? {relative}")],
+        };
+        for pattern in ["count(\"", "metric(\"", "(\""] {
+            for (at, _) in text.match_indices(pattern) {
+                let rest = &text[at + pattern.len()..];
+                let Some(end) = rest.find('"') else { continue };
+                let name = &rest[..end];
+                // `("Name", n)`: the fanout's list of counters (CamelCase names only).
+                let listed = pattern == "(\""
+                    && text[..at].ends_with(char::is_whitespace)
+                    && rest[end..].starts_with("\", ")
+                    && name.starts_with(|c: char| c.is_ascii_uppercase());
+                if (pattern != "(\"" || listed) && name.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    for f in &functions {
+                        out.insert((name.to_owned(), f.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+// --- the report ---------------------------------------------------------------------------------
+
+fn dollars(x: f64) -> String {
+    if x >= 100.0 {
+        format!("${x:.0}")
+    } else if x >= 0.01 {
+        format!("${x:.2}")
+    } else {
+        format!("${x:.4}")
+    }
+}
+
+fn print_report(m: &Measured, a: &Assumptions, n: usize) {
+    let today = &chat_shared::time::now_rfc3339()[..10];
+    println!(
+        "cost model figures, {today}: {n} requests per operation, handlers in process, emulator"
+    );
+    println!();
+    println!("| operation (measured) | requests | DynamoDB calls | WRU | RRU | p50 ms | response bytes | log bytes |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, op) in [
+        ("send 1:1", &m.send),
+        ("send, 1,000-member group", &m.send_group),
+        ("markRead, advancing", &m.read),
+        ("markRead, not advancing", &m.read_noop),
+        ("inbox, page of 20", &m.inbox),
+        ("history?afterSeq, 3 newest (group)", &m.history),
+    ] {
+        println!(
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.0} | {:.0} |",
+            op.requests, op.calls, op.wru, op.rru, op.ms, op.response_bytes, op.log_bytes
+        );
+    }
+    println!();
+    println!("| figure (measured) | value |");
+    println!("|---|---:|");
+    for (name, value) in [
+        (
+            "stored bytes per 1:1 message (items + 100 B each)",
+            m.message_bytes,
+        ),
+        ("Kinesis record, message.new (full)", m.event_bytes),
+        ("Kinesis record, message.new (light)", m.event_bytes_light),
+        ("Kinesis record, read.updated", m.event_bytes_read),
+        ("push frame, message.new (full)", m.push_bytes),
+        ("push frame, message.new (light)", m.push_bytes_light),
+        ("push frame, read.updated", m.push_bytes_read),
+        (
+            "fanout RRU per event, 2 members (members cached)",
+            m.fanout_rru_1to1,
+        ),
+        (
+            "fanout RRU per event, 1,000 members (members cached)",
+            m.fanout_rru_group,
+        ),
+        (
+            "  + member Query on a cache miss, 2 members",
+            m.fanout_query_rru_1to1,
+        ),
+        (
+            "  + member Query on a cache miss, 1,000 members",
+            m.fanout_query_rru_group,
+        ),
+        ("inbox index WRU per 1:1 message", m.index_wru_1to1),
+        ("inbox index RRU per 1:1 message", m.index_rru_1to1),
+        ("inbox index WRU per move, 1,000 members", m.index_move_wru),
+        ("inbox index RRU per move, 1,000 members", m.index_move_rru),
+        ("$connect WRU (a further connection)", m.connect_wru),
+        ("$connect WRU (a user's first)", m.connect_first_wru),
+        ("$connect p50 ms (presence writes)", m.connect_ms),
+        ("custom metrics (name x Function)", m.emf_metrics),
+    ] {
+        println!("| {name} | {value:.1} |");
+    }
+    println!();
+    println!("assumed (not measurable locally):");
+    println!("  billed duration = in-process p50 rounded up to {} ms (debug build, emulator round trips)", a.billed_ms_rounding);
+    println!(
+        "  one record per relay, indexer and fanout invocation; relay {} ms, indexer {} ms, fanout {} ms (1:1) / {} ms (group) per invocation",
+        a.relay_ms, a.index_ms, a.fanout_ms_1to1, a.fanout_ms_group
+    );
+    println!(
+        "  {} connections per online user; 1:1: both members online; group: {} of 1,000 online, {} fetch per light push, {} index move per message",
+        a.connections_per_online_user, a.online_group, a.fetches_per_push, a.moves_per_group_message
+    );
+    println!(
+        "  log bytes per invocation: Lambda's platform lines {}, access log {}, a stream consumer's line {}; {} B of headers per response",
+        a.platform_log_bytes, a.access_log_bytes, a.consumer_log_bytes, a.response_overhead_bytes
+    );
+    println!(
+        "  Kinesis enhanced fan-out ${}/GB, ${}/consumer-hour; fanout reads with its member list cached",
+        KINESIS_EFO_GB, KINESIS_EFO_CONSUMER_HOUR
+    );
+    println!("  prices: {PRICES_TAKEN}");
+    let metrics: Vec<String> = emf_metrics()
+        .into_iter()
+        .map(|(name, function)| format!("{name}@{function}"))
+        .collect();
+    println!("  custom metrics found: {}", metrics.join(", "));
+    println!();
+    let c = costs(m, a);
+    let direct = total(&c.direct);
+    println!("| cost | total | largest parts |");
+    println!("|---|---:|---|");
+    for (name, lines) in [
+        ("per 1 M messages, 1:1", &c.direct),
+        (
+            "per 1 M group messages (1,000 members, 300 online)",
+            &c.group,
+        ),
+        ("per 1 M read receipts", &c.receipts),
+        ("per 1 M inbox loads (page of 20)", &c.inbox),
+        ("fixed, per month (no traffic, before storage)", &c.fixed),
+    ] {
+        let mut sorted: Vec<&Line> = lines.iter().collect();
+        sorted.sort_by(|x, y| y.dollars.total_cmp(&x.dollars));
+        let parts: Vec<String> = sorted
+            .iter()
+            .take(3)
+            .map(|l| format!("{} {}", l.part, dollars(l.dollars)))
+            .collect();
+        println!(
+            "| {name} | {} | {} |",
+            dollars(total(lines)),
+            parts.join(", ")
+        );
+    }
+    println!();
+    for (name, lines) in [
+        ("1:1", &c.direct),
+        ("group", &c.group),
+        ("receipts", &c.receipts),
+        ("inbox", &c.inbox),
+        ("fixed", &c.fixed),
+    ] {
+        let parts: Vec<String> = lines
+            .iter()
+            .map(|l| format!("{} {}", l.part, dollars(l.dollars)))
+            .collect();
+        println!("  {name}: {}", parts.join("; "));
+    }
+    println!(
+        "  storage: {} per month per 1 M 1:1 messages kept",
+        dollars(c.storage_per_month)
+    );
+    println!();
+    println!(
+        "per message (1:1): {} per million, DynamoDB share {:.0}%",
+        dollars(direct),
+        100.0 * c.direct_dynamodb / direct
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn costs_by_hand() {
+        let m = Measured {
+            send: Op {
+                ms: 10.0,
+                wru: 4.0,
+                rru: 1.0,
+                ..Op::default()
+            },
+            event_bytes: 300.0,
+            fanout_rru_1to1: 2.0,
+            emf_metrics: 10.0,
+            ..Measured::default()
+        };
+        let a = Assumptions {
+            relay_ms: 0.0,
+            index_ms: 0.0,
+            fanout_ms_1to1: 0.0,
+            connections_per_online_user: 1.0,
+            platform_log_bytes: 0.0,
+            access_log_bytes: 0.0,
+            consumer_log_bytes: 0.0,
+            response_overhead_bytes: 0.0,
+            ..ASSUMED
+        };
+        let c = costs(&m, &a);
+        // API $1; send-message $0.20 + 0.01 s × 0.25 GB × $0.0000133334 × 1 M; DynamoDB
+        // 4 × $0.625 + $0.125; relay, indexer, fanout $0.20 each; Kinesis one KB in and out,
+        // 1024 B × 1 M / 10^9 × ($0.08 + $0.05); fanout reads 2 × $0.125; pushes 2 × $1.
+        let by_hand = 1.0 + 0.2 + 0.033_333_5 + 2.625 + 0.6 + 0.133_12 + 0.25 + 2.0;
+        assert!((total(&c.direct) - by_hand).abs() < 1e-6, "{:?}", c.direct);
+        assert!((c.direct_dynamodb - 2.875).abs() < 1e-9);
+        // Stream $29.20, no consumer-hour, 35 alarm metrics $3.50, 10 metrics $3.00.
+        assert!((total(&c.fixed) - 35.70).abs() < 1e-9);
+    }
+}

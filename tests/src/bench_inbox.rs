@@ -5,20 +5,17 @@
 //! Units are computed from the items themselves by DynamoDB's rules (`capacity`): a strongly
 //! consistent read costs 1 unit per started 4 KB, per item for BatchGetItem and for the sum of the
 //! items for a Query (at least 1); a write 1 unit per started 1 KB of the item written (a delete:
-//! of the item deleted). The read sizes come from the responses (recorded by an interceptor), the
-//! write sizes from the requests (`CallLog`).
+//! of the item deleted). The read sizes come from the responses, the write sizes from the
+//! requests (both recorded by `CallLog`, which keeps reads here).
 //!
 //! Set-up: the users' conversations, memberships and inbox entries are written directly with
 //! BatchWriteItem (the same item structs the store writes), not through the API: creating 5,000
 //! conversations one request at a time takes minutes against the emulator. The write-cost rows
 //! go through the API and the real indexer (`TestApp::index`).
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
-use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::domain::inbox::InboxPosition;
 use chat_shared::domain::{ConversationId, ConversationType, UserId};
 use chat_shared::store::items::{ConversationItem, InboxEntryItem, LastMessage, MemberItem};
@@ -62,12 +59,8 @@ pub struct Report {
 /// emulator's Query reads the whole table).
 pub async fn run(pages: usize) -> Report {
     let pages = pages.clamp(1, 50);
-    let reads = Arc::new(ReadLog::default());
-    let t = TestApp::custom(
-        crate::config().timeouts.request_budget,
-        Some(SharedInterceptor::new(ReadRecorder(reads.clone()))),
-    )
-    .await;
+    let t = TestApp::new().await;
+    t.calls.keep_reads();
     let mut report = Report::default();
     // All users first, then the pages: every page runs against the same table.
     let mut users = vec![];
@@ -84,12 +77,12 @@ pub async fn run(pages: usize) -> Report {
     for (memberships, user) in &users {
         report
             .pages
-            .push(page_row(&t, &reads, user, *memberships, 20, pages).await);
+            .push(page_row(&t, user, *memberships, 20, pages).await);
     }
     let (memberships, user) = &users[3];
     report
         .pages
-        .push(page_row(&t, &reads, user, *memberships, 100, pages.div_ceil(4)).await);
+        .push(page_row(&t, user, *memberships, 100, pages.div_ceil(4)).await);
     report.writes.push(direct_messages(&t, 20).await);
     report.writes.extend(big_group_messages(&t, 20).await);
     report
@@ -144,14 +137,12 @@ fn group_digits(n: usize) -> String {
 
 async fn page_row(
     t: &TestApp,
-    reads: &ReadLog,
     user: &str,
     memberships: usize,
     limit: u32,
     pages: usize,
 ) -> PageRow {
     t.calls.take();
-    reads.take();
     let mut latencies = Vec::with_capacity(pages);
     let (mut calls_max, mut units_max, mut units_sum, mut shown) = (0, 0, 0, 0);
     for _ in 0..pages {
@@ -160,11 +151,15 @@ async fn page_row(
         latencies.push(started.elapsed());
         assert_eq!(r.status, 200, "{r:?}");
         shown = r.body["conversations"].as_array().map_or(0, Vec::len);
-        calls_max = calls_max.max(t.calls.take().len());
-        let units: u64 = reads
-            .take()
+        let calls = t.calls.take_calls();
+        calls_max = calls_max.max(calls.len());
+        let units: u64 = calls
             .iter()
-            .map(|(op, body)| response_read_units(op, body))
+            .filter_map(|c| {
+                let response = c.read.as_ref()?.response.as_deref()?;
+                let body: Value = serde_json::from_slice(response).ok()?;
+                Some(response_read_units(&c.name, &body))
+            })
             .sum();
         units_max = units_max.max(units);
         units_sum += units;
@@ -468,74 +463,6 @@ fn attribute_json(v: &AttributeValue) -> Value {
             json!({ "M": m.iter().map(|(k, v)| (k.clone(), attribute_json(v))).collect::<Map<_, _>>() })
         }
         _ => json!({ "NULL": true }),
-    }
-}
-
-/// The responses of reads (their operation and JSON body), recorded by an interceptor on the
-/// DynamoDB client.
-#[derive(Debug, Default)]
-pub struct ReadLog {
-    responses: Mutex<Vec<(String, Value)>>,
-}
-
-impl ReadLog {
-    pub fn take(&self) -> Vec<(String, Value)> {
-        std::mem::take(&mut *self.responses.lock().unwrap())
-    }
-}
-
-#[derive(Debug, Clone)]
-struct ReadRecorder(Arc<ReadLog>);
-
-#[derive(Debug, Clone)]
-struct Operation(String);
-
-impl Storable for Operation {
-    type Storer = StoreReplace<Self>;
-}
-
-const READS: [&str; 4] = ["Query", "Scan", "BatchGetItem", "GetItem"];
-
-impl Intercept for ReadRecorder {
-    fn name(&self) -> &'static str {
-        "ReadLog"
-    }
-
-    fn read_before_transmit(
-        &self,
-        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let name = ctx
-            .request()
-            .headers()
-            .get("x-amz-target")
-            .and_then(|t| t.rsplit('.').next())
-            .unwrap_or_default()
-            .to_owned();
-        cfg.interceptor_state().store_put(Operation(name));
-        Ok(())
-    }
-
-    fn read_after_deserialization(
-        &self,
-        ctx: &aws_sdk_dynamodb::config::interceptors::AfterDeserializationInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let Some(Operation(name)) = cfg.load::<Operation>().cloned() else {
-            return Ok(());
-        };
-        if !READS.contains(&name.as_str()) {
-            return Ok(());
-        }
-        if let Some(bytes) = ctx.response().body().bytes() {
-            if let Ok(body) = serde_json::from_slice(bytes) {
-                self.0.responses.lock().unwrap().push((name, body));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -49,20 +49,8 @@ pub struct Indexed {
 /// Reads the chat table's stream from where the last catch-up stopped to its end and hands it to
 /// the indexer in batches of at most `batch` records, as Lambda would; a batch whose response
 /// reports a failure is handed over again from the reported record (at most 10 times, then the
-/// test fails).
+/// test fails). Only the holder of `Exclusive` indexes.
 pub async fn catch_up(
-    db: &aws_sdk_dynamodb::Client,
-    streams: &aws_sdk_dynamodbstreams::Client,
-    store: &ChatStore,
-    table: &str,
-    batch: i32,
-) -> Indexed {
-    let gate = exclusive().await;
-    catch_up_exclusively(&gate, db, streams, store, table, batch).await
-}
-
-/// `catch_up` for the holder of `Exclusive`.
-pub async fn catch_up_exclusively(
     _gate: &Exclusive,
     db: &aws_sdk_dynamodb::Client,
     streams: &aws_sdk_dynamodbstreams::Client,

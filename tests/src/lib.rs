@@ -11,6 +11,8 @@ pub mod push;
 pub mod server;
 
 use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,10 +27,14 @@ use serde_json::{json, Value};
 pub const TEST_SECRET: &str = "test-secret";
 
 /// Every DynamoDB round trip (HTTP request, retries included): its operation, how long it took,
-/// and for writes the request body (to compute write units from item sizes, `capacity`).
+/// for writes the request body (to compute write units from item sizes, `capacity`), and, once
+/// `keep_reads` was called, for reads the request and the response (read units from the items
+/// read, the benches).
 #[derive(Debug, Default)]
 pub struct CallLog {
     calls: Mutex<Vec<Call>>,
+    /// Whether reads keep their request and response (`keep_reads`).
+    reads: AtomicBool,
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +47,19 @@ pub struct Call {
     /// The JSON request of a write (PutItem, UpdateItem, DeleteItem, TransactWriteItems,
     /// BatchWriteItem).
     pub write: Option<Vec<u8>>,
+    /// A read's (GetItem, BatchGetItem, Query, Scan, TransactGetItems) request and response, when
+    /// the log keeps reads.
+    pub read: Option<Read>,
+}
+
+/// A read as sent and as answered, both DynamoDB JSON as the bytes on the wire (the benches parse
+/// the few they need; a log of parsed responses would be several times larger).
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub request: Vec<u8>,
+    /// The response body (an error's too), when the attempt got one in full; `None` when it got
+    /// no answer.
+    pub response: Option<Vec<u8>>,
 }
 
 impl CallLog {
@@ -51,6 +70,12 @@ impl CallLog {
 
     pub fn take_calls(&self) -> Vec<Call> {
         std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+
+    /// From now on, reads keep their request and response (`Call::read`). Off by default: the
+    /// tests and most benches only count calls, and a burst of reads keeps every item it read.
+    pub fn keep_reads(&self) {
+        self.reads.store(true, Ordering::Relaxed);
     }
 }
 
@@ -72,6 +97,14 @@ const WRITES: [&str; 5] = [
     "BatchWriteItem",
 ];
 
+const READS: [&str; 5] = [
+    "GetItem",
+    "BatchGetItem",
+    "Query",
+    "Scan",
+    "TransactGetItems",
+];
+
 impl Intercept for Counter {
     fn name(&self) -> &'static str {
         "CallCounter"
@@ -91,15 +124,24 @@ impl Intercept for Counter {
             .and_then(|t| t.rsplit('.').next())
             .unwrap_or_default()
             .to_owned();
+        let body = ctx.request().body().bytes();
         let write = WRITES
             .contains(&name.as_str())
-            .then(|| ctx.request().body().bytes().map(<[u8]>::to_vec))
+            .then(|| body.map(<[u8]>::to_vec))
             .flatten();
+        let read =
+            (self.0.reads.load(Ordering::Relaxed) && READS.contains(&name.as_str())).then(|| {
+                Read {
+                    request: body.unwrap_or_default().to_vec(),
+                    response: None,
+                }
+            });
         let call = Call {
             name,
             elapsed: Duration::ZERO,
             ok: false,
             write,
+            read,
         };
         cfg.interceptor_state()
             .store_put(Started(call, Instant::now()));
@@ -115,9 +157,47 @@ impl Intercept for Counter {
         if let Some(Started(mut call, at)) = cfg.load::<Started>().cloned() {
             call.elapsed = at.elapsed();
             call.ok = ctx.response().is_some_and(|r| r.status().is_success());
+            if let Some(read) = &mut call.read {
+                // Read in full before it was deserialized (an error's too).
+                read.response = ctx
+                    .response()
+                    .and_then(|r| r.body().bytes())
+                    .map(<[u8]>::to_vec);
+            }
             self.0.calls.lock().unwrap().push(call);
         }
         Ok(())
+    }
+}
+
+/// Log output kept in memory, for `chat_shared::telemetry::init_with_writer`: every writer it
+/// makes appends to the same buffer.
+#[derive(Debug, Clone, Default)]
+pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// What was written since the last take.
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+impl Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> lambda_http::tracing::subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+
+    fn make_writer(&'a self) -> LogCapture {
+        self.clone()
     }
 }
 
@@ -318,22 +398,17 @@ impl TestApp {
 
     /// `index` for the holder of `indexer::exclusive()`.
     pub async fn index_exclusively(&self, gate: &indexer::Exclusive) -> indexer::Indexed {
-        let store = self.app.store.clone().with_budget(inbox_index::BUDGET);
-        indexer::catch_up_exclusively(
-            gate,
-            &self.db,
-            &self.streams,
-            &store,
-            &self.table,
-            indexer::BATCH,
-        )
-        .await
+        self.catch_up(gate, indexer::BATCH).await
     }
 
     /// `index` with at most `records` stream records per indexer invocation.
     pub async fn index_in_batches_of(&self, records: i32) -> indexer::Indexed {
+        self.catch_up(&indexer::exclusive().await, records).await
+    }
+
+    async fn catch_up(&self, gate: &indexer::Exclusive, records: i32) -> indexer::Indexed {
         let store = self.app.store.clone().with_budget(inbox_index::BUDGET);
-        indexer::catch_up(&self.db, &self.streams, &store, &self.table, records).await
+        indexer::catch_up(gate, &self.db, &self.streams, &store, &self.table, records).await
     }
 
     /// An API Gateway v2 event as the HTTP API (or `cargo lambda watch`) sends it.

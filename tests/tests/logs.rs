@@ -2,34 +2,16 @@
 //! object, one per REST request with what an operator needs (route, status, latency, DynamoDB
 //! calls, ids) and no message body. Its own test binary: it sets the process's environment.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-use chat_tests::{new_uuid, unique, TestApp};
+use chat_tests::{new_uuid, unique, LogCapture, TestApp};
 use serde_json::{json, Value};
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn json_logs_have_one_line_per_request_and_no_bodies() {
     // Set before any thread reads the environment: the runtime's subscriber reads it once.
     std::env::set_var("AWS_LAMBDA_LOG_FORMAT", "JSON");
     std::env::set_var("AWS_LAMBDA_LOG_LEVEL", "info");
-    let captured = Captured::default();
-    let writer = captured.clone();
-    chat_shared::telemetry::init_with_writer(false, None, move || writer.clone());
+    let captured = LogCapture::default();
+    chat_shared::telemetry::init_with_writer(false, None, captured.clone());
 
     let t = TestApp::new().await;
     let (a, b) = (unique("a"), unique("b"));
@@ -45,7 +27,7 @@ async fn json_logs_have_one_line_per_request_and_no_bodies() {
     assert_eq!(r.status, 201);
     t.get(&format!("/conversations/{c}/messages"), &b).await;
 
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = String::from_utf8(captured.take()).unwrap();
     assert!(!text.contains(secret), "no message body in the logs");
     let lines: Vec<Value> = text
         .lines()

@@ -10,13 +10,9 @@
 //! printed as such. [`costs`] turns both into dollars with the prices below.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::events::{Event, EventBatch};
 use chat_shared::{ConnectionStore, ConversationId, UserId};
 use lambda_http::tracing::Instrument;
@@ -24,7 +20,7 @@ use serde_json::{json, Value};
 
 use super::{percentile, write_units_in};
 use crate::capacity::{item_size, read_units};
-use crate::{new_uuid, unique, TestApp};
+use crate::{new_uuid, unique, Call, LogCapture, TestApp};
 
 // --- prices -------------------------------------------------------------------------------------
 
@@ -429,25 +425,16 @@ const BODY: &str = "See you at the station at 7, I'll bring the tickets, snacks!
 /// Runs every measurement (`n` requests per operation) and prints the figures and the costs.
 pub async fn run(n: usize) {
     let n = n.clamp(5, 100);
-    let logs = LogCapture::install();
-    let reads = Arc::new(Reads::default());
-    let t = TestApp::custom(
-        crate::config().timeouts.request_budget,
-        Some(SharedInterceptor::new(ReadRecorder(reads.clone()))),
-    )
-    .await;
-    let b = Bench {
-        t: &t,
-        reads: &reads,
-        logs: &logs,
-    };
+    let logs = install_log_capture();
+    let t = TestApp::new().await;
+    t.calls.keep_reads();
+    let b = Bench { t: &t, logs: &logs };
     let m = b.measure_all(n).await;
     print_report(&m, &ASSUMED, n);
 }
 
 struct Bench<'a> {
     t: &'a TestApp,
-    reads: &'a Reads,
     logs: &'a LogCapture,
 }
 
@@ -623,16 +610,14 @@ impl Bench<'_> {
     /// Drops what was recorded so far.
     fn forget(&self) {
         self.t.calls.take_calls();
-        self.reads.take();
     }
 
     /// DynamoDB calls, write units (failed writes included: they are billed) and read units of
     /// what was recorded since the last take.
     async fn units(&self) -> (f64, f64, f64) {
         let calls = self.t.calls.take_calls();
-        let reads = self.reads.take();
         let (_, wru) = write_units_in(self.t, &self.t.table, &calls).await;
-        let rru = read_units_of(self.t, &reads).await;
+        let rru = read_units_of(self.t, &reads_of(&calls)).await;
         self.forget();
         (calls.len() as f64, wru as f64, rru)
     }
@@ -798,6 +783,19 @@ fn frame_bytes(e: &Event) -> f64 {
 /// A read's operation, request and response (DynamoDB JSON).
 type Read = (String, Value, Value);
 
+/// The reads among `calls` that were answered (a body that is not JSON as `null`).
+fn reads_of(calls: &[Call]) -> Vec<Read> {
+    let json = |bytes: &[u8]| serde_json::from_slice(bytes).unwrap_or(Value::Null);
+    calls
+        .iter()
+        .filter_map(|c| {
+            let read = c.read.as_ref()?;
+            let response = read.response.as_deref()?;
+            Some((c.name.clone(), json(&read.request), json(response)))
+        })
+        .collect()
+}
+
 /// Read units of recorded reads as DynamoDB bills them: whole items (a projected or filtered read
 /// is read again without projection and filter), per started 4 KB (a Query sums its items first;
 /// BatchGetItem and GetItem round each item, a missing one costs the minimum), half for eventually
@@ -910,125 +908,18 @@ fn attributes(v: &Value) -> HashMap<String, AttributeValue> {
         .collect()
 }
 
-/// Every read's operation, request and response, recorded on the DynamoDB client.
-#[derive(Debug, Default)]
-struct Reads(Mutex<Vec<Read>>);
-
-impl Reads {
-    fn take(&self) -> Vec<Read> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-}
-
-#[derive(Debug, Clone)]
-struct ReadRecorder(Arc<Reads>);
-
-/// The operation and request of the attempt in flight.
-#[derive(Debug, Clone)]
-struct Asked(String, Value);
-
-impl Storable for Asked {
-    type Storer = StoreReplace<Self>;
-}
-
-const READ_OPERATIONS: [&str; 5] = [
-    "GetItem",
-    "BatchGetItem",
-    "Query",
-    "Scan",
-    "TransactGetItems",
-];
-
-impl Intercept for ReadRecorder {
-    fn name(&self) -> &'static str {
-        "CostReads"
-    }
-
-    fn read_before_transmit(
-        &self,
-        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let request = ctx.request();
-        let op = request
-            .headers()
-            .get("x-amz-target")
-            .and_then(|t| t.rsplit('.').next())
-            .unwrap_or_default()
-            .to_owned();
-        if READ_OPERATIONS.contains(&op.as_str()) {
-            let body = request
-                .body()
-                .bytes()
-                .and_then(|b| serde_json::from_slice(b).ok());
-            cfg.interceptor_state()
-                .store_put(Asked(op, body.unwrap_or(Value::Null)));
-        }
-        Ok(())
-    }
-
-    fn read_after_deserialization(
-        &self,
-        ctx: &aws_sdk_dynamodb::config::interceptors::AfterDeserializationInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        if let Some(Asked(op, req)) = cfg.load::<Asked>().cloned() {
-            let resp = ctx
-                .response()
-                .body()
-                .bytes()
-                .and_then(|b| serde_json::from_slice(b).ok())
-                .unwrap_or(Value::Null);
-            self.0 .0.lock().unwrap().push((op, req, resp));
-        }
-        Ok(())
-    }
-}
-
 // --- logs and metrics ---------------------------------------------------------------------------
 
 /// The functions' log output, written by the subscriber the Lambda runtime sets up (JSON, as
 /// template.yaml's `LogFormat: JSON` makes it), into memory.
-#[derive(Clone, Default)]
-struct LogCapture(Arc<Mutex<Vec<u8>>>);
-
-impl LogCapture {
-    fn install() -> LogCapture {
-        // What Lambda sets for the functions; RUST_LOG would add lines they do not write.
-        std::env::set_var("AWS_LAMBDA_LOG_FORMAT", "JSON");
-        std::env::set_var("AWS_LAMBDA_LOG_LEVEL", "INFO");
-        std::env::remove_var("RUST_LOG");
-        let capture = LogCapture::default();
-        chat_shared::telemetry::init_with_writer(false, None, capture.clone());
-        capture
-    }
-
-    fn take(&self) -> Vec<u8> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-}
-
-impl<'a> lambda_http::tracing::subscriber::fmt::MakeWriter<'a> for LogCapture {
-    type Writer = LogWriter;
-
-    fn make_writer(&'a self) -> LogWriter {
-        LogWriter(self.0.clone())
-    }
-}
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+fn install_log_capture() -> LogCapture {
+    // What Lambda sets for the functions; RUST_LOG would add lines they do not write.
+    std::env::set_var("AWS_LAMBDA_LOG_FORMAT", "JSON");
+    std::env::set_var("AWS_LAMBDA_LOG_LEVEL", "INFO");
+    std::env::remove_var("RUST_LOG");
+    let capture = LogCapture::default();
+    chat_shared::telemetry::init_with_writer(false, None, capture.clone());
+    capture
 }
 
 /// The custom metrics the functions emit: (name, Function dimension), from the sources' calls of

@@ -461,3 +461,80 @@ async fn a_commit_whose_answer_was_lost_is_settled_with_its_token() {
     assert_eq!(next.body["seq"], 2, "no gap, no duplicate");
     assert_eq!(history(&t, &c, &a).await.len(), 2);
 }
+
+/// Shows the first conversation read one message behind (`lastSeq` 1 as 0), so that the send
+/// built on it loses the race for the conversation item, deterministically.
+#[derive(Debug)]
+struct StaleFirstRead(AtomicUsize);
+
+impl Intercept for StaleFirstRead {
+    fn name(&self) -> &'static str {
+        "StaleFirstRead"
+    }
+
+    fn modify_before_completion(
+        &self,
+        ctx: &mut aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let Some(Ok(output)) = ctx.output_or_error_mut() else {
+            return Ok(());
+        };
+        let Some(read) =
+            output.downcast_mut::<aws_sdk_dynamodb::operation::get_item::GetItemOutput>()
+        else {
+            return Ok(());
+        };
+        let Some(item) = read.item.as_mut() else {
+            return Ok(());
+        };
+        if item.get("lastSeq") == Some(&AttributeValue::N("1".into()))
+            && self.0.fetch_sub(1, Ordering::SeqCst) == 1
+        {
+            item.insert("lastSeq".into(), AttributeValue::N("0".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The conversation item's `busyUntil` (unix ms), if any.
+async fn busy_until(t: &TestApp, conversation: &str) -> Option<u64> {
+    let out =
+        t.db.get_item()
+            .table_name("ChatTable")
+            .set_key(Some(key(conversation, "C")))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+    out.item()?.get("busyUntil")?.as_n().ok()?.parse().ok()
+}
+
+#[tokio::test]
+async fn the_first_send_to_lose_the_race_marks_the_conversation_busy() {
+    let _shared = SETTINGS.read().await;
+    let setup = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = setup.direct(&a, &b).await;
+    assert_eq!(setup.send(&c, &b, "first").await.status, 201);
+    assert_eq!(busy_until(&setup, &c).await, None, "alone: not busy");
+
+    let stale = SharedInterceptor::new(StaleFirstRead(AtomicUsize::new(1)));
+    let t = TestApp::custom(Timeouts::LOCAL.request_budget, Some(stale)).await;
+    let r = t.send(&c, &a, "lost the race").await;
+    assert_eq!((r.status, &r.body["seq"]), (201, &json!(2)), "{r:?}");
+    let calls = t.calls.take();
+    assert!(
+        calls.contains(&"UpdateItem".to_owned()) && calls.contains(&"PutItem".to_owned()),
+        "marked busy, then queued: {calls:?}"
+    );
+    let now = chat_shared::time::unix_millis(chat_shared::time::now());
+    let until = busy_until(&t, &c).await.expect("marked busy");
+    assert!(until > now, "new sends queue for a while: {until} vs {now}");
+    // Its own commit carried one send: it does not extend the mark (contention is over).
+    assert!(until <= now + 5_000);
+    let next = setup.send(&c, &b, "queued behind").await;
+    assert_eq!(next.body["seq"], 3, "no gap");
+    assert_eq!(history(&setup, &c, &a).await.len(), 3);
+}

@@ -79,6 +79,17 @@ impl Head {
 /// How long after a group commit new sends queue up rather than try alone.
 const BUSY_FOR: Duration = Duration::from_secs(5);
 
+/// How a commit treats the conversation's `busyUntil`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Busy {
+    /// A send alone: only while nothing is queued.
+    Refuse,
+    /// A group commit of several sends: the conversation is hot, new sends queue for `BUSY_FOR`.
+    Extend,
+    /// A group commit of one send: contention is over, the mark runs out by itself.
+    Leave,
+}
+
 /// The least time a queued send waits before it looks again whether it was committed: about one
 /// commit (more when the database answers slowly), during which more sends queue up for the next.
 const GATHER: Duration = Duration::from_millis(20);
@@ -120,7 +131,8 @@ enum Batch {
 impl ChatStore {
     /// `sendMessage`. Returns `(message, created)`.
     ///
-    /// DynamoDB, alone: 1 GetItem + 1 TransactWriteItems (a replay too). Combined: + 1 PutItem,
+    /// DynamoDB, alone: 1 GetItem + 1 TransactWriteItems (a replay too). Combined: (+ 1 UpdateItem
+    /// for the first send to lose the race) + 1 PutItem,
     /// then per round a GetItem and a Query of the pending set (concurrently) and a
     /// TransactWriteItems, until its message is committed; + 1 GetItem to learn the outcome when
     /// another sender committed it.
@@ -150,8 +162,37 @@ impl ChatStore {
         }
         match self.send_alone(&send, &head).await? {
             Alone::Done(message, created) => Ok((message, created)),
-            Alone::Lost(head) => self.send_combined(&send, Some(head)).await,
+            Alone::Lost(head) => {
+                if !head.busy() {
+                    self.mark_busy(id).await;
+                }
+                self.send_combined(&send, Some(head)).await
+            }
         }
+    }
+
+    /// The first send to lose the race for a conversation says it is busy, so that new sends
+    /// queue behind it instead of racing the group commit (and winning: their transactions are
+    /// smaller, and a commit that keeps losing starves the queue). Best effort: a failure only
+    /// means someone else's write got there first. DynamoDB: 1 UpdateItem.
+    async fn mark_busy(&self, id: &ConversationId) {
+        let until = crate::time::unix_millis(crate::time::now()) + BUSY_FOR.as_millis() as u64;
+        let marked = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::conversation_key(id)))
+            .update_expression("SET busyUntil = :busy")
+            .condition_expression(
+                "attribute_exists(pk) AND (attribute_not_exists(busyUntil) OR busyUntil < :busy)",
+            )
+            .expression_attribute_values(":busy", n(until))
+            .send()
+            .await;
+        if let Err(e) = marked {
+            tracing::debug!(error = %e, "conversation not marked busy");
+        }
+        self.seen.saw_busy(id, until);
     }
 
     /// `lastSeq` and `lastMessageAt` of a conversation (None: no such conversation). 1 strongly
@@ -193,7 +234,7 @@ impl ChatStore {
             request_id: send.request_id.clone(),
         };
         let parts = vec![
-            self.advance_conversation(send.id, head.last_seq, &message, false)?,
+            self.advance_conversation(send.id, head.last_seq, &message, Busy::Refuse)?,
             tx::put(
                 &self.table,
                 MessageItem::new(&message).to_item()?,
@@ -249,7 +290,7 @@ impl ChatStore {
         id: &ConversationId,
         seen: u64,
         last: &Message,
-        grouped: bool,
+        busy: Busy,
     ) -> Result<aws_sdk_dynamodb::types::TransactWriteItem, ChatError> {
         let preview =
             serde_dynamo::to_attribute_value(LastMessage::of(last)).map_err(ChatError::internal)?;
@@ -260,26 +301,28 @@ impl ChatStore {
             (":message", preview),
             (":seen", n(seen)),
         ];
-        let (expression, condition) = if grouped {
+        const SET: &str = "SET lastSeq = :next, lastMessageAt = :at, lastMessage = :message";
+        let (expression, condition) = match busy {
             // While sends are queued, the conversation says so: new sends queue up behind them
             // instead of racing them for the item (and winning: their transactions are smaller).
-            values.push((":busy", n(now + BUSY_FOR.as_millis() as u64)));
-            (
-                "SET lastSeq = :next, lastMessageAt = :at, lastMessage = :message, busyUntil = :busy",
-                "lastSeq = :seen",
-            )
-        } else {
+            Busy::Extend => {
+                values.push((":busy", n(now + BUSY_FOR.as_millis() as u64)));
+                (format!("{SET}, busyUntil = :busy"), "lastSeq = :seen")
+            }
+            Busy::Leave => (SET.to_owned(), "lastSeq = :seen"),
             // Alone only while nothing is queued, even if this request read the item before.
-            values.push((":now", n(now)));
-            (
-                "SET lastSeq = :next, lastMessageAt = :at, lastMessage = :message",
-                "lastSeq = :seen AND (attribute_not_exists(busyUntil) OR busyUntil < :now)",
-            )
+            Busy::Refuse => {
+                values.push((":now", n(now)));
+                (
+                    SET.to_owned(),
+                    "lastSeq = :seen AND (attribute_not_exists(busyUntil) OR busyUntil < :now)",
+                )
+            }
         };
         tx::update(
             &self.table,
             keys::conversation_key(id),
-            expression,
+            &expression,
             Some(condition),
             &values,
         )
@@ -502,7 +545,12 @@ impl ChatStore {
             })
             .collect();
         let last = messages.last().expect("a batch is never empty");
-        let mut parts = vec![self.advance_conversation(&id, head.last_seq, last, true)?];
+        let busy = if batch.len() > 1 {
+            Busy::Extend
+        } else {
+            Busy::Leave
+        };
+        let mut parts = vec![self.advance_conversation(&id, head.last_seq, last, busy)?];
         // Per send: its message, its key, its pending item gone (on condition it is the one read).
         for (p, m) in batch.iter().zip(&messages) {
             let key = SendKeyItem {
@@ -546,8 +594,10 @@ impl ChatStore {
         let reasons = match self.transact(parts).await? {
             TxOutcome::Committed => {
                 committed_metrics(messages.len());
-                self.seen
-                    .saw_busy(&id, now_ms + BUSY_FOR.as_millis() as u64);
+                if busy == Busy::Extend {
+                    self.seen
+                        .saw_busy(&id, now_ms + BUSY_FOR.as_millis() as u64);
+                }
                 return Ok(Batch::Committed(messages));
             }
             TxOutcome::Conflict => return Ok(Batch::Conflict),

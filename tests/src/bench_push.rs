@@ -44,7 +44,12 @@ pub async fn run(args: &[String]) {
     let t = Arc::new(TestApp::new().await);
     let _ = gateway();
     let today = &chat_shared::time::now_rfc3339()[..10];
-    println!("push benchmarks, {today}, debug build, local stack (2 cores)");
+    let build = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "optimised build"
+    };
+    println!("push benchmarks, {today}, {build}, local stack in process");
     // The storm first: its catch-up reads the inbox index, which the emulator answers by looking
     // at every item of the table, and the big groups add thousands.
     if all || args.iter().any(|a| a == "storm") {

@@ -1053,7 +1053,15 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
     }
     println!();
     println!("assumed (not measurable locally):");
-    println!("  billed duration = in-process p50 rounded up to {} ms (debug build, emulator round trips)", a.billed_ms_rounding);
+    let build = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "optimised build"
+    };
+    println!(
+        "  billed duration = in-process p50 rounded up to {} ms ({build}, emulator round trips)",
+        a.billed_ms_rounding
+    );
     println!(
         "  one record per relay, indexer and fanout invocation; relay {} ms, indexer {} ms, fanout {} ms (1:1) / {} ms (group) per invocation",
         a.relay_ms, a.index_ms, a.fanout_ms_1to1, a.fanout_ms_group

@@ -165,7 +165,12 @@ describe("demo page, two users in Chromium", () => {
       await a.waitForSelector('#messages li[data-seq="2"]', { timeout: 30_000 });
       assert.equal(await a.textContent('#messages li[data-seq="2"] .body'), "Hi Alice");
 
-      // Cut Bob's socket (and keep it cut), send meanwhile, then let him back.
+      // Cut Bob's socket (and keep it cut), send meanwhile, then let him back. First his socket must
+      // be live and caught up, and the list reload that follows "open" done: a catch-up or reload
+      // still in flight would fetch the messages sent meanwhile over REST, which is right for the
+      // SDK but would not show the catch-up after the cut.
+      await b.waitForFunction(() => document.getElementById("status")?.dataset.state === "open", null, { timeout: 60_000 });
+      await new Promise((r) => setTimeout(r, 1000));
       await b.evaluate(() => (window as unknown as { chatDemo: { goOffline(): void } }).chatDemo.goOffline());
       await b.waitForFunction(() => document.getElementById("status")?.dataset.state !== "open");
       const offline = [1, 2, 3, 4, 5].map((i) => `sent while Bob was offline ${i}`);

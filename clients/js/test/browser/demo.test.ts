@@ -108,9 +108,28 @@ function pageUrl(user: string): string {
   return u.toString();
 }
 
+/** Requests each page has sent and not yet seen answered (REST calls, not the WebSocket). */
+const inFlight = new WeakMap<Page, Set<unknown>>();
+
+/** Waits until the page has had no request in flight for `quietMs`. */
+async function restIdle(page: Page, quietMs = 500, timeoutMs = 30_000): Promise<void> {
+  const started = Date.now();
+  let quietSince = Date.now();
+  while (Date.now() - quietSince < quietMs) {
+    if (Date.now() - started > timeoutMs) throw new Error("the page's requests did not settle");
+    if ((inFlight.get(page)?.size ?? 0) > 0) quietSince = Date.now();
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 async function openAs(user: string, log: string[], pages: Record<string, Page>, as: string): Promise<Page> {
   const page = await context.newPage();
   pages[as] = page; // for the screenshot, should anything below fail
+  const pending = new Set<unknown>();
+  inFlight.set(page, pending);
+  page.on("request", (r) => pending.add(r));
+  page.on("requestfinished", (r) => pending.delete(r));
+  page.on("requestfailed", (r) => pending.delete(r));
   page.on("console", (m) => log.push(`[${user} console.${m.type()}] ${m.text()}`));
   page.on("pageerror", (e) => log.push(`[${user} pageerror] ${e.message}`));
   await page.goto(pageUrl(user));
@@ -166,13 +185,13 @@ describe("demo page, two users in Chromium", () => {
       assert.equal(await a.textContent('#messages li[data-seq="2"] .body'), "Hi Alice");
 
       // Cut Bob's socket (and keep it cut), send meanwhile, then let him back. First his socket must
-      // be live and caught up, and the list reload that follows "open" done: a catch-up or reload
-      // still in flight would fetch the messages sent meanwhile over REST, which is right for the
-      // SDK but would not show the catch-up after the cut.
+      // be live and caught up, and every REST call of his page answered: a catch-up, list reload or
+      // gap fill still in flight would fetch the messages sent meanwhile over REST, which is right
+      // for the SDK but would not show the catch-up after the cut.
       await b.waitForFunction(() => document.getElementById("status")?.dataset.state === "open", null, { timeout: 60_000 });
-      await new Promise((r) => setTimeout(r, 1000));
       await b.evaluate(() => (window as unknown as { chatDemo: { goOffline(): void } }).chatDemo.goOffline());
       await b.waitForFunction(() => document.getElementById("status")?.dataset.state !== "open");
+      await restIdle(b);
       const offline = [1, 2, 3, 4, 5].map((i) => `sent while Bob was offline ${i}`);
       for (const text of offline) {
         await send(a, text);

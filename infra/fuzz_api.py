@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
                "--config-file", CONFIG, "--no-color",
                "run", SCHEMA, "--url", args.url,
                "--header", f"Authorization: Bearer {token}",
+               # Above the functions' local request budget (20 s, config::Timeouts::LOCAL), so a
+               # slow answer is judged by what it says, not cut off: every request ends in a
+               # response of its own before then.
+               "--request-timeout", "30",
                "--report", "har,junit", "--report-har-path", har, "--report-junit-path", junit,
                *args.schemathesis_args]
     shown = [("Authorization: Bearer <token>" if c.startswith("Authorization:") else c) for c in command]

@@ -77,7 +77,11 @@ pids+=($!)
 
 # Lambda runs concurrent requests in separate instances: --concurrency lets each function serve
 # up to 32 requests at once, so races reach the store locally too.
-cargo lambda watch -A 127.0.0.1 -P "$FUNCTIONS_PORT" --concurrency 32 &
+# CHAT_FUNCTIONS_RELOAD=0 (infra/test.sh) turns off reloading on file changes: files the tests
+# write would otherwise restart every instance mid-run, and each restart waits for cargo.
+reload=()
+[[ "${CHAT_FUNCTIONS_RELOAD:-1}" == 0 ]] && reload=(--ignore-changes)
+cargo lambda watch -A 127.0.0.1 -P "$FUNCTIONS_PORT" --concurrency 32 "${reload[@]}" &
 pids+=($!)
 for _ in $(seq 1 150); do
   (exec 3<>"/dev/tcp/127.0.0.1/$FUNCTIONS_PORT") 2>/dev/null && break

@@ -5,7 +5,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 
 use super::attrs::{get_s, n, s};
 use super::items::{from_item, ConversationItem, MemberItem, MembersChange, MembersChangeKind};
-use super::{keys, reason_failed, sdk_error, tx, ChatStore, TxOutcome};
+use super::{keys, reason_failed, tx, ChatStore, TxOutcome};
 use crate::domain::conversation::{
     check_membership_change, check_removal, group_fingerprint, group_members, joining_watermark,
     members_to_add,
@@ -68,31 +68,11 @@ impl ChatStore {
     ) -> Result<Option<(ConversationItem, Vec<MemberItem>)>, ChatError> {
         let mut conversation = None;
         let mut members = Vec::new();
-        let mut start = None;
-        loop {
-            let resp = self
-                .db
-                .query()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :c AND :m")
-                .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
-                .expression_attribute_values(":c", s(keys::CONVERSATION_SK))
-                .expression_attribute_values(":m", s(keys::MEMBERS_END_SK))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk_error("Query", e))?;
-            for item in resp.items.unwrap_or_default() {
-                if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
-                    conversation = Some(from_item(item)?);
-                } else {
-                    members.push(from_item(item)?);
-                }
-            }
-            match resp.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
+        for item in self.conversation_range(id, members_range(), None).await? {
+            if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
+                conversation = Some(from_item(item)?);
+            } else {
+                members.push(from_item(item)?);
             }
         }
         Ok(conversation.map(|c| (c, members)))
@@ -100,17 +80,8 @@ impl ChatStore {
 
     /// The conversation's `lastSeq` (None: no such conversation). 1 strongly consistent GetItem.
     pub(super) async fn last_seq(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {
-        let out = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(keys::conversation_key(id)))
-            .consistent_read(true)
-            .projection_expression("lastSeq")
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        let last_seq = out.item().and_then(|i| super::attrs::get_n(i, "lastSeq"));
+        let item = self.conversation_fields(id, "lastSeq").await?;
+        let last_seq = item.and_then(|i| super::attrs::get_n(&i, "lastSeq"));
         if let Some(n) = last_seq {
             self.seen.saw(id, n);
         }
@@ -121,19 +92,8 @@ impl ChatStore {
     /// membership change bumps in the same transaction (None: no such conversation).
     /// 1 strongly consistent GetItem.
     pub async fn members_version(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {
-        let out = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(keys::conversation_key(id)))
-            .consistent_read(true)
-            .projection_expression("membersVersion, pk")
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        Ok(out
-            .item()
-            .map(|i| super::attrs::get_n(i, "membersVersion").unwrap_or(0)))
+        let item = self.conversation_fields(id, "membersVersion, pk").await?;
+        Ok(item.map(|i| super::attrs::get_n(&i, "membersVersion").unwrap_or(0)))
     }
 
     /// The member ids and the `membersVersion` they are the members of (None: no such
@@ -142,32 +102,16 @@ impl ChatStore {
         &self,
         id: &ConversationId,
     ) -> Result<Option<(u64, Vec<UserId>)>, ChatError> {
-        let (mut version, mut members, mut start) = (None, Vec::new(), None);
-        loop {
-            let resp = self
-                .db
-                .query()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :c AND :m")
-                .projection_expression("sk, memberId, membersVersion")
-                .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
-                .expression_attribute_values(":c", s(keys::CONVERSATION_SK))
-                .expression_attribute_values(":m", s(keys::MEMBERS_END_SK))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk_error("Query", e))?;
-            for item in resp.items.unwrap_or_default() {
-                if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
-                    version = Some(super::attrs::get_n(&item, "membersVersion").unwrap_or(0));
-                } else if let Some(member) = get_s(&item, "memberId").and_then(UserId::parse) {
-                    members.push(member);
-                }
-            }
-            match resp.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
+        let (mut version, mut members) = (None, Vec::new());
+        let projection = Some("sk, memberId, membersVersion");
+        for item in self
+            .conversation_range(id, members_range(), projection)
+            .await?
+        {
+            if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
+                version = Some(super::attrs::get_n(&item, "membersVersion").unwrap_or(0));
+            } else if let Some(member) = get_s(&item, "memberId").and_then(UserId::parse) {
+                members.push(member);
             }
         }
         Ok(version.map(|v| (v, members)))
@@ -455,4 +399,12 @@ impl ChatStore {
             _ => Err(ChatError::NotFound),
         }
     }
+}
+
+/// The conversation item and its member items: `sk` from `C` to past the last `M#`.
+fn members_range() -> (String, String) {
+    (
+        keys::CONVERSATION_SK.to_owned(),
+        keys::MEMBERS_END_SK.to_owned(),
+    )
 }

@@ -117,29 +117,11 @@ impl ChatStore {
         from: u64,
         to: u64,
     ) -> Result<Vec<Message>, ChatError> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let resp = self
-                .db
-                .query()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-                .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
-                .expression_attribute_values(":from", s(keys::message_sk(from)))
-                .expression_attribute_values(":to", s(keys::message_sk(to)))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk_error("Query", e))?;
-            for item in resp.items.unwrap_or_default() {
-                out.push(from_item::<MessageItem, _>(item)?.into_message());
-            }
-            match resp.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+        let range = (keys::message_sk(from), keys::message_sk(to));
+        self.conversation_range(id, range, None)
+            .await?
+            .into_iter()
+            .map(|item| Ok(from_item::<MessageItem, _>(item)?.into_message()))
+            .collect()
     }
 }

@@ -253,6 +253,59 @@ impl ChatStore {
             .map(|_| ())
     }
 
+    /// Some attributes of a conversation's item (None: no such conversation). 1 strongly
+    /// consistent GetItem.
+    async fn conversation_fields(
+        &self,
+        id: &ConversationId,
+        projection: &str,
+    ) -> Result<Option<Item>, ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::conversation_key(id)))
+            .consistent_read(true)
+            .projection_expression(projection)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        Ok(out.item)
+    }
+
+    /// The items of a conversation's collection with `sk` in `from..=to`, in `sk` order: 1 strongly
+    /// consistent Query, more pages past 1 MB.
+    async fn conversation_range(
+        &self,
+        id: &ConversationId,
+        (from, to): (String, String),
+        projection: Option<&str>,
+    ) -> Result<Vec<Item>, ChatError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let resp = self
+                .db
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+                .set_projection_expression(projection.map(str::to_owned))
+                .expression_attribute_values(":pk", attrs::s(keys::conversation_pk(id)))
+                .expression_attribute_values(":from", attrs::s(from.clone()))
+                .expression_attribute_values(":to", attrs::s(to.clone()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| sdk_error("Query", e))?;
+            items.extend(resp.items.unwrap_or_default());
+            match resp.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(items),
+            }
+        }
+    }
+
     async fn batch_get(&self, keys: Vec<Item>, consistent: bool) -> Result<Vec<Item>, ChatError> {
         batch_get(&self.db, &self.table, keys, consistent, self.deadline()).await
     }

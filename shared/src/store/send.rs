@@ -198,17 +198,10 @@ impl ChatStore {
     /// `lastSeq` and `lastMessageAt` of a conversation (None: no such conversation). 1 strongly
     /// consistent GetItem.
     async fn head(&self, id: &ConversationId) -> Result<Option<Head>, ChatError> {
-        let out = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(keys::conversation_key(id)))
-            .consistent_read(true)
-            .projection_expression("lastSeq, lastMessageAt, busyUntil")
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        let head = out.item().and_then(Head::of);
+        let item = self
+            .conversation_fields(id, "lastSeq, lastMessageAt, busyUntil")
+            .await?;
+        let head = item.as_ref().and_then(Head::of);
         if let Some(h) = &head {
             self.seen.saw_busy(id, h.busy_until);
         }

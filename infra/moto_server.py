@@ -52,7 +52,13 @@ infra/emulator_load.py):
   validation by a copier for plain syntax trees instead of copy.deepcopy, and moto's tree
   traversers keep their constant node-class dispatch map instead of rebuilding it per node.
 * A Query sorts the partition by the sort key's string when all are strings: the order of
-  moto's DynamoType comparison, without its cost per comparison.
+  moto's DynamoType comparison, without its cost per comparison; and it hands moto only the items
+  its sort key condition selects (tested with moto's own comparison function). moto tests every
+  item of the partition through DynamoType, so reading the few pending sends of a conversation
+  cost as much as its whole history, and grew with it; DynamoDB reads only the selected items.
+* Results are turned into plain JSON values by a converter that knows moto's item types (moto's
+  generic one asks each value for five types and a `to_json` method: an eighth of a hot
+  conversation's emulator time); other values go to moto's.
 
 `--fast-path off` / env `CHAT_EMULATOR_FAST_PATH=0` / `{"fastPath": false}` on the config
 endpoint (below) switches them off, leaving moto's own request handling with the fixes above.
@@ -125,6 +131,7 @@ import moto
 import moto.backends
 import moto.core.responses
 import moto.dynamodb.models as ddb_models
+import moto.dynamodb.responses as ddb_responses
 import moto.settings
 from botocore import xform_name
 from botocore.exceptions import ClientError
@@ -143,10 +150,10 @@ from moto.core.serialize import (
     TimestampSerializer,
     XFormedAttributePicker,
 )
-from moto.dynamodb.comparisons import ConditionExpressionParser
+from moto.dynamodb.comparisons import COMPARISON_FUNCS, ConditionExpressionParser
 from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException, TransactionCanceledException
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node as AstNode
@@ -742,20 +749,37 @@ _QUERY_SIGNATURE = inspect.signature(_moto_query)
 
 def _partition_query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
     global _queried_partition
-    index_name = _QUERY_SIGNATURE.bind(self, hash_key, *args, **kwargs).arguments.get("index_name")
-    if index_name or hash_key is None or not self.range_key_attr:
+    arguments = _QUERY_SIGNATURE.bind(self, hash_key, *args, **kwargs).arguments
+    if arguments.get("index_name") or hash_key is None or not self.range_key_attr:
         return _moto_query(self, hash_key, *args, **kwargs)
-    _queried_partition = (self, hash_key)
+    _queried_partition = (self, hash_key, arguments.get("range_comparison"), arguments.get("range_objs"))
     try:
         return _moto_query(self, hash_key, *args, **kwargs)
     finally:
         _queried_partition = None
 
 
+def _key_range(comparison: str | None, objs: Any) -> Callable[[str], bool] | None:
+    """The sort key condition of a Query on string keys, as a test of a key's string (moto's own
+    comparison function on the same values); None when there is none or it is not on strings."""
+    func = COMPARISON_FUNCS.get(comparison) if comparison else None
+    if func is None or not objs or any(getattr(o, "type", None) != "S" for o in objs):
+        return None
+    values = [o.value for o in objs]
+    return lambda key: bool(func(key, *values))
+
+
 def _all_items(self: Table) -> list[Any]:
     if _queried_partition is not None and _queried_partition[0] is self:
-        items = list(self.items.get(_queried_partition[1], {}).values())
+        _, hash_key, comparison, objs = _queried_partition
+        items = list(self.items.get(hash_key, {}).values())
         if SIM.fast_path and all(item.range_key.type == "S" for item in items):
+            # Only the items the sort key condition selects (moto tests each item again, slowly:
+            # through DynamoType, for every item of the partition, so a Query of a few pending
+            # sends cost as much as the conversation's whole history). DynamoDB reads only them.
+            in_range = _key_range(comparison, objs)
+            if in_range is not None:
+                items = [item for item in items if in_range(item.range_key.value)]
             # The same order: DynamoType compares strings by value (cast_value), but slowly.
             items.sort(key=lambda item: item.range_key.value)
             return items
@@ -1060,6 +1084,33 @@ def _blob(value: Any) -> str:
     return base64.b64encode(value).strip().decode("utf-8")
 
 
+_moto_dynamo_to_dict = ddb_responses.dynamo_to_dict
+
+
+def _dynamo_to_dict(obj: Any) -> Any:
+    """moto's `dynamo_to_dict` (results → plain JSON values), for the shapes DynamoDB results have."""
+    return _to_plain(obj) if SIM.fast_path else _moto_dynamo_to_dict(obj)
+
+
+def _to_plain(obj: Any) -> Any:
+    cls = obj.__class__
+    if cls is DynamoType:
+        kind = obj.type
+        if kind in ("S", "N", "BOOL", "NULL"):
+            return {kind: obj.value}
+        if kind == "M":
+            return {"M": {k: _to_plain(v) for k, v in obj.value.items()}}
+        if kind == "L":
+            return {"L": [_to_plain(v) for v in obj.value]}
+    elif cls is dict or cls is LimitedSizeDict:
+        return {k: _to_plain(v) for k, v in obj.items()}
+    elif cls is list:
+        return [_to_plain(v) for v in obj]
+    elif cls is str or cls is int or cls is bool or obj is None:
+        return obj
+    return _moto_dynamo_to_dict(obj)  # binary values and sets, items, datetimes
+
+
 _ALIAS_PROVIDERS = [ExplicitAlias, ShapeNameAlias, NoAlias, ShapePrefixAlias, ClassPrefixAlias, ModelAlias]
 _FAST_JSON = _FastJSON()
 _FAST_JSON_SERVICES = {"dynamodb", "dynamodbstreams", "kinesis"}
@@ -1300,6 +1351,7 @@ def patch_moto() -> None:
     Table.query = _partition_query  # type: ignore[method-assign]
     Table.all_items = _all_items  # type: ignore[method-assign]
     JSONSerializer._serialize_result = _serialize_result  # type: ignore[method-assign]
+    ddb_responses.dynamo_to_dict = _dynamo_to_dict  # type: ignore[attr-defined]
     UpdateExpressionParser.make = classmethod(_update_make)  # type: ignore[method-assign, assignment]
     ConditionExpressionParser._lex_condition_expression = _lex_condition  # type: ignore[method-assign]
     validators.deepcopy = _deepcopy_ast  # type: ignore[attr-defined]

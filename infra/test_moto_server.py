@@ -898,10 +898,10 @@ class MotoServerTest(unittest.TestCase):
         def query(pk: str, forward: bool = True, limit: int | None = None, **extra: Any) -> list[str]:
             out, start = [], None
             while True:
-                page = ddb.query(TableName=indexed, KeyConditionExpression="pk = :p",
-                                 ExpressionAttributeValues={":p": {"S": pk}}, ScanIndexForward=forward,
-                                 **({"Limit": limit} if limit else {}),
-                                 **({"ExclusiveStartKey": start} if start else {}), **extra)
+                page = ddb.query(**{"TableName": indexed, "KeyConditionExpression": "pk = :p",
+                                    "ExpressionAttributeValues": {":p": {"S": pk}}, "ScanIndexForward": forward,
+                                    **({"Limit": limit} if limit else {}),
+                                    **({"ExclusiveStartKey": start} if start else {}), **extra})
                 self.assertTrue(all(i["pk"]["S"] == pk for i in page.get("Items", [])))
                 out += [i["sk"]["S"] for i in page.get("Items", [])] or [page["Count"]] * ("Select" in extra)
                 start = page.get("LastEvaluatedKey")
@@ -919,6 +919,24 @@ class MotoServerTest(unittest.TestCase):
                                 ExpressionAttributeValues={":p": {"S": f"{prefix}-7"}, ":a": {"S": "m#1"},
                                                            ":b": {"S": "m#3"}}, ScanIndexForward=False)["Items"]
             self.assertEqual([i["sk"]["S"] for i in between], ["m#3", "m#2", "m#10", "m#1"])
+            self.assertEqual(query(f"{prefix}-4", KeyConditionExpression="pk = :p AND begins_with(sk, :m)",
+                                   ExpressionAttributeValues={":p": {"S": f"{prefix}-4"}, ":m": {"S": "m#"}},
+                                   limit=1), ["m#1", "m#10", "m#2", "m#3"])
+            # Every sort key condition, both directions, paged: the same items as moto's own Query.
+            for condition, values, expected in (
+                    ("sk = :a", {":a": "m#2"}, ["m#2"]),
+                    ("sk < :a", {":a": "m#2"}, ["a", "b#", "m#1", "m#10"]),
+                    ("sk <= :a", {":a": "m#2"}, ["a", "b#", "m#1", "m#10", "m#2"]),
+                    ("sk > :a", {":a": "m#2"}, ["m#3", "z"]),
+                    ("sk >= :a", {":a": "m#2"}, ["m#2", "m#3", "z"]),
+                    ("sk BETWEEN :a AND :b", {":a": "b", ":b": "m#10"}, ["b#", "m#1", "m#10"]),
+                    ("begins_with(sk, :a)", {":a": "b"}, ["b#"]),
+                    ("sk BETWEEN :a AND :b", {":a": "n", ":b": "y"}, [])):
+                pk = f"{prefix}-21"
+                for forward in (True, False):
+                    got = query(pk, forward=forward, limit=2, KeyConditionExpression=f"pk = :p AND {condition}",
+                                ExpressionAttributeValues={":p": {"S": pk}, **{k: {"S": v} for k, v in values.items()}})
+                    self.assertEqual(got, expected if forward else expected[::-1], (condition, fast))
             index = ddb.query(TableName=indexed, IndexName=MEMBER_INDEX, KeyConditionExpression="memberId = :m",
                               ExpressionAttributeValues={":m": {"S": member}})["Items"]
             self.assertEqual([i["pk"]["S"] for i in index], sorted(f"{prefix}-{p}" for p in range(30)))

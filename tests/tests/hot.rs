@@ -171,6 +171,38 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
         assert!(m["lastReadSeq"].as_u64().unwrap() >= newest[user], "{m}");
     }
     assert!(pending(&t, &c).await.is_empty(), "nothing left queued");
+
+    // The last group commit's record (what queued sends learn their seq from) says what that
+    // commit stored: the last seqs, each at its clientMsgId, at their time.
+    let record =
+        t.db.get_item()
+            .table_name("ChatTable")
+            .set_key(Some(key(&c, "P!")))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .expect("a commit record");
+    let n = |v: &AttributeValue| v.as_n().unwrap().parse::<u64>().unwrap();
+    let sends = record["sends"].as_l().unwrap();
+    assert!(!sends.is_empty());
+    assert_eq!(n(&record["lastSeq"]), 64, "{record:?}");
+    for (i, send) in sends.iter().enumerate() {
+        let send = send.as_m().unwrap();
+        let seq = 64 - (sends.len() - 1 - i) as u64;
+        let stored = &all[seq as usize - 1];
+        assert_eq!(n(&send["seq"]), seq, "{record:?}");
+        assert_eq!(
+            send["clientMsgKey"].as_s().unwrap(),
+            stored["clientMsgId"].as_str().unwrap(),
+            "{record:?}"
+        );
+        assert_eq!(
+            record["createdAt"].as_s().unwrap(),
+            stored["createdAt"].as_str().unwrap()
+        );
+    }
 }
 
 #[tokio::test]

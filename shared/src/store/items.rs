@@ -322,9 +322,72 @@ pub struct PendingItem {
     pub enqueued_at: u64,
 }
 
+/// `sk = P!`: the last group commit of a conversation, which sends it committed and at which
+/// seqs. It sorts just before the pending sends, so the one Query a queued send makes to see the
+/// queue also tells it that its send was committed (its pending item gone, its key here), with
+/// no further read. Overwritten by every group commit, in the same transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitRecordItem {
+    /// `lastSeq` after the commit.
+    pub last_seq: u64,
+    /// The time of every message of the commit (and the conversation's `lastMessageAt`).
+    pub created_at: String,
+    /// When it was committed (unix ms, the committer's clock).
+    pub committed_at: u64,
+    pub sends: Vec<CommittedSend>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommittedSend {
+    pub client_msg_key: String,
+    pub seq: u64,
+    /// The request whose pending item was committed (`PendingItem::request_id`).
+    pub request_id: String,
+}
+
+impl CommitRecordItem {
+    /// The seq this commit gave the send of `request_id` under `client_msg_key`, if it did.
+    pub fn seq_of(&self, client_msg_key: &str, request_id: &str) -> Option<u64> {
+        self.sends
+            .iter()
+            .find(|s| s.client_msg_key == client_msg_key && s.request_id == request_id)
+            .map(|s| s.seq)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_commit_record_answers_only_the_request_it_committed() {
+        let record = CommitRecordItem {
+            last_seq: 8,
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            committed_at: 1,
+            sends: vec![
+                CommittedSend {
+                    client_msg_key: "k1".into(),
+                    seq: 7,
+                    request_id: "r1".into(),
+                },
+                CommittedSend {
+                    client_msg_key: "k2".into(),
+                    seq: 8,
+                    request_id: "r2".into(),
+                },
+            ],
+        };
+        assert_eq!(record.seq_of("k2", "r2"), Some(8));
+        assert_eq!(record.seq_of("k1", "r1"), Some(7));
+        // The same clientMsgId sent again by another request (a replay after the commit).
+        assert_eq!(record.seq_of("k1", "r9"), None);
+        assert_eq!(record.seq_of("k3", "r1"), None);
+        let item = to_item(&record, "C#x".into(), keys::COMMIT_RECORD_SK).unwrap();
+        assert_eq!(from_item::<CommitRecordItem, _>(item).unwrap(), record);
+    }
 
     fn conversation() -> ConversationItem {
         ConversationItem {

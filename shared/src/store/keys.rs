@@ -6,6 +6,7 @@
 //! | `C` | the conversation (lastSeq, memberCount, last message, membership change) |
 //! | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
 //! | `S#<seq, 20 digits>` | a message |
+//! | `P!` | the last group commit: which sends it committed, at which seqs |
 //! | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
 //! | `X#<clientMsgId>` | the idempotency key of a send, kept forever |
 //!
@@ -94,6 +95,8 @@ pub fn inbox_entry_key(user: &UserId, position: &InboxPosition) -> Item {
     key(inbox_pk(user), inbox_sk(position))
 }
 
+/// Sorts just before the pending sends: one Query reads both.
+pub const COMMIT_RECORD_SK: &str = "P!";
 pub const PENDING_PREFIX: &str = "P#";
 pub const PENDING_END_SK: &str = "P$";
 
@@ -132,7 +135,8 @@ mod tests {
         assert!(MEMBERS_END_SK < FIRST_MESSAGE_SK);
         assert!(send_key_sk("0").as_str() > LAST_MESSAGE_SK);
         // Pending sends sort between members and messages: one Query reads just them.
-        assert!(MEMBERS_END_SK < pending_sk("0").as_str());
+        assert!(MEMBERS_END_SK < COMMIT_RECORD_SK);
+        assert!(COMMIT_RECORD_SK < pending_sk("").as_str());
         assert!(pending_sk("ffffffff-ffff-ffff-ffff-ffffffffffff").as_str() < PENDING_END_SK);
         assert!(PENDING_END_SK < FIRST_MESSAGE_SK);
     }

@@ -9,9 +9,11 @@
 //! set (`P#<clientMsgId>`, a conditional put) and from then on every pending sender works for all
 //! of them: it reads the pending set, oldest first, and commits up to 24 of them in one
 //! transaction — consecutive seqs, their messages and keys, the pending items deleted, each
-//! sender's watermark — on the same `lastSeq = N` condition. One commit serves many senders, so
-//! throughput grows with contention instead of collapsing, and old sends go first. Each request
-//! answers as soon as its own message is committed, by itself or by another.
+//! sender's watermark, a record of what it committed (`P!`) — on the same `lastSeq = N`
+//! condition. One commit serves many senders, so throughput grows with contention instead of
+//! collapsing, and old sends go first. Each request answers as soon as its own message is
+//! committed, by itself or by another: the one Query that shows it the queue also shows it the
+//! last commit's record.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -20,7 +22,10 @@ use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 
 use super::attrs::{get_n, get_s, n, s, Item};
-use super::items::{from_item, to_item, LastMessage, MessageItem, PendingItem, SendKeyItem};
+use super::items::{
+    from_item, to_item, CommitRecordItem, CommittedSend, LastMessage, MessageItem, PendingItem,
+    SendKeyItem,
+};
 use super::{keys, reason_failed, sdk_error, tx, ChatStore, TxOutcome};
 use crate::api::requests::SendMessage;
 use crate::domain::message::{message_fingerprint, message_time};
@@ -36,7 +41,8 @@ const ALONE_KEY: usize = 2;
 const ALONE_MEMBER: usize = 3;
 
 /// Sends per group commit: each takes its message, its key and its pending item, plus one
-/// watermark per sender and the conversation item: 1 + 4 × 24 ≤ 100 items per transaction.
+/// watermark per sender, the conversation item and the commit record: 2 + 4 × 24 ≤ 100 items
+/// per transaction.
 const MAX_BATCH: usize = 24;
 const MAX_TX_ITEMS: usize = 100;
 
@@ -60,7 +66,26 @@ impl Batch {
     }
 }
 
+/// What one Query of the queue shows: the last group commit and the sends still pending.
+struct Queue {
+    last_commit: Option<CommitRecordItem>,
+    pending: Vec<PendingItem>,
+}
+
 impl Head {
+    /// The conversation item as the last group commit left it. Exact while the conversation is
+    /// busy (sends alone are refused then, so only group commits move `lastSeq`); after a quiet
+    /// spell a send alone may have moved on, and a commit from this head fails on its condition,
+    /// which returns the current head.
+    fn after(commit: &CommitRecordItem) -> Option<Head> {
+        let now = crate::time::unix_millis(crate::time::now());
+        (commit.committed_at + BUSY_FOR.as_millis() as u64 > now).then(|| Head {
+            last_seq: commit.last_seq,
+            last_message_at: Some(commit.created_at.clone()),
+            busy_until: 0,
+        })
+    }
+
     /// From the conversation item (as read, or as a failed condition returned it).
     fn of(item: &Item) -> Option<Head> {
         Some(Head {
@@ -132,10 +157,10 @@ impl ChatStore {
     /// `sendMessage`. Returns `(message, created)`.
     ///
     /// DynamoDB, alone: 1 GetItem + 1 TransactWriteItems (a replay too). Combined: (+ 1 UpdateItem
-    /// for the first send to lose the race) + 1 PutItem,
-    /// then per round a GetItem and a Query of the pending set (concurrently) and a
-    /// TransactWriteItems, until its message is committed; + 1 GetItem to learn the outcome when
-    /// another sender committed it.
+    /// for the first send to lose the race) + 1 PutItem, then per look 1 Query of the queue until
+    /// its message is committed, by another (the Query shows the commit's record) or by this
+    /// request (+ 1 TransactWriteItems, and a GetItem of the conversation when no recent commit
+    /// says where it is).
     pub async fn send_message(
         &self,
         caller: &UserId,
@@ -355,26 +380,38 @@ impl ChatStore {
         loop {
             let fresh = std::mem::take(&mut just_read);
             if let Some(w) = wait.take() {
-                if !deadline.sleep(jitter(w, w * 3 / 2)).await {
+                if !deadline.sleep(jitter(w, w * 5 / 4)).await {
                     return self.give_up(send, enqueued).await;
                 }
-                if let Some(key) = self.send_key(send).await? {
+            }
+            let asked = Instant::now();
+            let Queue {
+                last_commit,
+                pending,
+            } = self.queue(send.id).await?;
+            let queue = in_commit_order(pending);
+            // A commit is about two such round trips (this Query, then the transaction): waits
+            // and patience scale with them. Looking again sooner costs calls; later, latency (a
+            // committed send's request sleeps on, and while the next committer sleeps nothing
+            // commits).
+            let round_trip = asked.elapsed();
+            let commit_time = GATHER.max(round_trip * 2);
+            let mine = &send.request.client_msg_key;
+            let Some(position) = queue.iter().position(|p| &p.client_msg_key == mine) else {
+                // No longer pending: the last commit took it (its record says at which seq),
+                // or an earlier one did, or it was dropped (its sender is no longer a member):
+                // its key says which.
+                if let Some(message) = last_commit
+                    .as_ref()
+                    .filter(|_| enqueued)
+                    .and_then(|c| committed_by(c, send))
+                {
                     tracing::debug!(
                         waited_ms = started.elapsed().as_millis() as u64,
                         "committed by another"
                     );
-                    return answer(key, send);
+                    return Ok((message, true));
                 }
-            }
-            let asked = Instant::now();
-            let queue = in_commit_order(self.pending(send.id).await?);
-            // A commit takes a few such round trips: waits and patience scale with them.
-            let round_trip = asked.elapsed();
-            let commit_time = GATHER.max(round_trip * 4);
-            let mine = &send.request.client_msg_key;
-            let Some(position) = queue.iter().position(|p| &p.client_msg_key == mine) else {
-                // Neither committed nor pending any more (unless committed just now): dropped,
-                // its sender is no longer a member.
                 return self.settled(send).await;
             };
             // The request of the oldest pending send commits, for up to 24, at once; the others
@@ -392,13 +429,19 @@ impl ChatStore {
                 }
             };
             if position > 0 && !stalled {
-                wait = Some(commit_time * (1 + (position / MAX_BATCH) as u32));
+                // Commits ahead of it: the one under way (it may be in it), plus one per full
+                // batch beyond that.
+                wait = Some(commit_time * ((position / MAX_BATCH) as u32).max(1));
                 continue;
             }
             let batch = first_batch(queue);
             // Other commits have likely moved the conversation on since this request last read
             // it: a fresh read is cheaper than a transaction bound to fail on a stale lastSeq.
-            let current = match head.take().filter(|_| fresh) {
+            let known = head
+                .take()
+                .filter(|_| fresh)
+                .or_else(|| last_commit.as_ref().and_then(Head::after));
+            let current = match known {
                 Some(h) => h,
                 None => self.head(send.id).await?.ok_or(ChatError::NotFound)?,
             };
@@ -495,9 +538,10 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
-    /// The pending sends of a conversation. DynamoDB: 1 strongly consistent Query (its first
-    /// page: bodies are at most 16 KiB, so at least 60 sends).
-    async fn pending(&self, id: &ConversationId) -> Result<Vec<PendingItem>, ChatError> {
+    /// The last group commit's record and the pending sends of a conversation. DynamoDB: 1
+    /// strongly consistent Query (its first page: bodies are at most 16 KiB, so at least 60
+    /// sends; only the first 24 matter).
+    async fn queue(&self, id: &ConversationId) -> Result<Queue, ChatError> {
         let out = self
             .db
             .query()
@@ -505,16 +549,23 @@ impl ChatStore {
             .consistent_read(true)
             .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
             .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
-            .expression_attribute_values(":from", s(keys::PENDING_PREFIX))
+            .expression_attribute_values(":from", s(keys::COMMIT_RECORD_SK))
             .expression_attribute_values(":to", s(keys::PENDING_END_SK))
             .send()
             .await
             .map_err(|e| sdk_error("Query", e))?;
-        out.items
-            .unwrap_or_default()
-            .into_iter()
-            .map(from_item)
-            .collect()
+        let mut queue = Queue {
+            last_commit: None,
+            pending: Vec::new(),
+        };
+        for item in out.items.unwrap_or_default() {
+            if get_s(&item, keys::SK) == Some(keys::COMMIT_RECORD_SK) {
+                queue.last_commit = Some(from_item(item)?);
+            } else {
+                queue.pending.push(from_item(item)?);
+            }
+        }
+        Ok(queue)
     }
 
     /// One group commit of `batch` after `head`, in one transaction.
@@ -584,6 +635,26 @@ impl ChatStore {
         for (sender, seq) in &newest {
             parts.push(self.sender_watermark(&id, sender, *seq)?);
         }
+        let record = CommitRecordItem {
+            last_seq: last.seq,
+            created_at: at.clone(),
+            committed_at: now_ms,
+            sends: batch
+                .iter()
+                .zip(&messages)
+                .map(|(p, m)| CommittedSend {
+                    client_msg_key: p.client_msg_key.clone(),
+                    seq: m.seq,
+                    request_id: p.request_id.clone(),
+                })
+                .collect(),
+        };
+        parts.push(tx::put(
+            &self.table,
+            to_item(&record, keys::conversation_pk(&id), keys::COMMIT_RECORD_SK)?,
+            None,
+            &[],
+        )?);
         let reasons = match self.transact(parts).await? {
             TxOutcome::Committed => {
                 committed_metrics(messages.len());
@@ -710,6 +781,19 @@ fn committed_metrics(messages: usize) {
     telemetry::metric("CommitBatchSize", messages as f64, "Count");
 }
 
+/// The message of `send` if `commit` committed this very request's pending item.
+fn committed_by(commit: &CommitRecordItem, send: &Send<'_>) -> Option<Message> {
+    let seq = commit.seq_of(&send.request.client_msg_key, &send.request_id)?;
+    Some(Message {
+        conversation_id: send.id.clone(),
+        seq,
+        client_msg_id: send.request.client_msg_id.clone(),
+        sender_id: send.caller.clone(),
+        body: send.request.body.clone(),
+        created_at: commit.created_at.clone(),
+    })
+}
+
 /// The answer for a send whose key exists: the original message when sender and body match (and
 /// `created` only for the request that created it), otherwise a conflict.
 fn answer(key: SendKeyItem, send: &Send<'_>) -> Result<(Message, bool), ChatError> {
@@ -750,7 +834,8 @@ fn first_batch(queue: Vec<PendingItem>) -> Vec<PendingItem> {
     let mut senders: Vec<UserId> = Vec::new();
     for p in queue {
         let new_sender = !senders.contains(&p.sender_id);
-        let items = 1 + 3 * (batch.len() + 1) + senders.len() + usize::from(new_sender);
+        // The conversation, the commit record, 3 per send, 1 per sender.
+        let items = 2 + 3 * (batch.len() + 1) + senders.len() + usize::from(new_sender);
         if batch.len() == MAX_BATCH || items > MAX_TX_ITEMS {
             break;
         }
@@ -798,7 +883,7 @@ mod tests {
             .collect();
         let batch = first_batch(many);
         assert_eq!(batch.len(), MAX_BATCH);
-        assert!(4 * batch.len() < MAX_TX_ITEMS, "1 + 4 per send fits");
+        assert!(2 + 4 * batch.len() <= MAX_TX_ITEMS, "2 + 4 per send fits");
         // One sender: 3 items each, still at most 24 per commit.
         let one: Vec<PendingItem> = (0..40)
             .map(|i| pending(&format!("k{i:02}"), "u", i))

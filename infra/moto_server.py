@@ -51,6 +51,8 @@ infra/emulator_load.py):
   changes the parsed tree), condition expressions lexed once per text; a tree is copied for
   validation by a copier for plain syntax trees instead of copy.deepcopy, and moto's tree
   traversers keep their constant node-class dispatch map instead of rebuilding it per node.
+* The access-log line is formatted only when it is logged (`--log-requests`), the Date header
+  once a second.
 * A Query sorts the partition by the sort key's string when all are strings: the order of
   moto's DynamoType comparison, without its cost per comparison; and it hands moto only the items
   its sort key condition selects (tested with moto's own comparison function). moto tests every
@@ -1220,6 +1222,10 @@ def _backend_view(backend: str) -> Callable[..., Any]:
 # per request to drain the socket. Serialized always reads the whole request body, so the
 # connection can stay open for the next request: HTTP/1.1 keep-alive, as the SDKs expect.
 
+LOG_REQUESTS = [False]  # --log-requests
+_DATE: list[Any] = [0, ""]
+
+
 class KeepAliveHandler(MotoRequestHandler):
     """moto's request handler, but answers with one write and keeps the connection open when the
     request body was read to its end (a Content-Length body; chunked ones close as before)."""
@@ -1282,6 +1288,20 @@ class KeepAliveHandler(MotoRequestHandler):
             self.server.log("error", f"Error on request:\n{DebugTraceback(e).render_traceback_text()}")
         if self.close_connection:
             self.drain()
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        # werkzeug formats the access-log line before its logger drops it (4 % of a request).
+        if LOG_REQUESTS[0]:
+            super().log_request(code, size)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        # The Date header, formatted once a second instead of once a response.
+        if timestamp is not None:
+            return super().date_time_string(timestamp)
+        now = int(time.time())
+        if _DATE[0] != now:
+            _DATE[:] = [now, super().date_time_string(now)]
+        return _DATE[1]
 
     def send_whole(self, status: str, headers: list[tuple[str, str]], body: bytes, keep_alive: bool) -> None:
         """Writes what werkzeug's run_wsgi writes for this response (the same status line and
@@ -1412,6 +1432,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
 
     patch_moto()
+    LOG_REQUESTS[0] = args.log_requests
     if not args.log_requests:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
 

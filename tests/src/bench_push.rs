@@ -2,7 +2,9 @@
 //! emulator, the local gateway (WebSocket API, Management API, stream → relay → Kinesis → fanout
 //! pollers) and the real REST handlers.
 //!
-//!     cargo run -p chat-tests --bin bench -- push [big-group|storm]
+//! ```text
+//! cargo run -p chat-tests --bin bench -- push [big-group|storm]
+//! ```
 //!
 //! * **big group**: a 1,000-member group with 300 members online. Send-to-push latency is, per
 //!   online member and message k, from the start of the send request to the first `message.new`

@@ -191,34 +191,17 @@ impl ChatStore {
         &self,
         id: &ConversationId,
     ) -> Result<Vec<(UserId, Option<String>)>, ChatError> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let resp = self
-                .db
-                .query()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-                .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
-                .expression_attribute_values(":from", s(keys::MEMBER_SK_PREFIX))
-                .expression_attribute_values(":to", s(keys::MEMBERS_END_SK))
-                .projection_expression("memberId, inboxKey")
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk_error("Query", e))?;
-            for item in resp.items() {
+        let range = (keys::MEMBER_SK_PREFIX.into(), keys::MEMBERS_END_SK.into());
+        self.conversation_range(id, range, Some("memberId, inboxKey"))
+            .await?
+            .iter()
+            .map(|item| {
                 let user = get_s(item, "memberId")
                     .and_then(UserId::parse)
                     .ok_or_else(|| ChatError::internal("member item without memberId"))?;
-                out.push((user, get_s(item, "inboxKey").map(str::to_owned)));
-            }
-            match resp.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+                Ok((user, get_s(item, "inboxKey").map(str::to_owned)))
+            })
+            .collect()
     }
 
     /// The indexer's move of one conversation: every current member's entry to `mv.to`, new

@@ -46,6 +46,55 @@ async fn force_busy(t: &TestApp, conversation: &str) {
         .unwrap();
 }
 
+/// An item of the conversation's collection as stored (strongly consistent).
+async fn stored(
+    t: &TestApp,
+    conversation: &str,
+    sk: &str,
+) -> Option<HashMap<String, AttributeValue>> {
+    t.db.get_item()
+        .table_name("ChatTable")
+        .set_key(Some(key(conversation, sk)))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+}
+
+/// Puts a queued send whose request has ended (nobody but a take-over commits it).
+async fn queue_ended_send(
+    t: &TestApp,
+    conversation: &str,
+    id: &str,
+    sender: &str,
+    body: &str,
+    enqueued_at: u64,
+) {
+    let mut item = key(conversation, &format!("P#{id}"));
+    for (k, v) in [
+        ("conversationId", conversation),
+        ("clientMsgKey", id),
+        ("clientMsgId", id),
+        ("senderId", sender),
+        ("body", body),
+        ("fingerprint", "f"),
+        ("requestId", "a request that has ended"),
+    ] {
+        item.insert(k.to_owned(), s(v));
+    }
+    item.insert(
+        "enqueuedAt".to_owned(),
+        AttributeValue::N(enqueued_at.to_string()),
+    );
+    t.db.put_item()
+        .table_name("ChatTable")
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+}
+
 /// The `clientMsgId`s still pending in the conversation.
 async fn pending(t: &TestApp, conversation: &str) -> Vec<String> {
     let out =
@@ -174,16 +223,7 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
 
     // The last group commit's record (what queued sends learn their seq from) says what that
     // commit stored: the last seqs, each at its clientMsgId, at their time.
-    let record =
-        t.db.get_item()
-            .table_name("ChatTable")
-            .set_key(Some(key(&c, "P!")))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item
-            .expect("a commit record");
+    let record = stored(&t, &c, "P!").await.expect("a commit record");
     let n = |v: &AttributeValue| v.as_n().unwrap().parse::<u64>().unwrap();
     let sends = record["sends"].as_l().unwrap();
     assert!(!sends.is_empty());
@@ -212,26 +252,7 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
     let (owner, gone, stays) = (unique("o"), unique("gone"), unique("stays"));
     let c = t.group(&owner, &[&gone, &stays]).await;
     // A send of `gone` waiting in the queue (its request ended: nobody else will commit it).
-    let id = new_uuid();
-    let mut item = key(&c, &format!("P#{id}"));
-    for (k, v) in [
-        ("conversationId", c.as_str()),
-        ("clientMsgKey", id.as_str()),
-        ("clientMsgId", id.as_str()),
-        ("senderId", gone.as_str()),
-        ("body", "sent just before leaving"),
-        ("fingerprint", "f"),
-        ("requestId", "a request that has ended"),
-    ] {
-        item.insert(k.to_owned(), s(v));
-    }
-    item.insert("enqueuedAt".to_owned(), AttributeValue::N("1".into()));
-    t.db.put_item()
-        .table_name("ChatTable")
-        .set_item(Some(item))
-        .send()
-        .await
-        .unwrap();
+    queue_ended_send(&t, &c, &new_uuid(), &gone, "sent just before leaving", 1).await;
     let r = t
         .call(
             "DELETE",
@@ -256,6 +277,30 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
         pending(&t, &c).await.is_empty(),
         "its queued send was dropped"
     );
+}
+
+#[tokio::test]
+async fn a_queued_send_past_the_first_megabyte_of_the_queue_finds_itself() {
+    let _shared = SETTINGS.read().await;
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.group(&a, &[&b]).await;
+    // 70 queued sends of 16,000 bytes each (more than one 1 MB page of the queue), all sorting
+    // before the send below and all queued after it (their requests have ended).
+    let body = "😀".repeat(4000);
+    for i in 0..70 {
+        let id = format!("00000000-0000-4000-8000-{i:012}");
+        queue_ended_send(&t, &c, &id, &b, &body, u64::MAX).await;
+    }
+    force_busy(&t, &c).await;
+    let r = t
+        .post(
+            &format!("/conversations/{c}/messages"),
+            &a,
+            json!({"clientMsgId": "ffffffff-ffff-4fff-bfff-ffffffffffff", "body": "last in sk order"}),
+        )
+        .await;
+    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
 }
 
 #[tokio::test]
@@ -532,15 +577,13 @@ impl Intercept for StaleFirstRead {
 
 /// The conversation item's `busyUntil` (unix ms), if any.
 async fn busy_until(t: &TestApp, conversation: &str) -> Option<u64> {
-    let out =
-        t.db.get_item()
-            .table_name("ChatTable")
-            .set_key(Some(key(conversation, "C")))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap();
-    out.item()?.get("busyUntil")?.as_n().ok()?.parse().ok()
+    stored(t, conversation, "C")
+        .await?
+        .get("busyUntil")?
+        .as_n()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 #[tokio::test]

@@ -539,26 +539,16 @@ impl ChatStore {
     }
 
     /// The last group commit's record and the pending sends of a conversation. DynamoDB: 1
-    /// strongly consistent Query (its first page: bodies are at most 16 KiB, so at least 60
-    /// sends; only the first 24 matter).
+    /// strongly consistent Query (more pages only past 1 MB: bodies are at most 16 KiB, so 60
+    /// pending sends or more; a send on a later page must still find itself there).
     async fn queue(&self, id: &ConversationId) -> Result<Queue, ChatError> {
-        let out = self
-            .db
-            .query()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-            .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
-            .expression_attribute_values(":from", s(keys::COMMIT_RECORD_SK))
-            .expression_attribute_values(":to", s(keys::PENDING_END_SK))
-            .send()
-            .await
-            .map_err(|e| sdk_error("Query", e))?;
+        let range = (keys::COMMIT_RECORD_SK.into(), keys::PENDING_END_SK.into());
+        let items = self.conversation_range(id, range, None).await?;
         let mut queue = Queue {
             last_commit: None,
             pending: Vec::new(),
         };
-        for item in out.items.unwrap_or_default() {
+        for item in items {
             if get_s(&item, keys::SK) == Some(keys::COMMIT_RECORD_SK) {
                 queue.last_commit = Some(from_item(item)?);
             } else {

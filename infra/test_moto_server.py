@@ -8,7 +8,8 @@ iterators keep working, no stream records, no item changes), fast transactions o
 and its simulations: transaction conflicts during a transaction's window, idempotent
 ClientRequestTokens, lagging global secondary indexes, their runtime switch and their reset;
 its speed-ups: the same answers (status, headers, bytes) with the fast path on and off, kept-alive
-connections, cached expressions; and that a Query reads exactly the queried partition.
+connections, cached expressions; that a Query reads exactly the queried partition; and the
+garbage-collection policy (survivors frozen, a reset collects them).
 Simulation tests use windows and lags of 500 ms at most, and restore the defaults afterwards.
 """
 from __future__ import annotations
@@ -645,6 +646,44 @@ class MotoServerTest(unittest.TestCase):
                 moto_server.settings_from(none, {"CHAT_EMULATOR_TX_WINDOW_MS": bad})
             with self.assertRaises(ValueError):
                 moto_server.settings_from(none, {"CHAT_EMULATOR_FAST_PATH": bad})
+
+    def test_gc_policy_freezes_survivors_and_reset_collects_them(self) -> None:
+        sys.path.insert(0, INFRA)
+        try:
+            import moto_server  # noqa: PLC0415 - moto is slow to import; only these tests need it
+        finally:
+            sys.path.remove(INFRA)
+        import gc  # noqa: PLC0415
+        import weakref  # noqa: PLC0415
+
+        class Node:
+            pass
+
+        def cycle() -> tuple[Node, "weakref.ref[Node]"]:
+            a, b = Node(), Node()
+            a.other, b.other = b, a  # type: ignore[attr-defined]
+            return a, weakref.ref(a)
+
+        try:
+            moto_server.install_gc_policy()
+            self.assertGreater(gc.get_freeze_count(), 0)  # what was alive at start
+            kept, kept_ref = cycle()
+            gc.collect()  # a full collection: its survivors are frozen, collections skip them
+            self.assertNotIn(kept, gc.get_objects())
+            # A frozen cycle that is dropped later stays until a reset collects everything.
+            del kept
+            gc.collect()
+            self.assertIsNotNone(kept_ref())
+            moto_server.collect_everything()
+            self.assertIsNone(kept_ref())
+            # Cycles dropped before the next full collection are collected as usual.
+            dropped_ref = cycle()[1]
+            gc.collect()
+            self.assertIsNone(dropped_ref())
+        finally:
+            if moto_server._freeze_survivors in gc.callbacks:
+                gc.callbacks.remove(moto_server._freeze_survivors)
+            gc.unfreeze()
 
     def test_reset_clears_simulation_state(self) -> None:
         self.configure(txWindowMs=300, gsiLagMs=300)

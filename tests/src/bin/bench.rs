@@ -11,6 +11,9 @@
 //! Against the emulator the absolute rates measure moto, which answers one request at a time;
 //! ratios, round trips and behaviour under contention are what carry over.
 //!
+//! For tuning, `hot32` runs the 32-sender row alone and `receipts1` the 1-sender row without and
+//! with read receipts.
+//!
 //! `cost` measures the figures of docs/cost.md (calls, write and read units, sizes, log bytes per
 //! operation; tests/src/bench/cost.rs) and prints what 1 M messages, receipts and inbox loads
 //! cost at the prices listed there, and the per-message figure.
@@ -114,11 +117,26 @@ async fn main() {
                 hot::row(&target, &mut table, 32, messages / 32, false, None).await;
                 table.print();
             }
+            // Two rows, for tuning: 1 sender alone, then with receipts.
+            "receipts1" => {
+                let mut table = hot::table();
+                let one = hot::row(&target, &mut table, 1, messages, false, None).await;
+                hot::row(
+                    &target,
+                    &mut table,
+                    1,
+                    messages,
+                    true,
+                    Some(one.sends_per_s),
+                )
+                .await;
+                table.print();
+            }
             // The inbox at 10-5,000 memberships and the index's cost per message
             // (tests/src/bench_inbox.rs; its own client, to record the reads' responses).
             "inbox" => chat_tests::bench_inbox::run(messages).await.print(),
             other => {
-                eprintln!("bench: unknown scenario {other:?} (hot, ops, hot32, inbox, push, cost)")
+                eprintln!("bench: unknown scenario {other:?} (hot, ops, hot32, receipts1, inbox, push, cost)")
             }
         }
     }

@@ -56,6 +56,9 @@ infra/emulator_load.py):
   the tree and runs ten validating traversers over it, a third of an UpdateItem's time. Only
   when none of those validators could object (no key, defined or index attribute, no reserved
   word, no repeated name, every placeholder given); anything else is moto's update.
+* A Kinesis PutRecord finds a shard's last sequence number at the end of its records, and
+  GetRecords reads the records after the iterator's position directly: moto listed every record
+  of the shard for each (both grew with all the stream ever carried).
 * The access-log line is formatted only when it is logged (`--log-requests`), the Date header
   once a second.
 * A Query sorts the partition by the sort key's string when all are strings: the order of
@@ -187,7 +190,7 @@ from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 from moto.dynamodb.parsing.reserved_keywords import ReservedKeywords
 from moto.dynamodb.responses import DynamoHandler
 from moto.dynamodbstreams.models import DynamoDBStreamsBackend
-from moto.kinesis.models import KinesisBackend
+from moto.kinesis.models import KinesisBackend, Shard
 from moto.moto_api import recorder
 from moto.moto_server.werkzeug_app import (
     BackendRequest,
@@ -1018,6 +1021,50 @@ def _update_with_sets(self: DynamoDBBackend, table: Table | None, table_name: st
     return item
 
 
+# --- speed: Kinesis shards -----------------------------------------------------------------------
+# A moto Kinesis shard keeps its records in an OrderedDict keyed 1, 2, 3 ... (put_record numbers
+# each record the last key + 1; nothing else adds or removes one). Yet it finds the last key by
+# listing every key (each PutRecord), and GetRecords walks the shard from its first record to
+# the iterator's position: both grew with everything the stream ever carried, so a local stack
+# left running slowed down hour by hour. Here the last (first) key is read from the dict's end
+# (start), and GetRecords reads the records after the iterator's sequence number directly when
+# the keys are 1..n; anything else (or the fast path off) is moto's walk.
+
+_moto_shard_get_records = Shard.get_records
+_moto_shard_max = Shard.get_max_sequence_number
+_moto_shard_min = Shard.get_min_sequence_number
+
+
+def _shard_max(self: Shard) -> int:
+    if not SIM.fast_path:
+        return _moto_shard_max(self)
+    return next(reversed(self.records)) if self.records else 0
+
+
+def _shard_min(self: Shard) -> int:
+    if not SIM.fast_path:
+        return _moto_shard_min(self)
+    return next(iter(self.records)) if self.records else 0
+
+
+def _shard_get_records(self: Shard, last_sequence_id: str, limit: int | None) -> tuple[list[Any], int, int]:
+    records, n = self.records, len(self.records)
+    if (not SIM.fast_path or not (limit is None or (type(limit) is int and limit > 0)) or not n
+            or next(iter(records)) != 1 or next(reversed(records)) != n):
+        return _moto_shard_get_records(self, last_sequence_id, limit)
+    last = int(last_sequence_id)
+    first = max(last, 0) + 1
+    stop = n if limit is None else min(n, first + limit - 1)
+    try:
+        results = [records[seq] for seq in range(first, stop + 1)]
+    except KeyError:  # not numbered 1..n after all
+        return _moto_shard_get_records(self, last_sequence_id, limit)
+    if not results:
+        return [], last, 0
+    behind = records[n].created_at - results[-1].created_at  # as moto: newest minus last returned
+    return results, results[-1].sequence_number, int(behind * 1000)
+
+
 # --- speed: response serialization -------------------------------------------------------------
 # moto's JSONSerializer walks the output shape and, for every member of every structure (ten per
 # AttributeValue), asks six alias providers for candidate keys: 80 % of a 20-item Query's time.
@@ -1505,6 +1552,9 @@ def patch_moto() -> None:
     moto.core.responses.method_names_from_class = functools.lru_cache(maxsize=None)(
         moto.core.responses.method_names_from_class)
     KinesisBackend.put_records = put_records_with_faults(KinesisBackend.put_records)  # type: ignore[method-assign]
+    Shard.get_records = _shard_get_records  # type: ignore[method-assign]
+    Shard.get_max_sequence_number = _shard_max  # type: ignore[method-assign]
+    Shard.get_min_sequence_number = _shard_min  # type: ignore[method-assign]
     # moto lists its package directory to route every request: a quarter of its time per request.
     list_modules = moto.backends.list_of_moto_modules
     moto.backends.list_of_moto_modules = functools.lru_cache(maxsize=None)(lambda: tuple(list_modules()))

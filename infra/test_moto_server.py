@@ -965,6 +965,41 @@ class MotoServerTest(unittest.TestCase):
                 if name not in failing_only:
                     self.assertNotEqual(seen[0][0][-1], b"{}", f"{name}: no item was written")
 
+    def test_kinesis_shard_reads_match_moto(self) -> None:
+        """GetRecords from every kind of position and with several limits, following the next
+        iterators, and the sequence numbers PutRecord hands out: the same both ways."""
+        kinesis, target = self.client("kinesis"), "Kinesis_20131202."
+        key = f"kinesis-{uuid.uuid4()}"  # one partition key: one shard
+        puts = [kinesis.put_record(StreamName="EventStream", Data=f"r{i}".encode(), PartitionKey=key)
+                for i in range(4)]
+        self.configure(fastPath=False)
+        puts.append(kinesis.put_record(StreamName="EventStream", Data=b"r4", PartitionKey=key))
+        self.configure(fastPath=True)
+        puts += [kinesis.put_record(StreamName="EventStream", Data=f"r{i}".encode(), PartitionKey=key)
+                 for i in range(5, 8)]
+        shard, numbers = puts[0]["ShardId"], [int(p["SequenceNumber"]) for p in puts]
+        self.assertEqual(numbers, list(range(numbers[0], numbers[0] + 8)), "consecutive both ways")
+
+        def iterator(kind: str, seq: int | None = None) -> str:
+            more = {"StartingSequenceNumber": str(seq)} if seq is not None else {}
+            return kinesis.get_shard_iterator(StreamName="EventStream", ShardId=shard,
+                                              ShardIteratorType=kind, **more)["ShardIterator"]
+
+        starts = [iterator("TRIM_HORIZON"), iterator("LATEST"), iterator("AT_SEQUENCE_NUMBER", numbers[0]),
+                  iterator("AFTER_SEQUENCE_NUMBER", numbers[2]), iterator("AT_SEQUENCE_NUMBER", numbers[-1]),
+                  iterator("AFTER_SEQUENCE_NUMBER", numbers[-1])]
+        for start in starts:
+            for limit in (1, 3, 10_000):
+                it, pages = start, 0
+                while it and pages < 4:
+                    answer = json.loads(self.assert_same_both_ways(
+                        target + "GetRecords", {"ShardIterator": it, "Limit": limit}, service="kinesis").body)
+                    it, pages = answer.get("NextShardIterator"), pages + 1
+        mine = json.loads(self.raw(target + "GetRecords", {"ShardIterator": iterator(
+            "AT_SEQUENCE_NUMBER", numbers[0]), "Limit": 10_000}, service="kinesis").body)["Records"]
+        self.assertEqual([base64.b64decode(r["Data"]) for r in mine if r["PartitionKey"] == key],
+                         [f"r{i}".encode() for i in range(8)])
+
     def test_fast_path_keeps_connections_open(self) -> None:
         host, port = self.url.rsplit("/", 1)[1].split(":")
         get = {"TableName": CHAT_TABLE, "Key": {"pk": {"S": "keep-alive"}, "sk": {"S": "x"}}}

@@ -927,14 +927,14 @@ def _process(self: DepthFirstTraverser, node: Any) -> Any:
 
 
 # --- speed: updates that only set attributes ----------------------------------------------------
-# Most updates of the chat backend are `SET a = :x, b = :y` (a read receipt, a commit's conversation
-# item). For each, moto validates the expression by copying its tree and running ten traversers
-# over it (a third of an UpdateItem's time), then executes the tree. For an expression of that
-# form alone, whose names are not key attributes, defined attributes or reserved words (those
-# are what moto's validators check) and whose placeholders are all given, the outcome of validating and executing
-# is known: each attribute is set to its value, in order. _update_with_sets does what moto's
-# update_item does in that case (same reads, condition, item creation, size check, stream record)
-# without the tree; anything else is moto's own update_item.
+# Most updates of the chat backend are `SET a = :x, b = :y` (a read receipt, a commit's
+# conversation item). For each, moto validates the expression by copying its tree and running ten
+# traversers over it (a third of an UpdateItem's time), then executes the tree. For an expression
+# of that form alone, whose names are not key attributes, defined attributes or reserved words
+# (what moto's validators check) and whose placeholders are all given, the outcome of validating
+# and executing is known: each attribute is set to its value, in order. _update_with_sets does
+# what moto's update_item does in that case (same reads, condition, item creation, size check,
+# stream record) without the tree; anything else is moto's own update_item.
 
 _SET_ACTION = r"(#?[A-Za-z0-9_]+)\s*=\s*(:[A-Za-z0-9_]+)"
 _SETS_ONLY = re.compile(rf"\s*SET\s+{_SET_ACTION}(?:\s*,\s*{_SET_ACTION})*\s*", re.IGNORECASE)
@@ -971,9 +971,10 @@ def _set_plan(table: Table, arguments: dict[str, Any]) -> list[tuple[str, Any]] 
     guarded |= {d.get("AttributeName") for d in table.attr or [] if isinstance(d, dict)}
     plan, seen = [], set()
     for token, placeholder in sets:
-        name = names.get(token) if token.startswith("#") else token
+        placeholder_name = token.startswith("#")
+        name = names.get(token) if placeholder_name else token
         if (not isinstance(name, str) or name in seen or token in guarded or name in guarded
-                or placeholder not in values or (name is token and token.upper() in _reserved_words())):
+                or placeholder not in values or (not placeholder_name and token.upper() in _reserved_words())):
             return None
         seen.add(name)
         plan.append((name, values[placeholder]))

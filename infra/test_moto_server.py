@@ -884,7 +884,8 @@ class MotoServerTest(unittest.TestCase):
                   ":null": {"NULL": True}, ":t": {"BOOL": True},
                   ":l": {"L": [{"S": "x"}, {"M": {"deep": {"L": [{"NULL": True}]}}}]},
                   ":m": {"M": {"a": {"S": "b"}, "e": {"M": {}}}}, ":seq": {"N": "7"}, ":token": {"S": "tok"}}
-        every_type = "SET s = :s, n = :n, b = :b, e = :empty, ss = :ss, ns = :ns, bs = :bs, nul = :null, t = :t, l = :l, m = :m"
+        every_type = ("SET s = :s, n = :n, b = :b, e = :empty, ss = :ss, ns = :ns, bs = :bs, nul = :null, "
+                      "t = :t, l = :l, m = :m")
         mark = {"UpdateExpression": "SET lastReadSeq = :seq, lastReadBy = :token",
                 "ConditionExpression": "attribute_exists(pk) AND lastReadSeq < :seq",
                 "ExpressionAttributeValues": {":seq": {"N": "7"}, ":token": {"S": "tok"}},
@@ -897,8 +898,10 @@ class MotoServerTest(unittest.TestCase):
 
         cases: list[tuple[str, list[dict[str, Any]]]] = [
             ("a new item, every type", [update(every_type, ReturnValues="ALL_NEW")]),
-            ("return values", [update("SET a = :s", ReturnValues="NONE"), update("SET a = :n, c = :t", ReturnValues="UPDATED_OLD"),
-                               update("SET a = :ss", ReturnValues="ALL_OLD"), update("SET d = :m", ReturnValues="UPDATED_NEW")]),
+            ("return values", [update("SET a = :s", ReturnValues="NONE"),
+                               update("SET a = :n, c = :t", ReturnValues="UPDATED_OLD"),
+                               update("SET a = :ss", ReturnValues="ALL_OLD"),
+                               update("SET d = :m", ReturnValues="UPDATED_NEW")]),
             ("a read receipt", [update("SET lastReadSeq = :n"), mark, mark,
                                 {**mark, "ReturnValuesOnConditionCheckFailure": "NONE"}]),
             ("a condition on a missing item", [mark, {**mark, "ReturnValuesOnConditionCheckFailure": "NONE"}]),

@@ -3,12 +3,17 @@
 
     .venv/bin/python infra/emulator_load.py --url http://127.0.0.1:4566 [--clients 1,8] [--seconds 15]
                                             [--items 5000] [--client raw|boto3] [--pid PID]
+                                            [--only GetItem|ReadReceipt|...]
 
 Fills ChatTable with --items items (100 partitions; once per emulator run: skipped when they are
 there), then runs, for each client count, that many threads for --seconds each, doing a mix like
 the chat backend's: GetItem 30 %, Query of one partition (Limit 20, newest first) 20 %, UpdateItem
 15 %, 4-item TransactWriteItems 10 %, PutItem 10 %, BatchGetItem of 10 keys 10 %, DeleteItem 5 %.
-Prints requests/s, latency percentiles per operation, the error types of 400 answers (a few are
+`--only OP` runs one operation instead of the mix: any of the mix's, or ReadReceipt (the chat
+backend's mark-read UpdateItem: `SET lastReadSeq = :seq, lastReadBy = :token` if
+`attribute_exists(pk) AND lastReadSeq < :seq`, on 50 member items of one partition, each call
+with a higher seq than all before it: it advances its member, but for the few that several
+clients send out of order, which fail their condition as late receipts do). Prints requests/s, latency percentiles per operation, the error types of 400 answers (a few are
 expected: transaction conflicts, updates of items another thread deleted), and with --pid the
 emulator's CPU time per request (user + system, from /proc; less sensitive than requests/s to
 other load on the machine). Puts and transactions add items to the queried partitions, so
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import http.client
+import itertools
 import json
 import os
 import random
@@ -36,6 +42,15 @@ TABLE = "ChatTable"
 PARTITIONS = 100
 MIX = (("GetItem", 30), ("Query", 20), ("UpdateItem", 15), ("TransactWriteItems", 10),
        ("PutItem", 10), ("BatchGetItem", 10), ("DeleteItem", 5))
+
+
+MEMBERS = 50  # ReadReceipt's member items, in one partition
+RECEIPT_SEQ = itertools.count(1)  # shared by the threads (next() on it is atomic)
+ACTION = {"ReadReceipt": "UpdateItem"}  # operations that are a shape of another API action
+
+
+def member(m: int) -> dict[str, Any]:
+    return {"pk": {"S": "load-receipts"}, "sk": {"S": f"M#user-{m}"}}
 
 
 def key(p: int, s: int) -> dict[str, Any]:
@@ -77,6 +92,13 @@ class Ops:
                     "ExpressionAttributeValues": {":t": {"S": f"edited {rnd.random()}"},
                                                   ":zero": {"N": "0"}, ":one": {"N": "1"}},
                     "ReturnValues": "ALL_NEW"}
+        if op == "ReadReceipt":  # a seq above every one drawn before (concurrent ones may land late)
+            return {"TableName": TABLE, "Key": member(rnd.randrange(MEMBERS)),
+                    "UpdateExpression": "SET lastReadSeq = :seq, lastReadBy = :token",
+                    "ConditionExpression": "attribute_exists(pk) AND lastReadSeq < :seq",
+                    "ExpressionAttributeValues": {":seq": {"N": str(next(RECEIPT_SEQ))},
+                                                  ":token": {"S": uuid.uuid4().hex}},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
         if op == "TransactWriteItems":
             p = rnd.randrange(PARTITIONS)
             meta = {"pk": {"S": f"load-conv-{p}"}, "sk": {"S": "meta"}}
@@ -125,7 +147,7 @@ class RawClient:
         body = json.dumps(params).encode()
         headers = {
             "Content-Type": "application/x-amz-json-1.0",
-            "X-Amz-Target": f"DynamoDB_20120810.{op}",
+            "X-Amz-Target": f"DynamoDB_20120810.{ACTION.get(op, op)}",
             "User-Agent": "emulator-load/1 (raw http.client)",
             "X-Amz-Date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
             "Authorization": "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, "
@@ -153,8 +175,9 @@ class Boto3Client:
                                 aws_access_key_id="test", aws_secret_access_key="test",
                                 config=Config(retries={"max_attempts": 1}))
         self.errors: collections.Counter[str] = collections.Counter()
-        self.methods = {op: getattr(self.ddb, "".join("_" + c.lower() if c.isupper() else c for c in op)[1:])
-                        for op, _ in MIX}
+        snake = lambda action: "".join("_" + c.lower() if c.isupper() else c for c in action)[1:]  # noqa: E731
+        self.methods = {op: getattr(self.ddb, snake(ACTION.get(op, op)))
+                        for op in [op for op, _ in MIX] + list(ACTION)}
 
     def call(self, op: str, params: dict[str, Any]) -> int:
         try:
@@ -174,6 +197,9 @@ def fill(url: str, items: int) -> int:
               for p in range(PARTITIONS) for s in range(per)]
     writes += [{"PutRequest": {"Item": {"pk": {"S": f"load-conv-{p}"}, "sk": {"S": "meta"}, "seq": {"N": "0"}}}}
                for p in range(PARTITIONS)]
+    members = [{"PutRequest": {"Item": {**member(m), "lastReadSeq": {"N": "0"}}}} for m in range(MEMBERS)]
+    for i in range(0, MEMBERS, 25):  # every run: RECEIPT_SEQ starts again at 1
+        assert client.call("BatchWriteItem", {"RequestItems": {TABLE: members[i:i + 25]}}) == 200
     if "Item" in json.loads(client.send("GetItem", {"TableName": TABLE, "Key": key(PARTITIONS - 1, per - 1)})[1]):
         return per  # filled by an earlier run
     for i in range(0, len(writes), 25):
@@ -189,9 +215,11 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(url: str, clients: int, seconds: float, per: int, kind: str, pid: int | None) -> None:
-    ops = [op for op, weight in MIX for _ in range(weight)]
-    latencies: dict[str, list[float]] = {op: [] for op, _ in MIX}
+def run(url: str, clients: int, seconds: float, per: int, kind: str, pid: int | None,
+        only: str | None = None) -> None:
+    mix = ((only, 1),) if only else MIX
+    ops = [op for op, weight in mix for _ in range(weight)]
+    latencies: dict[str, list[float]] = {op: [] for op, _ in mix}
     statuses: dict[int, int] = {}
     errors: collections.Counter[str] = collections.Counter()
     lock = threading.Lock()
@@ -201,7 +229,7 @@ def run(url: str, clients: int, seconds: float, per: int, kind: str, pid: int | 
     def worker(i: int) -> None:
         client = RawClient(url) if kind == "raw" else Boto3Client(url)
         gen = Ops(per, seed=i * 7919 + int(time.time()))
-        mine: dict[str, list[float]] = {op: [] for op, _ in MIX}
+        mine: dict[str, list[float]] = {op: [] for op, _ in mix}
         codes: dict[int, int] = {}
         barrier.wait()
         while time.monotonic() < stop[0]:
@@ -248,10 +276,12 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=5000)
     parser.add_argument("--client", choices=("raw", "boto3"), default="raw")
     parser.add_argument("--pid", type=int, help="the emulator's process id, to report its CPU time")
+    parser.add_argument("--only", choices=[op for op, _ in MIX] + list(ACTION),
+                        help="one operation instead of the mix")
     args = parser.parse_args()
     per = fill(args.url, args.items)
     for n in (int(c) for c in args.clients.split(",")):
-        run(args.url, n, args.seconds, per, args.client, args.pid)
+        run(args.url, n, args.seconds, per, args.client, args.pid, args.only)
 
 
 if __name__ == "__main__":

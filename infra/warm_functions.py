@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Starts the REST functions' instances before the first client does (infra/run-local.sh).
+
+    python3 infra/warm_functions.py [http://127.0.0.1:9000] [--concurrency N]
+
+`cargo lambda watch` (1.9.2) starts an instance (a `cargo run` of the function, ~0.4 s of CPU)
+whenever a request waits and no instance is idle, and an instance still starting does not count
+as idle: the first request to a function starts 10-30 instances while the first one comes up
+(measured: 89 instances of the six functions for six requests, in 11 s on 2 cores). Doing that
+here, with one unauthenticated request per function (each answers 401 at once), keeps it out of
+the first requests of whoever uses the stack: a test, a benchmark, the demo.
+Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+# One route per function (the router in Cargo.toml); no token, so each answers 401.
+ROUTES = [
+    ("POST", "/conversations"),
+    ("POST", "/conversations/warm-up/messages"),
+    ("GET", "/conversations/warm-up/messages"),
+    ("POST", "/conversations/warm-up/read"),
+    ("GET", "/conversations/warm-up/reads"),
+    ("GET", "/inbox"),
+]
+
+
+def call(api: str, method: str, path: str) -> int:
+    request = urllib.request.Request(api + path, method=method, data=b"{}" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+def instances_starting() -> int | None:
+    """Function instances still starting: `cargo run --bin <function>` processes (cargo execs the
+    function once it is built). From Linux's /proc; None elsewhere."""
+    if not os.path.isdir("/proc/self/task"):
+        return None
+    starting = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        starting += os.path.basename(args[0]) == b"cargo" and b"run" in args and b"--bin" in args
+    return starting
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("api", nargs="?", default="http://127.0.0.1:9000")
+    parser.add_argument("--concurrency", type=int, default=1, help="requests at once per function")
+    args = parser.parse_args()
+    started = time.monotonic()
+    jobs = [route for route in ROUTES for _ in range(args.concurrency)]
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        statuses = list(pool.map(lambda route: call(args.api, *route), jobs))
+    # The instances started by those requests keep coming up for a while after: wait for them,
+    # so that their cargo runs do not compete with the first client for the CPU.
+    deadline = time.monotonic() + 60
+    while (instances_starting() or 0) > 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    unexpected = sorted({s for s in statuses if s != 401})
+    print(f"warm_functions: {len(jobs)} requests in {time.monotonic() - started:.1f} s"
+          + (f", unexpected statuses {unexpected}" if unexpected else ""), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,10 +3,15 @@
 //! pollers) and the real REST handlers.
 //!
 //! ```text
-//! cargo run -p chat-tests --bin bench -- push [big-group|storm]
+//! cargo run -p chat-tests --bin bench -- push [big-group|storm] [--online N]
+//!     [--api http://127.0.0.1:9000 [--ws ws://127.0.0.1:9001/]]
 //! ```
 //!
-//! * **big group**: a 1,000-member group with 300 members online. Send-to-push latency is, per
+//! With `--api`, the big-group rows drive a running local stack (`infra/run-local.sh`) over its
+//! REST API and WebSocket endpoint instead, as a client would; `--online` sets how many of the
+//! 999 other members are connected (default 300).
+//!
+//! * **big group**: a 1,000-member group with 300 (`--online`) of its members online. Send-to-push latency is, per
 //!   online member and message k, from the start of the send request to the first `message.new`
 //!   of seq ≥ k at that member (light messages may be coalesced: a client holding seq ≥ k knows of
 //!   k and fetches it with `afterSeq`). Reported: p50, p99, max, missing (never learnt of), and
@@ -25,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::bench::target::Target;
 use crate::push::{gateway, WsClient};
 use crate::{unique, TestApp};
 
@@ -42,10 +48,28 @@ fn ms(d: Duration) -> f64 {
 
 /// Runs the scenarios named in `args` (all when none).
 pub async fn run(args: &[String]) {
-    let all = args.is_empty();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let online: usize = value("--online").map_or(300, |n| n.parse().expect("--online N"));
+    let named = |s: &str| args.iter().any(|a| a == s);
+    let all = !named("storm") && !named("big-group");
+    let today = &chat_shared::time::now_rfc3339()[..10];
+    if let Some(api) = value("--api") {
+        let ws = value("--ws").unwrap_or_else(|| "ws://127.0.0.1:9001/".into());
+        println!("push benchmarks, {today}, local stack at {api} and {ws}");
+        let stack = Stack {
+            target: Target::http(&api),
+            ws_url: ws,
+        };
+        big_group(&stack, online, 20, Duration::from_millis(500)).await;
+        big_group(&stack, online, 20, Duration::ZERO).await;
+        return;
+    }
     let t = Arc::new(TestApp::new().await);
     let _ = gateway();
-    let today = &chat_shared::time::now_rfc3339()[..10];
     let build = if cfg!(debug_assertions) {
         "debug build"
     } else {
@@ -54,23 +78,46 @@ pub async fn run(args: &[String]) {
     println!("push benchmarks, {today}, {build}, local stack in process");
     // The storm first: its catch-up reads the inbox index, which the emulator answers by looking
     // at every item of the table, and the big groups add thousands.
-    if all || args.iter().any(|a| a == "storm") {
+    if all || named("storm") {
         reconnect_storm(&t).await;
     }
-    if all || args.iter().any(|a| a == "big-group") {
-        big_group(&t, 20, Duration::from_millis(500)).await;
-        big_group(&t, 20, Duration::ZERO).await;
+    if all || named("big-group") {
+        let stack = Stack::in_process(&t);
+        big_group(&stack, online, 20, Duration::from_millis(500)).await;
+        big_group(&stack, online, 20, Duration::ZERO).await;
     }
 }
 
-/// Connects `users` (at most 25 handshakes at once).
-async fn connect_all(users: &[String]) -> Vec<WsClient> {
-    use futures::stream::{self, StreamExt};
-    stream::iter(users.iter().cloned())
-        .map(|u| async move { WsClient::connect(&u).await })
-        .buffered(25)
-        .collect()
-        .await
+/// Where the big-group rows run: REST calls, and the WebSocket endpoint clients connect to.
+struct Stack {
+    target: Target,
+    ws_url: String,
+}
+
+impl Stack {
+    fn in_process(t: &Arc<TestApp>) -> Stack {
+        Stack {
+            target: Target::InProcess(t.clone()),
+            ws_url: gateway().ws_url.clone(),
+        }
+    }
+
+    async fn connect(&self, user: &str) -> WsClient {
+        let url = format!("{}?token={}", self.ws_url, self.target.token(user));
+        WsClient::connect_url(&url)
+            .await
+            .unwrap_or_else(|status| panic!("handshake refused: {status}"))
+    }
+
+    /// Connects `users` (at most 25 handshakes at once).
+    async fn connect_all(&self, users: &[String]) -> Vec<WsClient> {
+        use futures::stream::{self, StreamExt};
+        stream::iter(users)
+            .map(|u| self.connect(u))
+            .buffered(25)
+            .collect()
+            .await
+    }
 }
 
 /// `message.new` arrivals at one client: (seq, when).
@@ -112,18 +159,22 @@ fn listen(
     })
 }
 
-/// A 1,000-member group with 300 members online; `n` messages, one every `interval` (zero: back
-/// to back).
-async fn big_group(t: &Arc<TestApp>, n: u64, interval: Duration) {
+/// A 1,000-member group with `online` of its other members connected; `n` messages, one every
+/// `interval` (zero: back to back).
+async fn big_group(stack: &Stack, online: usize, n: u64, interval: Duration) {
     let owner = unique("bg");
     let members: Vec<String> = (1..1000).map(|i| format!("{owner}-{i}")).collect();
-    let refs: Vec<&str> = members.iter().map(String::as_str).collect();
-    let conv = t.group(&owner, &refs).await;
-    let online = &members[..300];
-    let clients = connect_all(online).await;
+    let conv = stack
+        .target
+        .create_group(&owner, "big group", &members)
+        .await;
+    let online = &members[..online.min(members.len())];
+    let clients = stack.connect_all(online).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let gw = gateway();
-    let delivered_before = gw.fanout_stats().delivered();
+    let delivered_before = stack
+        .target
+        .app()
+        .map(|_| gateway().fanout_stats().delivered());
     let stop = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(Progress::default());
     let listeners: Vec<_> = clients
@@ -135,8 +186,17 @@ async fn big_group(t: &Arc<TestApp>, n: u64, interval: Duration) {
     let first = Instant::now();
     for k in 1..=n {
         let started = Instant::now();
-        let r = t.send(&conv, &owner, &format!("message {k}")).await;
-        assert_eq!(r.status, 201, "{r:?}");
+        let body = json!({"clientMsgId": uuid::Uuid::new_v4().to_string(), "body": format!("message {k}")});
+        let (status, r) = stack
+            .target
+            .call(
+                "POST",
+                &format!("/conversations/{conv}/messages"),
+                &owner,
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, 201, "{r}");
         sent_at.push(started);
         let next = first + interval * k as u32;
         tokio::time::sleep_until(next.into()).await;
@@ -178,18 +238,22 @@ async fn big_group(t: &Arc<TestApp>, n: u64, interval: Duration) {
     println!("| scenario | samples | p50 ms | p99 ms | max ms | pushes | pushes/s | missing |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| 1,000-member group, 300 online, {n} messages {pace} | {} | {:.0} | {:.0} | {:.0} | {received} | {:.0} | {missing} |",
+        "| 1,000-member group, {} online, {n} messages {pace} | {} | {:.0} | {:.0} | {:.0} | {received} | {:.0} | {missing} |",
+        online.len(),
         latencies.len(),
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
         latencies.last().map_or(f64::NAN, |d| ms(*d)),
         received as f64 / span,
     );
-    println!(
-        "  (fanout delivered {} frames; {} frames of other kinds)",
-        gateway().fanout_stats().delivered() - delivered_before,
-        progress.frames.load(Ordering::Relaxed) as usize - received
-    );
+    let other_frames = progress.frames.load(Ordering::Relaxed) as usize - received;
+    match delivered_before {
+        Some(before) => println!(
+            "  (fanout delivered {} frames; {other_frames} frames of other kinds)",
+            gateway().fanout_stats().delivered() - before
+        ),
+        None => println!("  ({other_frames} frames of other kinds)"),
+    }
 }
 
 /// What a storm client holds and how its calls went.
@@ -401,7 +465,7 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
             client
         })
     };
-    let clients = connect_all(&users).await;
+    let clients = Stack::in_process(t).connect_all(&users).await;
     let tasks: Vec<_> = users
         .iter()
         .zip(clients)

@@ -55,16 +55,7 @@ pub async fn row(
         vec![]
     };
     let members: Vec<&String> = others.iter().chain(&readers).collect();
-    let (status, created) = target
-        .call(
-            "POST",
-            "/conversations",
-            &owner,
-            Some(json!({"type": "group", "title": "hot", "memberIds": members})),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let c = created["conversationId"].as_str().unwrap().to_owned();
+    let c = target.create_group(&owner, "hot", &members).await;
     if let Some(t) = target.app() {
         t.calls.take_calls();
     }

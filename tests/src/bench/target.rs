@@ -37,6 +37,30 @@ impl Target {
         }
     }
 
+    /// A token for `user` that this target accepts (REST and WebSocket).
+    pub fn token(&self, user: &str) -> String {
+        match self {
+            Target::InProcess(_) => crate::token(user),
+            Target::Http { secret, .. } => {
+                chat_shared::auth::mint_hs256(user, 4_000_000_000, secret.as_bytes())
+            }
+        }
+    }
+
+    /// Creates a group of `owner` and `members` (201 or a panic); its id.
+    pub async fn create_group(
+        &self,
+        owner: &str,
+        title: &str,
+        members: &[impl AsRef<str>],
+    ) -> String {
+        let members: Vec<&str> = members.iter().map(AsRef::as_ref).collect();
+        let body = serde_json::json!({"type": "group", "title": title, "memberIds": members});
+        let (status, created) = self.call("POST", "/conversations", owner, Some(body)).await;
+        assert_eq!(status, 201, "{created}");
+        created["conversationId"].as_str().unwrap().to_owned()
+    }
+
     pub fn app(&self) -> Option<&Arc<TestApp>> {
         match self {
             Target::InProcess(t) => Some(t),
@@ -64,12 +88,8 @@ impl Target {
                     .await;
                 (r.status, r.body)
             }
-            Target::Http {
-                base,
-                secret,
-                client,
-            } => {
-                let token = chat_shared::auth::mint_hs256(user, 4_000_000_000, secret.as_bytes());
+            Target::Http { base, client, .. } => {
+                let token = self.token(user);
                 let req = hyper::Request::builder()
                     .method(method)
                     .uri(format!("{base}{path}"))

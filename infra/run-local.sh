@@ -87,8 +87,8 @@ for _ in $(seq 1 150); do
   (exec 3<>"/dev/tcp/127.0.0.1/$FUNCTIONS_PORT") 2>/dev/null && break
   sleep 0.2
 done
-# Start the functions' first instances now rather than on the first client's requests.
-python infra/warm_functions.py "http://127.0.0.1:$REST_PORT"
+# Start every function's 32 instances now rather than during the first client's requests.
+python infra/warm_functions.py "http://127.0.0.1:$REST_PORT" --concurrency 32
 
 cat <<EOT
 

@@ -13,6 +13,8 @@ cd "$repo"
 
 REST_PORT="${CHAT_REST_PORT:-9000}"
 FUNCTIONS_PORT="${CHAT_FUNCTIONS_PORT:-9010}"
+# Instances per function; the REST edge keeps at most this many requests of a route in flight.
+export CHAT_FUNCTIONS_CONCURRENCY="${CHAT_FUNCTIONS_CONCURRENCY:-32}"
 DEMO_PORT="${CHAT_DEMO_PORT:-9003}"
 WS_PORT="${CHAT_WS_PORT:-9001}"
 MANAGEMENT_PORT="${CHAT_MANAGEMENT_PORT:-9002}"
@@ -81,19 +83,19 @@ pids+=($!)
 # write would otherwise restart every instance mid-run, and each restart waits for cargo.
 reload=()
 [[ "${CHAT_FUNCTIONS_RELOAD:-1}" == 0 ]] && reload=(--ignore-changes)
-cargo lambda watch -A 127.0.0.1 -P "$FUNCTIONS_PORT" --concurrency 32 "${reload[@]}" &
+cargo lambda watch -A 127.0.0.1 -P "$FUNCTIONS_PORT" --concurrency "$CHAT_FUNCTIONS_CONCURRENCY" "${reload[@]}" &
 pids+=($!)
 for _ in $(seq 1 150); do
   (exec 3<>"/dev/tcp/127.0.0.1/$FUNCTIONS_PORT") 2>/dev/null && break
   sleep 0.2
 done
-# Start every function's 32 instances now rather than during the first client's requests.
-python infra/warm_functions.py "http://127.0.0.1:$REST_PORT" --concurrency 32
+# Start every function's instances now rather than during the first client's requests.
+python infra/warm_functions.py "http://127.0.0.1:$REST_PORT" --concurrency "$CHAT_FUNCTIONS_CONCURRENCY"
 
 cat <<EOT
 
 Chat backend running locally
-  REST API         http://127.0.0.1:$REST_PORT  (functions: cargo lambda watch on :$FUNCTIONS_PORT, 32 concurrent requests each)
+  REST API         http://127.0.0.1:$REST_PORT  (functions: cargo lambda watch on :$FUNCTIONS_PORT, $CHAT_FUNCTIONS_CONCURRENCY concurrent requests each)
   WebSocket        ws://127.0.0.1:$WS_PORT/?token=<token>
   Demo chat page   http://127.0.0.1:$DEMO_PORT/
   Management API   $WS_MANAGEMENT_ENDPOINT

@@ -68,8 +68,9 @@ pub struct GatewayConfig {
     pub chat: Config,
     /// The stream → relay → Kinesis → fanout pollers; `None` serves the two APIs only.
     pub pipeline: Option<PipelineConfig>,
-    /// The HTTP API's stand-in in front of `cargo lambda watch`: `(address, watch's URL)`.
-    pub rest: Option<(SocketAddr, String)>,
+    /// The HTTP API's stand-in in front of `cargo lambda watch`: `(address, watch's URL,
+    /// requests in flight per route)`.
+    pub rest: Option<(SocketAddr, String, usize)>,
     /// The demo chat page: `(address, folder of the built page)`.
     pub demo: Option<(SocketAddr, std::path::PathBuf)>,
 }
@@ -113,6 +114,8 @@ pub const DEFAULT_REST_PORT: u16 = 9000;
 pub const DEFAULT_WS_PORT: u16 = 9001;
 pub const DEFAULT_MANAGEMENT_PORT: u16 = 9002;
 pub const DEFAULT_DEMO_PORT: u16 = 9003;
+/// Instances per function under `cargo lambda watch` (infra/run-local.sh: `--concurrency 32`).
+pub const DEFAULT_FUNCTIONS_CONCURRENCY: usize = 32;
 
 impl GatewayConfig {
     /// Default addresses and pipeline for these handler settings.
@@ -131,7 +134,8 @@ impl GatewayConfig {
     /// `Config::from_env` plus `CHAT_WS_PORT` (9001), `CHAT_MANAGEMENT_PORT` (9002),
     /// `CHAT_GATEWAY_START` (`TRIM_HORIZON`, the default, or `LATEST`), and, when set,
     /// `CHAT_REST_UPSTREAM` (where `cargo lambda watch` listens; the REST API is then served on
-    /// `CHAT_REST_PORT`, 9000) and `CHAT_DEMO_DIR` (the demo page, on `CHAT_DEMO_PORT`, 9003).
+    /// `CHAT_REST_PORT`, 9000, with at most `CHAT_FUNCTIONS_CONCURRENCY`, 32, requests of one
+    /// route in flight) and `CHAT_DEMO_DIR` (the demo page, on `CHAT_DEMO_PORT`, 9003).
     pub fn from_env() -> Result<GatewayConfig, String> {
         let mut config = GatewayConfig::new(Config::from_env()?);
         let port = |name: &str, default: u16| match std::env::var(name) {
@@ -149,7 +153,19 @@ impl GatewayConfig {
             .set_port(port("CHAT_MANAGEMENT_PORT", DEFAULT_MANAGEMENT_PORT)?);
         let local = |p| SocketAddr::from(([127, 0, 0, 1], p));
         if let Ok(upstream) = std::env::var("CHAT_REST_UPSTREAM") {
-            config.rest = Some((local(port("CHAT_REST_PORT", DEFAULT_REST_PORT)?), upstream));
+            let per_route = match std::env::var("CHAT_FUNCTIONS_CONCURRENCY") {
+                Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+                    Ok(n) if n > 0 => n,
+                    _ => {
+                        return Err(format!(
+                            "CHAT_FUNCTIONS_CONCURRENCY must be a positive number, not {v:?}"
+                        ))
+                    }
+                },
+                _ => DEFAULT_FUNCTIONS_CONCURRENCY,
+            };
+            let addr = local(port("CHAT_REST_PORT", DEFAULT_REST_PORT)?);
+            config.rest = Some((addr, upstream, per_route));
         }
         if let Ok(dir) = std::env::var("CHAT_DEMO_DIR") {
             config.demo = Some((
@@ -249,10 +265,10 @@ impl Gateway {
             }
         });
         let mut rest_url = None;
-        if let Some((addr, upstream)) = &config.rest {
+        if let Some((addr, upstream, per_route)) = &config.rest {
             let listener = TcpListener::bind(addr).await?;
             rest_url = Some(format!("http://{}", listener.local_addr()?));
-            let edge = rest_edge::RestEdge::new(upstream.clone());
+            let edge = rest_edge::RestEdge::new(upstream.clone(), *per_route);
             http::serve(listener, shutdown.clone(), move |req, _| {
                 let edge = edge.clone();
                 async move { edge.handle(req).await }

@@ -7,8 +7,8 @@
 //!     [--api http://127.0.0.1:9000 [--ws ws://127.0.0.1:9001/]]
 //! ```
 //!
-//! With `--api`, the big-group rows drive a running local stack (`infra/run-local.sh`) over its
-//! REST API and WebSocket endpoint instead, as a client would; `--online` sets how many of the
+//! With `--api`, both drive a running local stack (`infra/run-local.sh`) over its REST API and
+//! WebSocket endpoint instead, as a client would; `--online` sets how many of the big group's
 //! 999 other members are connected (default 300).
 //!
 //! * **big group**: a 1,000-member group with 300 (`--online`) of its members online. Send-to-push latency is, per
@@ -57,32 +57,36 @@ pub async fn run(args: &[String]) {
     let named = |s: &str| args.iter().any(|a| a == s);
     let all = !named("storm") && !named("big-group");
     let today = &chat_shared::time::now_rfc3339()[..10];
-    if let Some(api) = value("--api") {
-        let ws = value("--ws").unwrap_or_else(|| "ws://127.0.0.1:9001/".into());
-        println!("push benchmarks, {today}, local stack at {api} and {ws}");
-        let stack = Stack {
-            target: Target::http(&api),
-            ws_url: ws,
-        };
-        big_group(&stack, online, 20, Duration::from_millis(500)).await;
-        big_group(&stack, online, 20, Duration::ZERO).await;
-        return;
-    }
-    let t = Arc::new(TestApp::new().await);
-    let _ = gateway();
-    let build = if cfg!(debug_assertions) {
-        "debug build"
-    } else {
-        "optimised build"
+    let stack = match value("--api") {
+        Some(api) => {
+            let ws = value("--ws").unwrap_or_else(|| "ws://127.0.0.1:9001/".into());
+            println!("push benchmarks, {today}, local stack at {api} and {ws}");
+            Stack {
+                target: Target::http(&api),
+                ws_url: ws,
+            }
+        }
+        None => {
+            let t = Arc::new(TestApp::new().await);
+            let build = if cfg!(debug_assertions) {
+                "debug build"
+            } else {
+                "optimised build"
+            };
+            println!("push benchmarks, {today}, {build}, local stack in process");
+            Stack {
+                target: Target::InProcess(t),
+                ws_url: gateway().ws_url.clone(),
+            }
+        }
     };
-    println!("push benchmarks, {today}, {build}, local stack in process");
+    let stack = Arc::new(stack);
     // The storm first: its catch-up reads the inbox index, which the emulator answers by looking
     // at every item of the table, and the big groups add thousands.
     if all || named("storm") {
-        reconnect_storm(&t).await;
+        reconnect_storm(&stack).await;
     }
     if all || named("big-group") {
-        let stack = Stack::in_process(&t);
         big_group(&stack, online, 20, Duration::from_millis(500)).await;
         big_group(&stack, online, 20, Duration::ZERO).await;
     }
@@ -95,13 +99,6 @@ struct Stack {
 }
 
 impl Stack {
-    fn in_process(t: &Arc<TestApp>) -> Stack {
-        Stack {
-            target: Target::InProcess(t.clone()),
-            ws_url: gateway().ws_url.clone(),
-        }
-    }
-
     async fn connect(&self, user: &str) -> WsClient {
         let url = format!("{}?token={}", self.ws_url, self.target.token(user));
         WsClient::connect_url(&url)
@@ -293,28 +290,28 @@ fn client_backoff(attempt: u32) -> Duration {
 }
 
 impl Calls {
-    async fn get(&self, t: &TestApp, path: &str, user: &str) -> Value {
+    async fn get(&self, t: &Target, path: &str, user: &str) -> Value {
         let mut attempt = 0;
         loop {
             let started = Instant::now();
-            let r = t.get(path, user).await;
-            self.record(started, r.status);
+            let (status, body) = t.call("GET", path, user, None).await;
+            self.record(started, status);
             attempt += 1;
-            if (r.status < 500 && r.status != 429) || attempt == CLIENT_ATTEMPTS {
-                return r.body;
+            if (status < 500 && status != 429) || attempt == CLIENT_ATTEMPTS {
+                return body;
             }
             tokio::time::sleep(client_backoff(attempt)).await;
         }
     }
 
-    async fn post(&self, t: &TestApp, path: &str, user: &str, body: Value) {
+    async fn post(&self, t: &Target, path: &str, user: &str, body: Value) {
         let mut attempt = 0;
         loop {
             let started = Instant::now();
-            let r = t.post(path, user, body.clone()).await;
-            self.record(started, r.status);
+            let (status, _) = t.call("POST", path, user, Some(body.clone())).await;
+            self.record(started, status);
             attempt += 1;
-            if (r.status < 500 && r.status != 429) || attempt == CLIENT_ATTEMPTS {
+            if (status < 500 && status != 429) || attempt == CLIENT_ATTEMPTS {
                 return;
             }
             tokio::time::sleep(client_backoff(attempt)).await;
@@ -332,7 +329,7 @@ impl Calls {
 }
 
 /// Fetches `afterSeq` pages until caught up with the server; returns its lastSeq.
-async fn fetch_after(t: &TestApp, calls: &Calls, user: &str, c: &str, h: &mut Holdings) -> u64 {
+async fn fetch_after(t: &Target, calls: &Calls, user: &str, c: &str, h: &mut Holdings) -> u64 {
     loop {
         let after = h.contiguous(c);
         let page = calls
@@ -353,7 +350,7 @@ async fn fetch_after(t: &TestApp, calls: &Calls, user: &str, c: &str, h: &mut Ho
 }
 
 /// A push: a full message is held; a light one or a gap is filled with `afterSeq`.
-async fn on_push(t: &TestApp, calls: &Calls, user: &str, e: &Value, h: &mut Holdings) {
+async fn on_push(t: &Target, calls: &Calls, user: &str, e: &Value, h: &mut Holdings) {
     if e["type"] != "message.new" {
         return;
     }
@@ -370,7 +367,7 @@ async fn on_push(t: &TestApp, calls: &Calls, user: &str, e: &Value, h: &mut Hold
 }
 
 /// Connect, then catch up (inbox, afterSeq for each conversation that moved), mark read.
-async fn catch_up(t: &TestApp, calls: &Calls, user: &str, h: &mut Holdings) {
+async fn catch_up(t: &Target, calls: &Calls, user: &str, h: &mut Holdings) {
     let mut cursor: Option<String> = None;
     loop {
         let path = match &cursor {
@@ -399,16 +396,16 @@ async fn catch_up(t: &TestApp, calls: &Calls, user: &str, h: &mut Holdings) {
     }
 }
 
-async fn reconnect_storm(t: &Arc<TestApp>) {
+async fn reconnect_storm(stack: &Arc<Stack>) {
     const USERS: usize = 300;
+    let t = &stack.target;
     let sender = unique("storm");
     let users: Vec<String> = (0..USERS).map(|i| format!("{sender}-{i}")).collect();
-    let refs: Vec<&str> = users.iter().map(String::as_str).collect();
-    let big = t.group(&sender, &refs).await;
+    let big = t.create_group(&sender, "storm", &users).await;
     let small: Vec<String> = {
         let mut out = Vec::new();
-        for chunk in refs.chunks(10) {
-            out.push(t.group(&sender, chunk).await);
+        for chunk in users.chunks(10) {
+            out.push(t.create_group(&sender, "storm", chunk).await);
         }
         out
     };
@@ -435,8 +432,16 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
                 } else {
                     &small[(i / 2) % small.len()]
                 };
-                let r = t.send(c, &sender, &format!("storm {i}")).await;
-                errors += usize::from(r.status >= 500);
+                let body = json!({"clientMsgId": uuid::Uuid::new_v4().to_string(), "body": format!("storm {i}")});
+                let (status, _) = t
+                    .call(
+                        "POST",
+                        &format!("/conversations/{c}/messages"),
+                        &sender,
+                        Some(body),
+                    )
+                    .await;
+                errors += usize::from(status >= 500);
                 i += 1;
                 tokio::time::sleep_until((start + Duration::from_millis(100) * i as u32).into())
                     .await;
@@ -465,7 +470,7 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
             client
         })
     };
-    let clients = Stack::in_process(t).connect_all(&users).await;
+    let clients = stack.connect_all(&users).await;
     let tasks: Vec<_> = users
         .iter()
         .zip(clients)
@@ -484,12 +489,15 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
     // Phase 3: all reconnect at once, socket first, then catch up and mark read.
     let refused = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    t.calls.take_calls();
+    if let Some(app) = t.app() {
+        app.calls.take_calls();
+    }
     let storm_started = Instant::now();
     let reconnects: Vec<_> = users
         .iter()
         .zip(&holdings)
         .map(|(u, h)| {
+            let ws_url = stack.ws_url.clone();
             let (t, calls, refused, h, u, stop) = (
                 t.clone(),
                 calls.clone(),
@@ -499,7 +507,7 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
                 stop.clone(),
             );
             tokio::spawn(async move {
-                let url = format!("{}?token={}", gateway().ws_url, crate::token(&u));
+                let url = format!("{ws_url}?token={}", t.token(&u));
                 let started = Instant::now();
                 // A refused handshake (the $connect handler answered 5xx) is retried with
                 // backoff, as clients reconnect.
@@ -545,8 +553,10 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
     // missing something then has missed it: no push is coming that would make it look).
     let mut last_seq = HashMap::new();
     for c in &conversations {
-        let r = t.get(&format!("/conversations/{c}"), &sender).await;
-        last_seq.insert(c.clone(), r.body["lastSeq"].as_u64().unwrap_or(0));
+        let (_, conv) = t
+            .call("GET", &format!("/conversations/{c}"), &sender, None)
+            .await;
+        last_seq.insert(c.clone(), conv["lastSeq"].as_u64().unwrap_or(0));
     }
     let drained = Instant::now() + Duration::from_secs(30);
     loop {
@@ -606,6 +616,9 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
         percentile(&caught_up, 0.99),
     );
     println!("  (storm phase {:.1} s)", storm.as_secs_f64());
+    let Some(app) = t.app() else {
+        return; // a running stack: its fanout and DynamoDB calls are in its own log
+    };
     let f = gateway().fanout_stats();
     println!(
         "  fanout since start: delivered {}, retries {}, gave up {}, records deleted {}, kept in grace {}",
@@ -623,7 +636,7 @@ async fn reconnect_storm(t: &Arc<TestApp>) {
     }
     // The REST handlers' DynamoDB calls during the storm (the emulator answers one at a time).
     let mut by: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
-    for c in t.calls.take_calls() {
+    for c in app.calls.take_calls() {
         let e = by.entry(c.name).or_default();
         e.0 += 1;
         e.1 += c.elapsed;

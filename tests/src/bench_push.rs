@@ -11,8 +11,9 @@
 //! WebSocket endpoint instead, as a client would; `--online` sets how many of the big group's
 //! 999 other members are connected (default 300).
 //!
-//! * **big group**: a 1,000-member group with 300 (`--online`) of its members online. Send-to-push latency is, per
-//!   online member and message k, from the start of the send request to the first `message.new`
+//! * **big group**: a 1,000-member group with 300 (`--online`) of its members online.
+//!   Send-to-push latency is, per online member and message k, from the start of the send
+//!   request to the first `message.new`
 //!   of seq ≥ k at that member (light messages may be coalesced: a client holding seq ≥ k knows of
 //!   k and fetches it with `afterSeq`). Reported: p50, p99, max, missing (never learnt of), and
 //!   pushes/s (frames received ÷ time from the first send to the last frame).
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::bench::flag_value;
 use crate::bench::target::Target;
 use crate::push::{gateway, WsClient};
 use crate::{unique, TestApp};
@@ -48,11 +50,7 @@ fn ms(d: Duration) -> f64 {
 
 /// Runs the scenarios named in `args` (all when none).
 pub async fn run(args: &[String]) {
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
+    let value = |flag: &str| flag_value(args, flag);
     let online: usize = value("--online").map_or(300, |n| n.parse().expect("--online N"));
     let named = |s: &str| args.iter().any(|a| a == s);
     let all = !named("storm") && !named("big-group");
@@ -99,9 +97,13 @@ struct Stack {
 }
 
 impl Stack {
+    /// The WebSocket URL `user` connects with.
+    fn ws_url_for(&self, user: &str) -> String {
+        format!("{}?token={}", self.ws_url, self.target.token(user))
+    }
+
     async fn connect(&self, user: &str) -> WsClient {
-        let url = format!("{}?token={}", self.ws_url, self.target.token(user));
-        WsClient::connect_url(&url)
+        WsClient::connect_url(&self.ws_url_for(user))
             .await
             .unwrap_or_else(|status| panic!("handshake refused: {status}"))
     }
@@ -497,7 +499,7 @@ async fn reconnect_storm(stack: &Arc<Stack>) {
         .iter()
         .zip(&holdings)
         .map(|(u, h)| {
-            let ws_url = stack.ws_url.clone();
+            let url = stack.ws_url_for(u);
             let (t, calls, refused, h, u, stop) = (
                 t.clone(),
                 calls.clone(),
@@ -507,7 +509,6 @@ async fn reconnect_storm(stack: &Arc<Stack>) {
                 stop.clone(),
             );
             tokio::spawn(async move {
-                let url = format!("{ws_url}?token={}", t.token(&u));
                 let started = Instant::now();
                 // A refused handshake (the $connect handler answered 5xx) is retried with
                 // backoff, as clients reconnect.

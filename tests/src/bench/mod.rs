@@ -14,6 +14,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use crate::capacity;
 use crate::{Call, TestApp};
 
+/// The value after `flag` in `args` (`--api URL` → `URL`).
+pub fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
 /// A markdown table.
 pub struct Table {
     pub header: Vec<&'static str>,

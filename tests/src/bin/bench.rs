@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 use chat_tests::bench::target::Target;
-use chat_tests::bench::{cost, hot, ops};
+use chat_tests::bench::{cost, flag_value, hot, ops};
 use chat_tests::TestApp;
 
 #[tokio::main]
@@ -32,10 +32,8 @@ async fn main() {
     // Before any logging is set up: the scenario captures the functions' log lines itself.
     if std::env::args().nth(1).as_deref() == Some("cost") {
         let args: Vec<String> = std::env::args().collect();
-        let n = args
-            .iter()
-            .position(|a| a == "--messages")
-            .and_then(|i| args.get(i + 1)?.parse().ok())
+        let n = flag_value(&args, "--messages")
+            .and_then(|v| v.parse().ok())
             .unwrap_or(40);
         return cost::run(n).await;
     }
@@ -43,11 +41,7 @@ async fn main() {
         chat_shared::telemetry::init(false, None);
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
+    let value = |flag: &str| flag_value(&args, flag);
     let messages: usize = value("--messages")
         .and_then(|v| v.parse().ok())
         .unwrap_or(192);

@@ -188,7 +188,7 @@ function adopt(id: string, latest: Message | null): void {
   adopting.set(id, latest);
   const c = client;
   if (!c) return;
-  void Promise.all([c.getConversation(id), c.reads(id)])
+  void Promise.all([c.getConversation(id), c.readStates(id)])
     .then(([conversation, reads]) => {
       const m = adopting.get(id) ?? null;
       adopting.delete(id);
@@ -241,7 +241,7 @@ async function openConversation(id: string): Promise<void> {
   open = target;
   renderList();
   renderMessages("bottom");
-  const [conversation, page, reads] = await Promise.all([client.getConversation(id), client.history(id, { limit: PAGE }), client.reads(id)]);
+  const [conversation, page, reads] = await Promise.all([client.getConversation(id), client.history(id, { limit: PAGE }), client.readStates(id)]);
   if (open !== target) return;
   for (const m of page.messages) target.messages.set(m.seq, m);
   target.type = conversation.type;
@@ -349,7 +349,7 @@ function onConnection(state: ConnectionState): void {
   const target = open;
   if (client && target) {
     void client
-      .reads(target.id)
+      .readStates(target.id)
       .then((r) => {
         for (const m of r.members) target.reads.set(m.userId, Math.max(target.reads.get(m.userId) ?? 0, m.lastReadSeq));
         if (open === target) renderMessages("keep");

@@ -1,4 +1,4 @@
-import { ChatApiError, parseRetryAfter } from "./errors.js";
+import { ChatApiError, SendError, SyncError, parseRetryAfter, retryDelay } from "./errors.js";
 import {
   applyPage,
   forget,
@@ -21,7 +21,7 @@ import type {
   MembersEvent,
   Message,
   ReadResult,
-  Reads,
+  ReadStates,
   ReadUpdatedEvent,
   ServerEvent,
 } from "./types.js";
@@ -57,8 +57,13 @@ export interface ChatClientOptions {
   sendRetry?: { maxAttempts?: number; maxElapsedMs?: number; baseDelayMs?: number };
   /** `markRead` window: one request per conversation per window, highest seq wins (default 1000 ms). */
   readDebounceMs?: number;
-  /** Reconnect backoff: jittered, doubling from `baseDelayMs` (500 ms) up to `maxDelayMs` (30 s). */
-  reconnect?: { baseDelayMs?: number; maxDelayMs?: number };
+  /**
+   * Reconnect backoff: jittered, doubling from `baseDelayMs` (500 ms) up to `maxDelayMs` (30 s); it starts
+   * over only once a connection has stayed open (and caught up) for `resetAfterMs` (30 s), so a
+   * connection that keeps opening and dropping backs off too. The same backoff paces the retries of a
+   * conversation whose catch-up or gap fill failed.
+   */
+  reconnect?: { baseDelayMs?: number; maxDelayMs?: number; resetAfterMs?: number };
   /**
    * How long a gap may stay open before it is fetched (default 100 ms): lets pushes already on the way
    * close it, and folds a burst of light payloads into one history request.
@@ -82,7 +87,11 @@ export interface ChatEvents {
   /** Members were added to or removed from a conversation. */
   members: MembersEvent;
   connection: ConnectionState;
-  /** A background task failed (a debounced read mark, a gap fill, a catch-up); the SDK goes on. */
+  /**
+   * A background task failed; the SDK goes on. A debounced read mark: the `ChatApiError` (retried in a
+   * later window when retryable). A conversation's catch-up or gap fill, or the inbox walk: a
+   * `SyncError` (`conversationId`, `cause`), retried with backoff while the connection stays open.
+   */
   error: Error;
 }
 export type ChatEventName = keyof ChatEvents;
@@ -92,7 +101,8 @@ const OPEN = 1;
 const HISTORY_PAGE = 100;
 const INBOX_PAGE = 100;
 const CATCH_UP_PARALLEL = 4;
-const FILL_RETRIES = 3;
+/** Empty `afterSeq` pages in a row (a history read trailing the push) before a fill counts as failed. */
+const FILL_STALLS = 3;
 /**
  * The inbox is read from an index that may trail the latest writes by a moment (docs/api.md §14), so
  * a message committed just before the catch-up's walk can be missing from it; a second look at the
@@ -111,6 +121,7 @@ export class ChatClient {
   private readonly readDebounceMs: number;
   private readonly reconnectBase: number;
   private readonly reconnectMax: number;
+  private readonly reconnectResetMs: number;
   private readonly gapFillDelayMs: number;
   private readonly catchUpMaxPages: number;
   private readonly keepAliveMs: number;
@@ -135,11 +146,16 @@ export class ChatClient {
   private generation = 0;
   private reconnectTimer: ReturnType<typeof setTimeout> | undefined;
   private keepAliveTimer: ReturnType<typeof setInterval> | undefined;
+  /** The inbox's second look (INBOX_RECHECK_MS), or the retry of an inbox walk that failed. */
   private recheckTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Starts the reconnect backoff over once the connection has stayed open for `reconnectResetMs`. */
+  private stableTimer: ReturnType<typeof setTimeout> | undefined;
   /** Live events held back while the current socket's catch-up runs. */
   private held: ServerEvent[] | null = null;
   private readonly fillTimers = new Map<string, ReturnType<typeof setTimeout>>();
   private readonly filling = new Map<string, Promise<void>>();
+  /** Per conversation whose last fill failed: failures in a row, and the earliest time to try again. */
+  private readonly fillFailures = new Map<string, { count: number; retryAt: number }>();
   private waiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
 
   constructor(options: ChatClientOptions) {
@@ -158,6 +174,7 @@ export class ChatClient {
     this.readDebounceMs = options.readDebounceMs ?? 1000;
     this.reconnectBase = options.reconnect?.baseDelayMs ?? 500;
     this.reconnectMax = options.reconnect?.maxDelayMs ?? 30_000;
+    this.reconnectResetMs = options.reconnect?.resetAfterMs ?? 30_000;
     this.gapFillDelayMs = options.gapFillDelayMs ?? 100;
     this.catchUpMaxPages = options.catchUpMaxPages ?? 50;
     this.keepAliveMs = options.keepAliveMs ?? 300_000;
@@ -197,14 +214,21 @@ export class ChatClient {
   }
 
   /**
-   * `POST /conversations/{id}/messages`. Network errors, 429 (after its `Retry-After`) and 5xx are
-   * retried with the same `clientMsgId`, so a retry can never create a second message: the server
-   * answers a replay with the original.
+   * `POST /conversations/{id}/messages`. Network errors, timeouts, 429 and 5xx (503: the outcome is
+   * unknown) are retried with the same `clientMsgId` (after `Retry-After` plus jitter when given), so
+   * a retry can never create a second message: the server answers a replay with the original. Gives
+   * up with a `SendError` carrying the `clientMsgId`: pass it back as `options.clientMsgId` to try
+   * again later, just as safely.
    */
   async send(conversationId: string, body: string, options: { clientMsgId?: string } = {}): Promise<Message> {
     const clientMsgId = options.clientMsgId ?? randomUUID();
     const path = `${conversationPath(conversationId)}/messages`;
-    const message = await this.withRetries(() => this.call<Message>("POST", path, { clientMsgId, body }));
+    let message: Message;
+    try {
+      message = await this.withRetries(() => this.call<Message>("POST", path, { clientMsgId, body }));
+    } catch (e) {
+      throw new SendError(conversationId, clientMsgId, e);
+    }
     // The sender's own message is news like any other: deliver it now (once; its push is then a repeat).
     this.handleEvent({ type: "message.new", ...message });
     return message;
@@ -232,9 +256,9 @@ export class ChatClient {
     return page;
   }
 
-  /** `GET /conversations/{id}/reads`: every member's watermark ("read" / "read by N"). */
-  async reads(conversationId: string): Promise<Reads> {
-    const r = await this.call<Reads>("GET", `${conversationPath(conversationId)}/reads`);
+  /** `GET /conversations/{id}/reads` (readStates): every member's watermark ("read" / "read by N"). */
+  async readStates(conversationId: string): Promise<ReadStates> {
+    const r = await this.call<ReadStates>("GET", `${conversationPath(conversationId)}/reads`);
     this.state = observeReads(this.state, r);
     return r;
   }
@@ -256,12 +280,16 @@ export class ChatClient {
    */
   markRead(conversationId: string, seq: number): void {
     if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError(`markRead: seq must be an integer ≥ 0, got ${seq}`);
+    this.queueRead(conversationId, seq, this.readDebounceMs);
+  }
+
+  private queueRead(conversationId: string, seq: number, windowMs: number): void {
     if (seq <= (this.confirmedReads.get(conversationId) ?? -1)) return;
     this.pendingReads.set(conversationId, Math.max(seq, this.pendingReads.get(conversationId) ?? -1));
     if (!this.readTimers.has(conversationId)) {
       this.readTimers.set(
         conversationId,
-        setTimeout(() => void this.sendRead(conversationId).catch((e) => this.emit("error", e)), this.readDebounceMs),
+        setTimeout(() => void this.sendRead(conversationId).catch((e) => this.emit("error", e)), windowMs),
       );
     }
   }
@@ -286,11 +314,12 @@ export class ChatClient {
         this.readAttempts.delete(conversationId);
         this.confirmedReads.set(conversationId, Math.max(r.lastReadSeq, this.confirmedReads.get(conversationId) ?? -1));
       } catch (e) {
-        // A later window retries a retryable failure (with the highest seq by then), a few times.
+        // A later window retries a retryable failure (with the highest seq by then), a few times;
+        // not before the server's Retry-After (plus jitter).
         const attempts = (this.readAttempts.get(conversationId) ?? 0) + 1;
         if (e instanceof ChatApiError && e.retryable && attempts < this.retry.maxAttempts) {
           this.readAttempts.set(conversationId, attempts);
-          this.markRead(conversationId, seq);
+          this.queueRead(conversationId, seq, Math.max(this.readDebounceMs, retryDelay(e, 1, 0, 0)));
         } else {
           this.readAttempts.delete(conversationId);
         }
@@ -343,7 +372,9 @@ export class ChatClient {
 
   /**
    * Opens the live connection and keeps it open (reconnecting with backoff) until `close()`.
-   * Resolves once it is open and caught up; rejects if `close()` comes first.
+   * Resolves once it is open and its catch-up has run; rejects if `close()` comes first. A
+   * conversation (or the inbox walk) whose catch-up failed does not keep it from opening: it is
+   * reported as a `SyncError` "error" event and retried with backoff while everything else goes on.
    */
   connect(): Promise<void> {
     if (!this.WS) throw new Error("ChatClient: no WebSocket; pass the `WebSocket` option (Node: the `ws` package)");
@@ -365,8 +396,10 @@ export class ChatClient {
     this.generation += 1;
     clearTimeout(this.reconnectTimer);
     clearTimeout(this.recheckTimer);
+    clearTimeout(this.stableTimer);
     for (const t of this.fillTimers.values()) clearTimeout(t);
     this.fillTimers.clear();
+    this.fillFailures.clear();
     this.stopKeepAlive();
     const ws = this.ws;
     this.ws = null;
@@ -419,31 +452,35 @@ export class ChatClient {
     // processed (and fetched again) first.
     const held: ServerEvent[] = [];
     this.held = held;
-    let failure: unknown;
+    // The catch-up: the inbox says which conversations moved, then `afterSeq` fills them. Neither
+    // throws: a conversation whose fill fails is retried on its own (see fill), with its newer
+    // pushes held back by the state until its gap is filled; a failed inbox walk is retried below.
+    let inboxFailure: unknown;
     try {
-      await this.catchUp();
+      await this.walkInbox(this.catchUpMaxPages);
     } catch (e) {
-      failure = e;
+      inboxFailure = e;
     }
+    const due = [...this.state.conversations.keys()].filter((id) => missingAfter(this.state, id) !== null);
+    const workers = Array.from({ length: Math.min(CATCH_UP_PARALLEL, due.length) }, async () => {
+      for (let id = due.shift(); id !== undefined; id = due.shift()) await this.fill(id);
+    });
+    await Promise.all(workers);
+
     if (this.held === held) this.held = null;
     for (const event of held) this.handleEvent(event);
-    // Gaps that REST answers revealed while fills were held back.
+    // Gaps that REST answers revealed while fills were held back, and retries of failed fills.
     for (const id of this.state.conversations.keys()) this.scheduleFill(id);
     if (this.ws !== ws) return; // closed meanwhile; that close already scheduled the reconnect
-    if (failure !== undefined) {
-      // Not caught up: don't claim to be open. Reconnect (with backoff) and try again.
-      this.emit("error", toError(failure));
-      this.ws = null;
-      ws.close(1000, "catch-up failed");
-      this.onSocketClosed();
-      return;
-    }
-    this.attempt = 0;
+    if (inboxFailure === undefined) this.scheduleRecheck(ws, INBOX_RECHECK_MS, 1);
+    else this.inboxFailed(ws, inboxFailure, 1);
     this.startKeepAlive(ws);
-    clearTimeout(this.recheckTimer);
-    this.recheckTimer = setTimeout(() => {
-      if (this.ws === ws) void this.recheckInbox().catch((e) => this.emit("error", toError(e)));
-    }, INBOX_RECHECK_MS);
+    // The reconnect backoff starts over only once this connection has proved stable: one that opens
+    // and drops again at once keeps backing off instead of reconnecting twice a second.
+    clearTimeout(this.stableTimer);
+    this.stableTimer = setTimeout(() => {
+      if (this.ws === ws) this.attempt = 0;
+    }, this.reconnectResetMs);
     this.setConnection("open");
     const waiters = this.waiters;
     this.waiters = [];
@@ -452,6 +489,7 @@ export class ChatClient {
 
   private onSocketClosed(): void {
     clearTimeout(this.recheckTimer);
+    clearTimeout(this.stableTimer);
     this.ws = null;
     this.held = null;
     this.stopKeepAlive();
@@ -463,9 +501,8 @@ export class ChatClient {
     if (!this.wanted) return;
     clearTimeout(this.reconnectTimer);
     // Jittered exponential backoff: after an outage, clients spread their reconnects out.
-    const ceiling = Math.min(this.reconnectMax, this.reconnectBase * 2 ** Math.min(this.attempt, 20));
-    const delay = ceiling / 2 + Math.random() * (ceiling / 2);
     this.attempt += 1;
+    const delay = retryDelay(undefined, this.attempt, this.reconnectBase, this.reconnectMax);
     this.reconnectTimer = setTimeout(() => void this.openSocket(), delay);
   }
 
@@ -516,103 +553,126 @@ export class ChatClient {
     this.scheduleFill(conversationId);
   }
 
-  private scheduleFill(conversationId: string, delay = this.gapFillDelayMs, retries = FILL_RETRIES): void {
+  /**
+   * A fill of the conversation's gap after `gapFillDelayMs`, or, after failed fills, not before its
+   * retry time. Not while a catch-up holds events back (it fills everything at its end).
+   */
+  private scheduleFill(conversationId: string): void {
     if (!this.wanted || this.held || this.fillTimers.has(conversationId)) return;
     if (missingAfter(this.state, conversationId) === null) return;
+    const retryAt = this.fillFailures.get(conversationId)?.retryAt ?? 0;
     this.fillTimers.set(
       conversationId,
-      setTimeout(() => {
-        this.fillTimers.delete(conversationId);
-        if (!this.wanted) return;
-        this.fill(conversationId).catch((e) => {
-          this.emit("error", toError(e));
-          // Retry a few times with growing delays; a reconnect's catch-up covers the rest.
-          if (retries > 0) this.scheduleFill(conversationId, this.reconnectBase * 2 ** (FILL_RETRIES - retries), retries - 1);
-        });
-      }, delay),
+      setTimeout(
+        () => {
+          this.fillTimers.delete(conversationId);
+          if (this.wanted) void this.fill(conversationId);
+        },
+        Math.max(this.gapFillDelayMs, retryAt - Date.now()),
+      ),
     );
   }
 
   /**
    * Fetches `afterSeq = delivered` pages until nothing is missing. One run per conversation at a time;
-   * events arriving meanwhile are seen by its next check.
+   * events arriving meanwhile are seen by its next check. Never rejects: a failure is reported as a
+   * `SyncError` and retried with backoff (jittered, at least the server's `Retry-After`), for as long
+   * as the connection is wanted. Until then the state holds this conversation's newer messages back,
+   * so they still come out once each and in order when the gap is filled.
    */
   private fill(conversationId: string): Promise<void> {
     const running = this.filling.get(conversationId);
     if (running) return running;
     const run = (async () => {
-      let stalls = 0;
-      for (let after = missingAfter(this.state, conversationId); after !== null; after = missingAfter(this.state, conversationId)) {
-        let page: HistoryPage;
-        try {
-          page = await this.call<HistoryPage>(
+      try {
+        let stalls = 0;
+        for (let after = missingAfter(this.state, conversationId); after !== null; after = missingAfter(this.state, conversationId)) {
+          const page = await this.call<HistoryPage>(
             "GET",
             `${conversationPath(conversationId)}/messages${query({ afterSeq: after, limit: HISTORY_PAGE })}`,
           );
-        } catch (e) {
-          // Removed from the conversation (or it is gone): nothing more to deliver; stop tracking it.
-          if (e instanceof ChatApiError && e.status === 404) {
-            this.state = forget(this.state, conversationId);
-            return;
+          const step = applyPage(this.state, { conversationId, messages: page.messages, lastSeq: page.lastSeq });
+          this.state = step.state;
+          for (const m of step.messages) this.emit("message", m);
+          if (step.messages.length > 0) {
+            stalls = 0;
+          } else if (++stalls > FILL_STALLS) {
+            // The history read may lag the push that announced the message (an eventually
+            // consistent read): give it a moment, then retry later like any failure.
+            throw new Error(`history of ${conversationId} has nothing after seq ${after} yet`);
+          } else {
+            await sleep(200 * 2 ** stalls);
           }
-          throw e;
         }
-        const step = applyPage(this.state, { conversationId, messages: page.messages, lastSeq: page.lastSeq });
-        this.state = step.state;
-        for (const m of step.messages) this.emit("message", m);
-        if (step.messages.length > 0) {
-          stalls = 0;
-        } else if (++stalls > FILL_RETRIES) {
-          // The history read may lag the push that announced the message (an eventually
-          // consistent read): give it a moment, then give up until the next trigger.
-          throw new Error(`history of ${conversationId} has nothing after seq ${after} yet`);
-        } else {
-          await sleep(200 * 2 ** stalls);
+        this.fillFailures.delete(conversationId);
+      } catch (e) {
+        if (e instanceof ChatApiError && e.status === 404) {
+          // Removed from the conversation (or it is gone): nothing more to deliver; stop tracking it.
+          this.state = forget(this.state, conversationId);
+          this.fillFailures.delete(conversationId);
+          return;
         }
+        if (!this.wanted) return; // closed meanwhile: the next connect's catch-up starts afresh
+        const count = (this.fillFailures.get(conversationId)?.count ?? 0) + 1;
+        const delay = retryDelay(e, count, this.reconnectBase, this.reconnectMax);
+        this.fillFailures.set(conversationId, { count, retryAt: Date.now() + delay });
+        this.emit("error", new SyncError(conversationId, e, count, delay));
       }
     })();
     this.filling.set(conversationId, run);
-    void run.finally(() => this.filling.delete(conversationId)).catch(() => {});
+    void run.then(() => {
+      this.filling.delete(conversationId);
+      // A retry after a failure; or a gap that opened in the moment after the last check.
+      this.scheduleFill(conversationId);
+    });
     return run;
   }
 
   /**
-   * After (re)connecting: every conversation already delivered from whose `lastSeq` in the inbox is
-   * beyond its watermark gets its missed messages fetched and delivered, before any held live event.
+   * Walks `/inbox` (at most `pages` pages of 100) for the conversations already delivered from, and
+   * takes in their `lastSeq`: one beyond the watermark is a gap, which `scheduleFill` fills (at the
+   * end of a catch-up: the catch-up does).
    */
-  private async catchUp(): Promise<void> {
-    const tracked = [...this.state.conversations].filter(([, c]) => c.delivered !== null).map(([id]) => id);
-    if (tracked.length === 0) return;
-    const remaining = new Set(tracked);
+  private async walkInbox(pages: number): Promise<void> {
+    const remaining = new Set([...this.state.conversations].filter(([, c]) => c.delivered !== null).map(([id]) => id));
     let cursor: string | null = null;
-    let pages = 0;
-    do {
+    for (let n = 0; remaining.size > 0 && n < pages && (n === 0 || cursor); n++) {
       const page: InboxPage = await this.call<InboxPage>(
         "GET",
         `/inbox${query({ limit: INBOX_PAGE, cursor: cursor ?? undefined })}`,
       );
       for (const c of page.conversations) {
-        if (remaining.delete(c.conversationId)) this.state = observe(this.state, c.conversationId, c.lastSeq).state;
+        if (remaining.delete(c.conversationId)) this.apply(observe(this.state, c.conversationId, c.lastSeq), c.conversationId);
       }
       cursor = page.nextCursor;
-      pages += 1;
-    } while (cursor && remaining.size > 0 && pages < this.catchUpMaxPages);
-
-    const due = tracked.filter((id) => missingAfter(this.state, id) !== null);
-    const workers = Array.from({ length: Math.min(CATCH_UP_PARALLEL, due.length) }, async () => {
-      for (let id = due.shift(); id !== undefined; id = due.shift()) await this.fill(id);
-    });
-    await Promise.all(workers);
+    }
   }
 
-  /** The second look at the inbox (see INBOX_RECHECK_MS): its first page only. */
-  private async recheckInbox(): Promise<void> {
-    const page = await this.call<InboxPage>("GET", `/inbox${query({ limit: INBOX_PAGE })}`);
-    for (const c of page.conversations) {
-      if (this.state.conversations.get(c.conversationId)?.delivered != null) {
-        this.apply(observe(this.state, c.conversationId, c.lastSeq), c.conversationId);
-      }
-    }
+  /**
+   * After `delay`, walks the inbox again while `ws` is the connection: `pages` 1 is the second look
+   * (see INBOX_RECHECK_MS), more is the retry of a failed catch-up's walk.
+   */
+  private scheduleRecheck(ws: WebSocketLike, delay: number, pages: number, failures = 0): void {
+    clearTimeout(this.recheckTimer);
+    this.recheckTimer = setTimeout(() => {
+      if (this.ws !== ws) return;
+      this.walkInbox(pages).then(
+        () => {
+          if (failures > 0) this.scheduleRecheck(ws, INBOX_RECHECK_MS, 1);
+        },
+        (e) => {
+          if (failures > 0) this.inboxFailed(ws, e, failures + 1);
+          else this.emit("error", toError(e)); // only the second look: the catch-up's walk went through
+        },
+      );
+    }, delay);
+  }
+
+  /** The catch-up's inbox walk failed (`failures` times in a row): report it, retry it with backoff. */
+  private inboxFailed(ws: WebSocketLike, e: unknown, failures: number): void {
+    const delay = retryDelay(e, failures, this.reconnectBase, this.reconnectMax);
+    this.emit("error", new SyncError(null, e, failures, delay));
+    this.scheduleRecheck(ws, delay, this.catchUpMaxPages, failures);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -666,9 +726,8 @@ export class ChatClient {
         return await request();
       } catch (e) {
         if (!(e instanceof ChatApiError) || !e.retryable || attempt >= this.retry.maxAttempts) throw e;
-        // The server's Retry-After when it gave one; else jittered exponential backoff.
-        const backoff = Math.min(5000, this.retry.baseDelayMs * 2 ** (attempt - 1));
-        const delay = e.retryAfterMs ?? backoff / 2 + Math.random() * (backoff / 2);
+        // Jittered exponential backoff, and not before the server's Retry-After plus jitter.
+        const delay = retryDelay(e, attempt, this.retry.baseDelayMs, 5000);
         if (Date.now() + delay > deadline) throw e;
         await sleep(delay);
       }
@@ -684,11 +743,16 @@ const CODE_BY_STATUS: Record<number, string> = {
   409: "conflict",
   413: "payload_too_large",
   429: "throttled",
+  503: "unavailable",
+  504: "unavailable",
 };
 
 /**
  * The API's error body (`{"error":{"code","message"}}`); for answers from in front of the functions
- * (e.g. API Gateway's `{"message":"Unauthorized"}`) a code from the status.
+ * (API Gateway's own `{"message":"Unauthorized"}`, `{"message":"Too Many Requests"}`,
+ * `{"message":"Request Entity Too Large"}`, `{"message":"Service Unavailable"}`, …, or no JSON at all)
+ * a code from the status: `unauthorized`, `throttled`, `payload_too_large`, `unavailable` (503, 504:
+ * the outcome is unknown), `internal` (other 5xx).
  */
 function errorFromResponse(status: number, text: string, retryAfterMs: number | undefined): ChatApiError {
   let code = CODE_BY_STATUS[status] ?? (status >= 500 ? "internal" : `http_${status}`);

@@ -8,8 +8,8 @@ export class ChatApiError extends Error {
   /** From a `Retry-After` header (429, sometimes 503), in milliseconds. */
   readonly retryAfterMs: number | undefined;
 
-  constructor(status: number, code: string, message: string, retryAfterMs?: number) {
-    super(message);
+  constructor(status: number, code: string, message: string, retryAfterMs?: number, options?: { cause?: unknown }) {
+    super(message, options);
     this.name = "ChatApiError";
     this.status = status;
     this.code = code;
@@ -22,6 +22,57 @@ export class ChatApiError extends Error {
   }
 }
 
+/**
+ * A `send` that failed (after its retries). Keep `clientMsgId` with the pending message and send it
+ * again later with `send(conversationId, body, { clientMsgId })`: if an earlier attempt was stored after
+ * all (a `503`, a timeout, a network error: the outcome is unknown), the server answers with that
+ * message instead of creating a second one.
+ */
+export class SendError extends ChatApiError {
+  readonly conversationId: string;
+  readonly clientMsgId: string;
+
+  constructor(conversationId: string, clientMsgId: string, cause: unknown) {
+    const api = cause instanceof ChatApiError ? cause : undefined;
+    super(
+      api?.status ?? 0,
+      api?.code ?? "client_error",
+      api?.message ?? String(cause instanceof Error ? cause.message : cause),
+      api?.retryAfterMs,
+      { cause },
+    );
+    this.name = "SendError";
+    this.conversationId = conversationId;
+    this.clientMsgId = clientMsgId;
+  }
+}
+
+/**
+ * Passed to "error" listeners when the live connection could not bring a conversation up to date
+ * (its catch-up after a reconnect, or a gap fill), or could not read the inbox (`conversationId`
+ * null). The connection stays open and other conversations go on; the client retries this one with
+ * backoff, and holds its newer pushes back until the gap below them is filled.
+ */
+export class SyncError extends Error {
+  readonly conversationId: string | null;
+  /** How many times in a row it has failed. */
+  readonly attempt: number;
+  /** When the client tries again, in milliseconds from now. */
+  readonly retryInMs: number;
+
+  constructor(conversationId: string | null, cause: unknown, attempt: number, retryInMs: number) {
+    const what = conversationId === null ? "the inbox" : `conversation ${conversationId}`;
+    super(
+      `could not catch up ${what} (attempt ${attempt}; retrying in ${Math.round(retryInMs)} ms): ${cause instanceof Error ? cause.message : String(cause)}`,
+      { cause },
+    );
+    this.name = "SyncError";
+    this.conversationId = conversationId;
+    this.attempt = attempt;
+    this.retryInMs = retryInMs;
+  }
+}
+
 /** `Retry-After` is either delay-seconds or an HTTP date (RFC 9110 §10.2.3). */
 export function parseRetryAfter(value: string | null, now = Date.now()): number | undefined {
   if (value === null || value.trim() === "") return undefined;
@@ -29,4 +80,17 @@ export function parseRetryAfter(value: string | null, now = Date.now()): number 
   if (/^\d+(\.\d+)?$/.test(v)) return Math.round(Number(v) * 1000);
   const at = Date.parse(v);
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+/**
+ * How long to wait before retry number `attempt` (1, 2, …): jittered exponential backoff (between half
+ * and all of `base · 2^(attempt−1)`, at most `cap`), and never less than the server's `Retry-After`
+ * plus a random jitter of up to half of it, at least up to 1 s, so that clients throttled together
+ * do not come back together.
+ */
+export function retryDelay(error: unknown, attempt: number, base: number, cap: number, random = Math.random): number {
+  const ceiling = Math.min(cap, base * 2 ** Math.min(attempt - 1, 30));
+  const backoff = ceiling / 2 + random() * (ceiling / 2);
+  const after = error instanceof ChatApiError ? error.retryAfterMs : undefined;
+  return after === undefined ? backoff : Math.max(backoff, after + random() * Math.max(after / 2, 1000));
 }

@@ -7,7 +7,7 @@ export type {
   WebSocketConstructor,
   WebSocketLike,
 } from "./client.js";
-export { ChatApiError } from "./errors.js";
+export { ChatApiError, SendError, SyncError } from "./errors.js";
 export {
   applyPage,
   forget,

@@ -10,7 +10,7 @@
 // them. So duplicates, reordering, drops (then filled) and light payloads all end in the same place:
 // messages delivered once each, in seq order, up to the conversation's lastSeq.
 
-import type { Message, MessageNewEvent, ReadUpdatedEvent, Reads, ServerEvent } from "./types.js";
+import type { Message, MessageNewEvent, ReadUpdatedEvent, ReadStates, ServerEvent } from "./types.js";
 
 export interface ConversationState {
   /**
@@ -206,7 +206,7 @@ export function observe(
 }
 
 /** Takes in every member's watermark from `GET …/reads` (no events: the app has the answer). */
-export function observeReads(state: ChatState, r: Reads): ChatState {
+export function observeReads(state: ChatState, r: ReadStates): ChatState {
   const base = state.conversations.get(r.conversationId) ?? emptyConversation(null);
   const reads = new Map(base.reads);
   for (const m of r.members) {

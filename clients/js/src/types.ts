@@ -51,7 +51,8 @@ export interface MemberReadState {
   lastReadSeq: number;
 }
 
-export interface Reads {
+/** `GET /conversations/{id}/reads` (docs/api.md §13, readStates): every member's watermark. */
+export interface ReadStates {
   conversationId: string;
   lastSeq: number;
   members: MemberReadState[];

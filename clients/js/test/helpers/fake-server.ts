@@ -23,6 +23,8 @@ export interface LoggedRequest {
   user: string;
   body: unknown;
   headers: Record<string, string>;
+  /** Date.now() when it came in. */
+  at: number;
 }
 
 /** A canned answer for the next matching request, instead of the model's. */
@@ -128,6 +130,7 @@ export class FakeChatServer {
       user: auth.replace(/^Bearer /, ""),
       body: typeof init.body === "string" ? JSON.parse(init.body) : undefined,
       headers,
+      at: Date.now(),
     };
     this.requests.push(req);
     await Promise.resolve(); // answer asynchronously, as a network would
@@ -272,6 +275,8 @@ export class FakeSocket implements WebSocketLike {
   readonly user: string;
   readonly url: string;
   readonly sent: string[] = [];
+  /** Date.now() when the client made it. */
+  readonly createdAt = Date.now();
   onopen: ((ev: unknown) => void) | null = null;
   onmessage: ((ev: { data: unknown }) => void) | null = null;
   onclose: ((ev: unknown) => void) | null = null;

@@ -170,13 +170,13 @@ describe("REST methods", () => {
     b.markRead(direct.conversationId, 2);
     b.markRead(group.conversationId, 99); // beyond lastSeq: the server clamps it
     await b.flushReads();
-    const reads = await a.reads(direct.conversationId);
+    const reads = await a.readStates(direct.conversationId);
     assert.equal(reads.lastSeq, 4);
     assert.deepEqual(
       [...reads.members].sort((x, y) => x.userId.localeCompare(y.userId)),
       [{ userId: alice, lastReadSeq: 4 }, { userId: bob, lastReadSeq: 3 }].sort((x, y) => x.userId.localeCompare(y.userId)),
     );
-    const g = await a.reads(group.conversationId);
+    const g = await a.readStates(group.conversationId);
     assert.equal(g.members.find((m) => m.userId === bob)!.lastReadSeq, 2);
     assert.equal(g.members.find((m) => m.userId === carol)!.lastReadSeq, 0);
 
@@ -196,7 +196,7 @@ describe("REST methods", () => {
     const expired = client(alice, { token: mintToken(alice, -60) });
     assert.equal((await apiError(expired.inbox())).status, 401);
     const stranger = client(eve);
-    for (const call of [() => stranger.getConversation(id), () => stranger.history(id), () => stranger.reads(id), () => stranger.send(id, "hi")]) {
+    for (const call of [() => stranger.getConversation(id), () => stranger.history(id), () => stranger.readStates(id), () => stranger.send(id, "hi")]) {
       assert.deepEqual(await apiError(call()).then((e) => [e.status, e.code]), [404, "not_found"]);
     }
     assert.equal((await apiError(stranger.inbox({ limit: 0 }))).code, "invalid_request");

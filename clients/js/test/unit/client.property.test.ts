@@ -1,6 +1,8 @@
 // The same property one level up: the real ChatClient, over the fake socket, given any mix of
-// repeated, reordered, dropped and light pushes and dropped connections, ends up having delivered
-// every message exactly once, in seq order, per conversation.
+// repeated, reordered, dropped and light pushes, dropped connections, and failing REST calls (the
+// catch-up's inbox walk and history fetches answering 500, 503, or not at all), ends up having
+// delivered every message exactly once, in seq order, per conversation, without ever reconnecting
+// because of a failed catch-up.
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
@@ -13,6 +15,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 type Step =
   | { kind: "push"; conv: number; seq: number; copies: number; light: boolean }
   | { kind: "drop-connection" }
+  | { kind: "fault"; route: "inbox" | "history"; conv: number; respond: 500 | 503 | "network"; times: number }
   | { kind: "pause" };
 
 const scenario = fc.record({
@@ -21,6 +24,16 @@ const scenario = fc.record({
     fc.oneof(
       { weight: 10, arbitrary: fc.record({ kind: fc.constant("push" as const), conv: fc.nat(1), seq: fc.integer({ min: 1, max: 25 }), copies: fc.integer({ min: 0, max: 2 }), light: fc.boolean() }) },
       { weight: 1, arbitrary: fc.record({ kind: fc.constant("drop-connection" as const) }) },
+      {
+        weight: 2,
+        arbitrary: fc.record({
+          kind: fc.constant("fault" as const),
+          route: fc.constantFrom("inbox" as const, "history" as const),
+          conv: fc.nat(1),
+          respond: fc.constantFrom(500 as const, 503 as const, "network" as const),
+          times: fc.integer({ min: 1, max: 4 }),
+        }),
+      },
       { weight: 1, arbitrary: fc.record({ kind: fc.constant("pause" as const) }) },
     ),
     { maxLength: 60 },
@@ -44,15 +57,23 @@ describe("property: the client delivers each message once, in order, whatever th
           reconnect: { baseDelayMs: 1, maxDelayMs: 5 },
         });
         const got = new Map<string, Message[]>(ids.map((id) => [id, []]));
+        let drops = 0;
         client.on("message", (m) => got.get(m.conversationId)!.push(m));
         try {
           await client.inbox();
           await client.connect();
           const all = ids.map((id, i) => Array.from({ length: sizes[i]! }, () => server.addMessage(id, "bob")));
           for (const s of steps) {
-            if (s.kind === "drop-connection") server.openSockets()[0]?.drop();
-            else if (s.kind === "pause") await sleep(3);
-            else {
+            if (s.kind === "drop-connection") {
+              server.openSockets()[0]?.drop();
+              drops += 1;
+            } else if (s.kind === "fault") {
+              const path = s.route === "inbox" ? "/inbox" : `/conversations/${ids[s.conv % ids.length]}/messages`;
+              const respond = s.respond === "network" ? ("network" as const) : { status: s.respond };
+              server.failNext(...Array.from({ length: s.times }, () => ({ match: (r: { method: string; path: string }) => r.method === "GET" && r.path === path, respond })));
+            } else if (s.kind === "pause") {
+              await sleep(3);
+            } else {
               const list = all[s.conv]!;
               if (list.length === 0) continue;
               const m = list[(s.seq - 1) % list.length]!;
@@ -62,6 +83,7 @@ describe("property: the client delivers each message once, in order, whatever th
           }
           // Whatever was lost at the end, a reconnect catches up.
           server.openSockets()[0]?.drop();
+          drops += 1;
           const deadline = Date.now() + 5000;
           while (ids.some((id, i) => got.get(id)!.length < sizes[i]!) || client.connectionState !== "open") {
             if (Date.now() > deadline) break;
@@ -69,6 +91,8 @@ describe("property: the client delivers each message once, in order, whatever th
           }
           await sleep(10); // anything still in flight would show up as a duplicate
           ids.forEach((id, i) => assert.deepEqual(got.get(id), all[i]));
+          // One connection, plus at most one per drop: a failed catch-up never closes the socket itself.
+          assert.ok(server.sockets.length <= drops + 1, `${server.sockets.length} sockets for ${drops} drops`);
         } finally {
           client.close();
         }

@@ -3,7 +3,16 @@
 
 import assert from "node:assert/strict";
 import { afterEach, describe, it } from "node:test";
-import { ChatApiError, ChatClient, type ChatClientOptions, type ConnectionState, type Message, type ReadUpdatedEvent } from "../../src/index.js";
+import {
+  ChatApiError,
+  ChatClient,
+  SendError,
+  SyncError,
+  type ChatClientOptions,
+  type ConnectionState,
+  type Message,
+  type ReadUpdatedEvent,
+} from "../../src/index.js";
 import { FakeChatServer } from "../helpers/fake-server.js";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -75,8 +84,10 @@ describe("REST", () => {
     await client.history(group.conversationId, { beforeSeq: 5 });
     assert.equal(server.requests.at(-1)!.query.toString(), "beforeSeq=5");
 
-    const reads = await client.reads(group.conversationId);
+    const reads = await client.readStates(group.conversationId);
+    assert.equal(server.requests.at(-1)!.path, `/conversations/${group.conversationId}/reads`);
     assert.deepEqual(reads.members.find((m) => m.userId === "alice"), { userId: "alice", lastReadSeq: 1 });
+    assert.equal((client as unknown as Record<string, unknown>).reads, undefined, "the old name is gone: readStates, as in docs/api.md §13");
     const inbox = await client.inbox({ limit: 1 });
     assert.equal(inbox.conversations.length, 1);
     assert.equal(inbox.conversations[0]!.conversationId, group.conversationId);
@@ -105,6 +116,28 @@ describe("REST", () => {
     server.failNext({ respond: "network" });
     const eNet = (await client.inbox().catch((e: unknown) => e)) as ChatApiError;
     assert.deepEqual([eNet.status, eNet.code], [0, "network_error"]);
+  });
+
+  it("maps API Gateway's own answers (not in the API's error shape) to a code from the status", async () => {
+    const { client, server } = setup();
+    const cases: [number, unknown, string, string, boolean][] = [
+      [401, { message: "Unauthorized" }, "unauthorized", "Unauthorized", false],
+      [403, { message: "Forbidden" }, "forbidden", "Forbidden", false],
+      [413, { message: "Request Entity Too Large" }, "payload_too_large", "Request Entity Too Large", false],
+      [429, { message: "Too Many Requests" }, "throttled", "Too Many Requests", true],
+      [500, { message: "Internal Server Error" }, "internal", "Internal Server Error", true],
+      [502, "Bad Gateway", "internal", "Bad Gateway", true],
+      [503, { message: "Service Unavailable" }, "unavailable", "Service Unavailable", true],
+      [504, { message: "Endpoint request timed out" }, "unavailable", "Endpoint request timed out", true],
+      [503, { error: { code: "unavailable", message: "the outcome is unknown" } }, "unavailable", "the outcome is unknown", true],
+      [429, { error: { code: "throttled", message: "busy" } }, "throttled", "busy", true],
+    ];
+    for (const [status, body, code, message, retryable] of cases) {
+      server.failNext({ respond: { status, body } });
+      const e = (await client.inbox().catch((x: unknown) => x)) as ChatApiError;
+      assert.ok(e instanceof ChatApiError);
+      assert.deepEqual([e.status, e.code, e.message, e.retryable], [status, code, message, retryable], `${status} ${JSON.stringify(body)}`);
+    }
   });
 
   it("calls a token function (sync or async) for every request and every connect", async () => {
@@ -154,6 +187,43 @@ describe("send", () => {
     assert.equal(server.conversations.get(id)!.messages.length, 1);
   });
 
+  it("retries API Gateway's own 429 (throttled: nothing happened) and gives up at once on its 413", async () => {
+    const { server, client } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    server.failNext({ respond: { status: 429, body: { message: "Too Many Requests" } } });
+    const m = await client.send(id, "hi");
+    assert.equal(m.seq, 1);
+    assert.equal(server.requests.filter((r) => r.method === "POST").length, 2);
+    server.failNext({ respond: { status: 413, body: { message: "Request Entity Too Large" } } });
+    const e = (await client.send(id, "x").catch((x: unknown) => x)) as SendError;
+    assert.deepEqual([e.status, e.code], [413, "payload_too_large"]);
+    assert.equal(server.requests.filter((r) => r.method === "POST").length, 3, "a 413 is not retried");
+  });
+
+  it("retries a 503 unavailable (outcome unknown) with the same clientMsgId after Retry-After: the write that landed is returned, not repeated", async () => {
+    const { server, client } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    // The first attempt is stored, but its answer is a 503: the server could not tell in time.
+    server.failNext({
+      match: (r) => {
+        if (r.method !== "POST") return false;
+        const b = r.body as { clientMsgId: string; body: string };
+        server.addMessage(id, "alice", b.body, b.clientMsgId);
+        return true;
+      },
+      respond: { status: 503, body: { error: { code: "unavailable", message: "outcome unknown" } }, headers: { "Retry-After": "0.1" } },
+    });
+    const t0 = Date.now();
+    const m = await client.send(id, "hi");
+    assert.ok(Date.now() - t0 >= 95, "waited for Retry-After");
+    const sends = server.requests.filter((r) => r.method === "POST");
+    assert.equal(sends.length, 2);
+    assert.equal(new Set(sends.map((r) => (r.body as { clientMsgId: string }).clientMsgId)).size, 1);
+    assert.equal(m.seq, 1);
+    assert.equal(m.clientMsgId, (sends[0]!.body as { clientMsgId: string }).clientMsgId);
+    assert.equal(server.conversations.get(id)!.messages.length, 1);
+  });
+
   it("waits for Retry-After before retrying a 429", async () => {
     const { server, client } = setup();
     const id = server.createConversation(["alice", "bob"]);
@@ -163,6 +233,57 @@ describe("send", () => {
     const waited = Date.now() - t0;
     assert.ok(waited >= 990, `waited ${waited} ms for Retry-After: 1`);
     assert.ok(waited < 2500, `waited ${waited} ms`);
+  });
+
+  it("adds a random jitter to Retry-After, so clients throttled together do not retry together", async (t) => {
+    const { server, client } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    const throttled = { respond: { status: 429, body: { error: { code: "throttled", message: "busy" } }, headers: { "Retry-After": "0.2" } } };
+    const gap = async () => {
+      server.requests.length = 0;
+      server.failNext(throttled);
+      await client.send(id, "hi");
+      const [first, retry] = server.requests.filter((r) => r.method === "POST");
+      return retry!.at - first!.at;
+    };
+    const random = t.mock.method(Math, "random", () => 0);
+    const least = await gap();
+    assert.ok(least >= 195 && least < 500, `Retry-After 0.2 s, no jitter drawn: retried after ${least} ms`);
+    random.mock.mockImplementation(() => 0.5);
+    const half = await gap();
+    // 200 ms + 0.5 × max(100 ms, 1 s) of jitter.
+    assert.ok(half >= 690 && half < 1200, `Retry-After 0.2 s, jitter drawn at 0.5: retried after ${half} ms`);
+  });
+
+  it("a send that gives up throws a SendError with its clientMsgId; sending again with it is safe", async () => {
+    const { server, client } = setup({ sendRetry: { maxAttempts: 2, baseDelayMs: 1 } });
+    const id = server.createConversation(["alice", "bob"]);
+    const unavailable = { respond: { status: 503, body: { error: { code: "unavailable", message: "outcome unknown" } } } };
+    server.failNext(unavailable, unavailable);
+    const e = await client.send(id, "hi").catch((x: unknown) => x);
+    assert.ok(e instanceof SendError);
+    assert.ok(e instanceof ChatApiError, "still a ChatApiError: status, code, message, retryable");
+    assert.deepEqual([e.status, e.code, e.retryable, e.conversationId], [503, "unavailable", true, id]);
+    assert.match(e.clientMsgId, UUID);
+    const sent = server.requests.filter((r) => r.method === "POST").map((r) => (r.body as { clientMsgId: string }).clientMsgId);
+    assert.deepEqual(sent, [e.clientMsgId, e.clientMsgId]);
+    assert.ok(e.cause instanceof ChatApiError);
+
+    // Later, the app sends it again with the same id.
+    const m = await client.send(id, "hi", { clientMsgId: e.clientMsgId });
+    assert.equal(m.clientMsgId, e.clientMsgId);
+    assert.deepEqual(await client.send(id, "hi", { clientMsgId: e.clientMsgId }), m, "and once more: a replay");
+    assert.equal(server.conversations.get(id)!.messages.length, 1);
+
+    // An explicit id is the one reported; so is it when the failure is not an API answer at all.
+    const given = "0b9d3c1e-7a6f-4e2d-9c8b-1a2b3c4d5e6f";
+    server.failNext({ respond: { status: 409, body: { error: { code: "conflict", message: "reused" } } } });
+    const c = (await client.send(id, "x", { clientMsgId: given }).catch((x: unknown) => x)) as SendError;
+    assert.deepEqual([c.status, c.code, c.clientMsgId], [409, "conflict", given]);
+    const broken = setup({ token: () => Promise.reject(new Error("no token")) }, server).client;
+    const n = (await broken.send(id, "x", { clientMsgId: given }).catch((x: unknown) => x)) as SendError;
+    assert.ok(n instanceof SendError);
+    assert.deepEqual([n.status, n.code, n.message, n.clientMsgId], [0, "client_error", "no token", given]);
   });
 
   it("gives up after the bound and does not retry client errors", async () => {
@@ -310,7 +431,7 @@ describe("live delivery", () => {
     const id = server.createConversation(["alice", "bob"]);
     server.addMessage(id, "alice");
     server.addMessage(id, "alice");
-    await client.reads(id); // bob: 0
+    await client.readStates(id); // bob: 0
     await client.connect();
     const members: unknown[] = [];
     client.on("members", (e) => members.push(e));
@@ -409,17 +530,120 @@ describe("live delivery", () => {
     assert.ok(elapsed >= 180 && elapsed < 2000, `six reconnects took ${elapsed} ms`);
   });
 
-  it("a catch-up that fails does not announce 'open'; the next connection catches up", async () => {
+  it("a failed inbox walk does not keep the connection from opening: it is reported and retried, and the catch-up completes", async () => {
     const { server, client, messages, states, errors } = setup();
     const id = server.createConversation(["alice", "bob"]);
     await client.getConversation(id);
     await client.connect();
     server.addMessage(id, "bob");
-    server.failNext({ match: (r) => r.path === "/inbox", respond: { status: 500 } });
+    server.failNext(...[1, 2].map(() => ({ match: (r: { path: string }) => r.path === "/inbox", respond: { status: 500 } })));
     server.openSockets()[0]!.drop();
-    await until("caught up", () => messages.length === 1);
+    await until("open again", () => states.filter((s) => s === "open").length === 2);
+    await until("caught up by the retried walk", () => messages.length === 1);
+    assert.deepEqual(states, ["connecting", "open", "closed", "connecting", "open"], "no close and reopen in between");
+    assert.equal(server.sockets.length, 2);
+    assert.equal(errors.length, 2);
+    for (const [i, e] of errors.entries()) {
+      assert.ok(e instanceof SyncError);
+      assert.deepEqual([e.conversationId, e.attempt, (e.cause as ChatApiError).status], [null, i + 1, 500]);
+    }
+  });
+
+  it("one conversation whose catch-up keeps failing holds up neither the connection nor the others; its messages come once, in order, when it heals", async () => {
+    const { server, client, messages, states, errors } = setup();
+    const bad = server.createConversation(["alice", "bob"]);
+    const good = server.createConversation(["alice", "carol"]);
+    await client.getConversation(bad);
+    await client.getConversation(good);
+    await client.connect();
+    server.openSockets()[0]!.drop();
+    for (const c of [bad, good]) for (let i = 0; i < 2; i++) server.addMessage(c, "bob");
+    const badHistory = (r: { method: string; path: string }) => r.method === "GET" && r.path === `/conversations/${bad}/messages`;
+    let failing = true;
+    server.failNext(...Array.from({ length: 1000 }, () => ({ match: (r: { method: string; path: string }) => failing && badHistory(r), respond: { status: 500 } })));
     await until("open again", () => states.at(-1) === "open");
-    assert.deepEqual(states, ["connecting", "open", "closed", "connecting", "closed", "connecting", "open"]);
-    assert.equal((errors[0] as ChatApiError).status, 500);
+    const of = (c: string) => seqs(messages.filter((m) => m.conversationId === c));
+    assert.deepEqual(of(good), [1, 2], "the other conversation caught up");
+
+    // Live pushes: the good conversation's are delivered at once; the bad one's wait for its gap.
+    const [b3, g3] = [server.addMessage(bad, "bob"), server.addMessage(good, "carol")];
+    for (const e of [b3, g3, b3]) server.push("alice", { type: "message.new", ...e });
+    await until("the good conversation's live message", () => of(good).length === 3);
+    await until("a few retries", () => errors.length >= 4);
+    assert.deepEqual(of(bad), [], "nothing of the failing conversation before its gap is filled");
+    assert.equal(client.connectionState, "open");
+    assert.equal(server.sockets.length, 2, "no reconnect");
+
+    failing = false;
+    await until("healed", () => of(bad).length === 3);
+    await sleep(50);
+    assert.deepEqual(of(bad), [1, 2, 3]);
+    assert.deepEqual(of(good), [1, 2, 3]);
+    assert.deepEqual(messages.filter((m) => m.conversationId === bad), server.conversations.get(bad)!.messages);
+    assert.deepEqual(states, ["connecting", "open", "closed", "connecting", "open"]);
+    // Reported, per conversation, with backoff between the attempts (ceilings 10, 20, 40, 40 … ms).
+    for (const [i, e] of errors.entries()) {
+      assert.ok(e instanceof SyncError);
+      assert.deepEqual([e.conversationId, e.attempt], [bad, i + 1]);
+    }
+    const times = server.historyRequests(bad).map((r) => r.at);
+    const waits = times.slice(1).map((t, i) => t - times[i]!);
+    assert.ok(waits.length >= 4 && waits.length < 60, `${waits.length} retries`);
+    assert.ok(waits.slice(2).every((w) => w >= 18), `waits ${waits.join(", ")} ms`);
+  });
+
+  it("a gap fill that keeps failing while connected is retried until it heals, not given up", async () => {
+    const { server, client, messages, errors } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    const ms = [1, 2, 3].map(() => server.addMessage(id, "bob"));
+    server.failNext(...Array.from({ length: 6 }, () => ({ match: (r: { method: string; path: string }) => r.method === "GET" && r.path.endsWith("/messages"), respond: "network" as const })));
+    server.push("alice", { type: "message.new", ...ms[0]! });
+    server.push("alice", { type: "message.new", ...ms[2]! }); // 2 lost
+    await until("all three", () => messages.length === 3, 5000);
+    assert.deepEqual(messages, ms);
+    assert.equal(errors.length, 6);
+    assert.ok(errors.every((e) => e instanceof SyncError && e.conversationId === id));
+    assert.equal(server.sockets.length, 1);
+  });
+
+  it("the catch-up's retries wait for Retry-After plus jitter", async (t) => {
+    t.mock.method(Math, "random", () => 0.5);
+    const { server, client, messages, errors } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    await client.connect();
+    server.addMessage(id, "bob");
+    server.failNext({ match: (r) => r.path === "/inbox", respond: { status: 429, body: { error: { code: "throttled", message: "busy" } }, headers: { "Retry-After": "0.3" } } });
+    server.openSockets()[0]!.drop();
+    await until("caught up", () => messages.length === 1, 4000);
+    const walks = server.requests.filter((r) => r.path === "/inbox");
+    const waited = walks.at(-1)!.at - walks.at(-2)!.at;
+    // 300 ms + 0.5 × max(150 ms, 1 s).
+    assert.ok(waited >= 790 && waited < 1500, `retried the walk after ${waited} ms`);
+    assert.equal((errors[0] as SyncError).retryInMs, 800);
+  });
+
+  it("a connection that drops right after opening backs off; the backoff starts over only after resetAfterMs open", async () => {
+    const { server, client } = setup({ reconnect: { baseDelayMs: 10, maxDelayMs: 160, resetAfterMs: 300 } });
+    // The first five connections drop as soon as they are open (and caught up); the sixth stays.
+    client.on("connection", (s) => {
+      if (s === "open" && server.sockets.length <= 5) setTimeout(() => server.openSockets()[0]?.drop(), 0);
+    });
+    await client.connect();
+    await until("the sixth connection open", () => server.sockets.length === 6 && client.connectionState === "open", 5000);
+    const made = server.sockets.map((s) => s.createdAt);
+    const waits = made.slice(1).map((t, i) => t - made[i]!);
+    // Ceilings 10, 20, 40, 80, 160 ms, each waited between half and all of it.
+    assert.ok(waits[3]! >= 40 && waits[4]! >= 80, `waits between connections: ${waits.join(", ")} ms`);
+
+    await sleep(350); // open longer than resetAfterMs: healthy
+    assert.equal(server.sockets.length, 6);
+    const dropped = Date.now();
+    server.openSockets()[0]!.drop();
+    await until("reconnected", () => server.sockets.length === 7);
+    const again = server.sockets.at(-1)!.createdAt - dropped;
+    assert.ok(again < 60, `after a healthy connection, the first reconnect waits at most the base delay (took ${again} ms)`);
   });
 });

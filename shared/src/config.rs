@@ -56,8 +56,12 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// `CHAT_METRICS=emf`: metrics as CloudWatch embedded-metric-format lines (`telemetry`).
     pub metrics: bool,
-    /// `AWS_LAMBDA_FUNCTION_NAME` (set by Lambda): the metrics' dimension.
+    /// `AWS_LAMBDA_FUNCTION_NAME` (set by Lambda; `cargo lambda watch` sets the binary's name):
+    /// the metrics' dimension, and the function whose IAM role the clients act for.
     pub function_name: Option<String>,
+    /// `CHAT_IAM_LOG`: a directory where every client records the IAM actions its calls need
+    /// (`iam_log`; tests only).
+    pub iam_log: Option<std::path::PathBuf>,
 }
 
 /// How long a REST request may keep retrying, and how long one DynamoDB call attempt may take.
@@ -150,7 +154,25 @@ impl Config {
                 }
             },
             function_name: var("AWS_LAMBDA_FUNCTION_NAME"),
+            iam_log: var("CHAT_IAM_LOG").map(Into::into),
         })
+    }
+
+    /// The same settings for the clients of the function `name` (its binary name): what they do
+    /// is recorded under its name in `iam_log`, and counted under it in metrics.
+    pub fn for_function(&self, name: &str) -> Config {
+        Config {
+            function_name: Some(name.to_owned()),
+            ..self.clone()
+        }
+    }
+
+    /// The recorder of the IAM actions this function's calls need, when `CHAT_IAM_LOG` is set
+    /// and the clients are a function's (a test's own clients are no function's).
+    pub fn iam_recorder(&self) -> Option<crate::iam_log::RecordIamNeeds> {
+        let dir = self.iam_log.as_ref()?;
+        let function = self.function_name.as_deref()?;
+        Some(crate::iam_log::RecordIamNeeds::new(dir, function))
     }
 
     /// Shared AWS settings. With a local endpoint and no region or credentials configured,
@@ -194,6 +216,9 @@ impl Config {
         if let Some(url) = &self.dynamodb_endpoint {
             b = b.endpoint_url(url);
         }
+        if let Some(r) = self.iam_recorder() {
+            b = b.interceptor(r);
+        }
         aws_sdk_dynamodb::Client::from_conf(b.build())
     }
 
@@ -208,6 +233,9 @@ impl Config {
         if let Some(url) = &self.kinesis_endpoint {
             b = b.endpoint_url(url);
         }
+        if let Some(r) = self.iam_recorder() {
+            b = b.interceptor(r);
+        }
         aws_sdk_kinesis::Client::from_conf(b.build())
     }
 
@@ -216,10 +244,11 @@ impl Config {
         sdk: &SdkConfig,
     ) -> Option<aws_sdk_apigatewaymanagement::Client> {
         let url = self.ws_management_endpoint.as_ref()?;
-        let conf = aws_sdk_apigatewaymanagement::config::Builder::from(sdk)
-            .endpoint_url(url)
-            .build();
-        Some(aws_sdk_apigatewaymanagement::Client::from_conf(conf))
+        let mut b = aws_sdk_apigatewaymanagement::config::Builder::from(sdk).endpoint_url(url);
+        if let Some(r) = self.iam_recorder() {
+            b = b.interceptor(r);
+        }
+        Some(aws_sdk_apigatewaymanagement::Client::from_conf(b.build()))
     }
 }
 

@@ -8,6 +8,7 @@
 //! | `store` | DynamoDB: the chat table (one module per concern) and the connections table |
 //! | `events` | push events, how they come from the table's stream, relay and fanout planning |
 //! | `config`, `error`, `retry`, `telemetry`, `time` | configuration read once at init, the one error type, bounded retries, logs and metrics, clocks |
+//! | `iam_log` | the IAM actions each function's calls need, recorded for the tests' IAM check |
 //!
 //! Only `api` speaks `lambda_http`; `domain` does no I/O.
 
@@ -17,6 +18,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod events;
+pub mod iam_log;
 pub mod retry;
 pub mod store;
 pub mod telemetry;

@@ -212,7 +212,19 @@ pub enum Function {
     Inbox,
 }
 
+/// The inbox indexer's function (`TestApp::index`).
+const INBOX_INDEX: &str = "inbox-index";
+
 impl Function {
+    pub const ALL: [&'static str; 6] = [
+        "conversations",
+        "send-message",
+        "history",
+        "mark-read",
+        "read-states",
+        "inbox",
+    ];
+
     pub fn by_name(name: &str) -> Option<Function> {
         Some(match name {
             "conversations" => Function::Conversations,
@@ -223,6 +235,18 @@ impl Function {
             "inbox" => Function::Inbox,
             _ => return None,
         })
+    }
+
+    /// Its binary's name (template.yaml `BuildProperties.Binary`, the router's `function`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::Conversations => "conversations",
+            Function::SendMessage => "send-message",
+            Function::History => "history",
+            Function::MarkRead => "mark-read",
+            Function::ReadStates => "read-states",
+            Function::Inbox => "inbox",
+        }
     }
 }
 
@@ -311,7 +335,11 @@ pub fn config() -> Config {
 
 /// The handlers over a store on the test server, with call counting.
 pub struct TestApp {
+    /// The handlers' shared state, for tests that use the store directly.
     pub app: App,
+    /// The same per function, each with its own DynamoDB client, so that each function's calls
+    /// are recorded under its name for the IAM check (`CHAT_IAM_LOG`, infra/test_iam.py).
+    apps: HashMap<&'static str, App>,
     pub calls: Arc<CallLog>,
     /// The same DynamoDB client the store uses, for tests that set up or inspect items directly.
     pub db: aws_sdk_dynamodb::Client,
@@ -365,15 +393,35 @@ impl TestApp {
         let config = config();
         let sdk = config.sdk_config().await;
         let calls = Arc::new(CallLog::default());
-        let mut conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .endpoint_url(server::dynamodb_endpoint())
-            .interceptor(chat_shared::telemetry::CountCalls)
-            .interceptor(Counter(calls.clone()));
-        if let Some(i) = interceptor {
-            conf = conf.interceptor(i);
-        }
-        let db = aws_sdk_dynamodb::Client::from_conf(conf.build());
+        let client = |function: Option<&str>| {
+            let mut conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+                .endpoint_url(server::dynamodb_endpoint())
+                .interceptor(chat_shared::telemetry::CountCalls)
+                .interceptor(Counter(calls.clone()));
+            if let Some(i) = &interceptor {
+                conf = conf.interceptor(i.clone());
+            }
+            if let Some(r) = function.and_then(|f| config.for_function(f).iam_recorder()) {
+                conf = conf.interceptor(r);
+            }
+            aws_sdk_dynamodb::Client::from_conf(conf.build())
+        };
+        let store_of = |function: Option<&str>| {
+            ChatStore::new(client(function), config.chat_table.clone()).with_budget(budget)
+        };
+        let db = client(None);
         let store = ChatStore::new(db.clone(), config.chat_table.clone()).with_budget(budget);
+        let apps = Function::ALL
+            .iter()
+            .chain([&INBOX_INDEX])
+            .map(|name| {
+                let app = App {
+                    store: store_of(Some(name)),
+                    auth: auth.clone(),
+                };
+                (*name, app)
+            })
+            .collect();
         let streams = aws_sdk_dynamodbstreams::Client::from_conf(
             aws_sdk_dynamodbstreams::config::Builder::from(&sdk)
                 .endpoint_url(server::dynamodb_endpoint())
@@ -381,6 +429,7 @@ impl TestApp {
         );
         TestApp {
             app: App { store, auth },
+            apps,
             calls,
             db,
             table: config.chat_table,
@@ -407,7 +456,10 @@ impl TestApp {
     }
 
     async fn catch_up(&self, gate: &indexer::Exclusive, records: i32) -> indexer::Indexed {
-        let store = self.app.store.clone().with_budget(inbox_index::BUDGET);
+        let store = self.apps[INBOX_INDEX]
+            .store
+            .clone()
+            .with_budget(inbox_index::BUDGET);
         indexer::catch_up(gate, &self.db, &self.streams, &store, &self.table, records).await
     }
 
@@ -479,7 +531,10 @@ impl TestApp {
     pub async fn invoke(&self, event: Value, function: Option<Function>) -> Resp {
         let req =
             lambda_http::request::from_str(&event.to_string()).expect("valid API Gateway v2 event");
-        let app = self.app.clone();
+        let app = match function {
+            Some(f) => self.apps[f.name()].clone(),
+            None => self.app.clone(),
+        };
         let resp = match function {
             Some(Function::Conversations) => http::handle(app, req, conversations::handle).await,
             Some(Function::SendMessage) => http::handle(app, req, send_message::handle).await,

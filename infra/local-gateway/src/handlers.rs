@@ -32,20 +32,33 @@ impl Handlers {
             .map_err(|e| {
                 format!("{e} (set CHAT_AUTH_MODE=local to verify HS256 tokens locally)")
             })?;
-        let db = config.dynamodb_client(sdk);
-        let connections = ConnectionStore::new(db.clone(), config.connections_table.clone());
-        let management = config
+        // Each function's clients as its own (its IAM role: `Config::for_function`).
+        let connections = |config: &Config| {
+            ConnectionStore::new(
+                config.dynamodb_client(sdk),
+                config.connections_table.clone(),
+            )
+        };
+        let (ws, relay) = (
+            config.for_function("ws-connection"),
+            config.for_function("relay"),
+        );
+        let (fanout, index) = (
+            config.for_function("fanout"),
+            config.for_function("inbox-index"),
+        );
+        let management = fanout
             .management_client(sdk)
             .ok_or("no Management API endpoint")?;
         Ok(Handlers {
-            ws: WsConnection::new(connections.clone(), verifier),
+            ws: WsConnection::new(connections(&ws), verifier),
             relay: Relay::new(
-                config.kinesis_client(sdk),
-                config.event_stream.clone(),
-                config.chat_store(sdk),
+                relay.kinesis_client(sdk),
+                relay.event_stream.clone(),
+                relay.chat_store(sdk),
             ),
-            fanout: Fanout::new(config.chat_store(sdk), connections, management),
-            inbox_index: InboxIndex::new(config.chat_store(sdk).with_budget(inbox_index::BUDGET)),
+            fanout: Fanout::new(fanout.chat_store(sdk), connections(&fanout), management),
+            inbox_index: InboxIndex::new(index.chat_store(sdk).with_budget(inbox_index::BUDGET)),
         })
     }
 

@@ -1,0 +1,286 @@
+//! The IAM actions a function's AWS calls need, recorded for the tests (README "IAM"): IAM is not
+//! enforced locally, so with `CHAT_IAM_LOG=<dir>` every client built by `Config` writes one JSON
+//! line per distinct (function, action, resource, leading key) to `<dir>/<function>-<pid>.jsonl`,
+//! and `infra/test_iam.py` checks each against that function's policy in template.yaml. Off (no
+//! interceptor at all) unless the variable is set.
+//!
+//! Actions are IAM's, not the API's: a TransactWriteItems is authorized per part (PutItem,
+//! UpdateItem, DeleteItem, ConditionCheckItem), a TransactGetItems as GetItem per part, and every
+//! Management API call as `execute-api:ManageConnections` on `<METHOD>/@connections/*`.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use serde_json::{json, Value};
+
+/// Both tables' partition key attribute (template.yaml): the `dynamodb:LeadingKeys` of a write.
+const PARTITION_KEY: &str = "pk";
+
+/// One grant a call needs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Need {
+    /// `dynamodb:PutItem`, `kinesis:PutRecords`, `execute-api:ManageConnections`, …
+    pub action: String,
+    /// `table/ChatTable`, `table/ChatTable/index/X`, `stream/EventStream`, `POST/@connections/*`.
+    pub resource: String,
+    /// The partition key's prefix up to its first `#` (`I#`), for item-level DynamoDB actions.
+    pub leading_key: Option<String>,
+}
+
+/// What a DynamoDB request (JSON 1.0 body) needs, by IAM's rules.
+pub fn dynamodb_needs(operation: &str, body: &Value) -> Vec<Need> {
+    let table = |t: &Value| format!("table/{}", t.as_str().unwrap_or("?"));
+    let item_need = |action: &str, part: &Value, item: &str| Need {
+        action: format!("dynamodb:{action}"),
+        resource: table(&part["TableName"]),
+        leading_key: leading_key(&part[item]),
+    };
+    let mut needs = Vec::new();
+    match operation {
+        "TransactWriteItems" => {
+            for part in body["TransactItems"].as_array().into_iter().flatten() {
+                for (kind, action, item) in [
+                    ("Put", "PutItem", "Item"),
+                    ("Update", "UpdateItem", "Key"),
+                    ("Delete", "DeleteItem", "Key"),
+                    ("ConditionCheck", "ConditionCheckItem", "Key"),
+                ] {
+                    if part.get(kind).is_some() {
+                        needs.push(item_need(action, &part[kind], item));
+                    }
+                }
+            }
+        }
+        "TransactGetItems" => {
+            for part in body["TransactItems"].as_array().into_iter().flatten() {
+                needs.push(item_need("GetItem", &part["Get"], "Key"));
+            }
+        }
+        "BatchWriteItem" | "BatchGetItem" => {
+            for (name, requests) in body["RequestItems"].as_object().into_iter().flatten() {
+                let resource = format!("table/{name}");
+                let keys: Vec<Option<String>> = if operation == "BatchGetItem" {
+                    vec![None]
+                } else {
+                    requests
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|r| {
+                            leading_key(&r["PutRequest"]["Item"])
+                                .or_else(|| leading_key(&r["DeleteRequest"]["Key"]))
+                        })
+                        .collect()
+                };
+                for leading_key in keys {
+                    needs.push(Need {
+                        action: format!("dynamodb:{operation}"),
+                        resource: resource.clone(),
+                        leading_key,
+                    });
+                }
+            }
+        }
+        _ => {
+            let mut resource = table(&body["TableName"]);
+            if let Some(index) = body["IndexName"].as_str() {
+                resource = format!("{resource}/index/{index}");
+            }
+            let item = if operation == "PutItem" {
+                "Item"
+            } else {
+                "Key"
+            };
+            needs.push(Need {
+                action: format!("dynamodb:{operation}"),
+                resource,
+                leading_key: leading_key(&body[item]),
+            });
+        }
+    }
+    needs
+}
+
+fn leading_key(item: &Value) -> Option<String> {
+    let pk = item[PARTITION_KEY]["S"].as_str()?;
+    Some(match pk.find('#') {
+        Some(i) => pk[..=i].to_owned(),
+        None => pk.to_owned(),
+    })
+}
+
+/// What a Kinesis request needs: its action on the stream it names.
+pub fn kinesis_needs(operation: &str, body: &Value) -> Vec<Need> {
+    let stream = body["StreamName"].as_str().map(str::to_owned).or_else(|| {
+        body["StreamARN"]
+            .as_str()
+            .and_then(|arn| arn.rsplit('/').next())
+            .map(str::to_owned)
+    });
+    vec![Need {
+        action: format!("kinesis:{operation}"),
+        resource: format!("stream/{}", stream.as_deref().unwrap_or("?")),
+        leading_key: None,
+    }]
+}
+
+/// What this process has written already, by file: every client of a function (tests build many)
+/// writes each need once.
+static SEEN: Mutex<Option<HashSet<(PathBuf, Need)>>> = Mutex::new(None);
+
+/// The interceptor: one per client, naming the function whose role the client acts for.
+#[derive(Debug, Clone)]
+pub struct RecordIamNeeds {
+    function: Arc<str>,
+    file: Arc<Path>,
+}
+
+impl RecordIamNeeds {
+    pub fn new(dir: &Path, function: &str) -> RecordIamNeeds {
+        let _ = std::fs::create_dir_all(dir);
+        let file = dir.join(format!("{function}-{}.jsonl", std::process::id()));
+        RecordIamNeeds {
+            function: function.into(),
+            file: file.into(),
+        }
+    }
+
+    fn record(&self, needs: Vec<Need>) {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = seen.get_or_insert_with(HashSet::new);
+        let fresh: Vec<Need> = needs
+            .into_iter()
+            .filter(|n| seen.insert((self.file.to_path_buf(), n.clone())))
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        let mut out = String::new();
+        for n in fresh {
+            let line = json!({"function": &*self.function, "action": n.action,
+                              "resource": n.resource, "leadingKey": n.leading_key});
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+        // Several clients of one function append to the same file; one write per batch of lines.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.file)
+        {
+            let _ = f.write_all(out.as_bytes());
+        }
+    }
+}
+
+impl Intercept for RecordIamNeeds {
+    fn name(&self) -> &'static str {
+        "RecordIamNeeds"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let req = ctx.request();
+        let target = req.headers().get("x-amz-target").unwrap_or_default();
+        let body: Value = req
+            .body()
+            .bytes()
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or(Value::Null);
+        let needs = match target.split_once('.') {
+            Some(("DynamoDB_20120810", op)) => dynamodb_needs(op, &body),
+            Some(("Kinesis_20131202", op)) => kinesis_needs(op, &body),
+            // The Management API is REST: POST/GET/DELETE /@connections/{id}.
+            _ if req.uri().contains("/@connections/") => vec![Need {
+                action: "execute-api:ManageConnections".into(),
+                resource: format!("{}/@connections/*", req.method()),
+                leading_key: None,
+            }],
+            _ => vec![Need {
+                action: format!("unknown:{target}"),
+                resource: req.uri().to_owned(),
+                leading_key: None,
+            }],
+        };
+        self.record(needs);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn need(action: &str, resource: &str, key: Option<&str>) -> Need {
+        Need {
+            action: action.into(),
+            resource: resource.into(),
+            leading_key: key.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_transaction_needs_each_part_as_its_own_action() {
+        let body = json!({"TransactItems": [
+            {"Update": {"TableName": "T", "Key": {"pk": {"S": "C#1"}, "sk": {"S": "C"}}}},
+            {"Put": {"TableName": "T", "Item": {"pk": {"S": "C#1"}, "sk": {"S": "M#1"}}}},
+            {"ConditionCheck": {"TableName": "T", "Key": {"pk": {"S": "C#1"}, "sk": {"S": "U"}}}},
+            {"Delete": {"TableName": "T", "Key": {"pk": {"S": "P"}, "sk": {"S": "x"}}}},
+        ]});
+        assert_eq!(
+            dynamodb_needs("TransactWriteItems", &body),
+            vec![
+                need("dynamodb:UpdateItem", "table/T", Some("C#")),
+                need("dynamodb:PutItem", "table/T", Some("C#")),
+                need("dynamodb:ConditionCheckItem", "table/T", Some("C#")),
+                need("dynamodb:DeleteItem", "table/T", Some("P")),
+            ]
+        );
+    }
+
+    #[test]
+    fn batch_writes_name_every_leading_key_and_queries_their_index() {
+        let body = json!({"RequestItems": {"T": [
+            {"PutRequest": {"Item": {"pk": {"S": "I#u1"}, "sk": {"S": "x"}}}},
+            {"DeleteRequest": {"Key": {"pk": {"S": "I#u2"}, "sk": {"S": "y"}}}},
+        ]}});
+        let needs = dynamodb_needs("BatchWriteItem", &body);
+        assert_eq!(needs.len(), 2);
+        assert!(needs.iter().all(|n| n.leading_key.as_deref() == Some("I#")));
+        let q = json!({"TableName": "T", "IndexName": "byUser", "KeyConditionExpression": "x"});
+        assert_eq!(
+            dynamodb_needs("Query", &q),
+            vec![need("dynamodb:Query", "table/T/index/byUser", None)]
+        );
+    }
+
+    #[test]
+    fn kinesis_needs_name_the_stream_by_name_or_arn() {
+        let arn = json!({"StreamARN": "arn:aws:kinesis:us-east-1:1:stream/Events"});
+        assert_eq!(
+            kinesis_needs("PutRecords", &arn),
+            vec![need("kinesis:PutRecords", "stream/Events", None)]
+        );
+    }
+
+    #[test]
+    fn each_need_is_written_once() {
+        let dir = std::env::temp_dir().join(format!("iam-log-{}", uuid::Uuid::new_v4()));
+        let rec = RecordIamNeeds::new(&dir, "f");
+        let n = need("dynamodb:GetItem", "table/T", Some("C#"));
+        rec.record(vec![n.clone(), n.clone()]);
+        RecordIamNeeds::new(&dir, "f").record(vec![n]);
+        let text = std::fs::read_to_string(&rec.file).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

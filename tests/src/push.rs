@@ -20,12 +20,14 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::{token, TEST_SECRET};
 
-/// The handlers' settings for the test emulator (local HS256 auth with the tests' secret).
+/// The handlers' settings for the test emulator (local HS256 auth with the tests' secret), with
+/// its Kinesis (`server::kinesis_endpoint`: DynamoDB Local has none).
 pub fn chat_config() -> Config {
     Config {
         auth: AuthMode::Local {
             secret: TEST_SECRET.as_bytes().to_vec(),
         },
+        kinesis_endpoint: Some(crate::server::kinesis_endpoint()),
         ..crate::config()
     }
 }

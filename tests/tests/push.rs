@@ -266,7 +266,7 @@ async fn a_stale_connection_is_removed_after_410() {
 async fn the_relay_reports_exactly_the_undecodable_record() {
     bounded(30, async {
         let mut config = chat_config();
-        config.kinesis_endpoint = config.dynamodb_endpoint.clone();
+        config.kinesis_endpoint = Some(chat_tests::server::kinesis_endpoint());
         let sdk = config.sdk_config().await;
         let relay = relay::Relay::new(
             config.kinesis_client(&sdk),

@@ -20,7 +20,7 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn kinesis() -> aws_sdk_kinesis::Client {
     let mut config = chat_config();
-    config.kinesis_endpoint = config.dynamodb_endpoint.clone();
+    config.kinesis_endpoint = Some(server::kinesis_endpoint());
     let sdk = config.sdk_config().await;
     config.kinesis_client(&sdk)
 }

@@ -111,9 +111,15 @@ impl Config {
                     .filter(|a| !a.is_empty())
                     .collect(),
             },
+            // No silent default: a function deployed with CHAT_AUTH_MODE=local by mistake would
+            // otherwise accept tokens anyone can mint with the public default secret. The local
+            // stack (infra/run-local.sh) sets it explicitly.
             Some("local") => AuthMode::Local {
                 secret: var("CHAT_LOCAL_JWT_SECRET")
-                    .unwrap_or_else(|| DEFAULT_LOCAL_JWT_SECRET.to_owned())
+                    .ok_or(format!(
+                        "CHAT_AUTH_MODE=local needs CHAT_LOCAL_JWT_SECRET (the local stack sets \
+                         {DEFAULT_LOCAL_JWT_SECRET:?})"
+                    ))?
                     .into_bytes(),
             },
             Some(other) => {
@@ -256,5 +262,33 @@ impl Config {
     /// Logs and metrics of a function (`telemetry::init`), from this configuration.
     pub fn init_telemetry(&self) {
         crate::telemetry::init(self.metrics, self.function_name.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Environment variables are process-wide: the cases run in one test, one after the other.
+    #[test]
+    fn local_auth_needs_an_explicit_secret() {
+        std::env::set_var("CHAT_AUTH_MODE", "local");
+        std::env::remove_var("CHAT_LOCAL_JWT_SECRET");
+        let err = Config::from_env().unwrap_err();
+        assert!(err.contains("CHAT_LOCAL_JWT_SECRET"), "{err}");
+        std::env::set_var("CHAT_LOCAL_JWT_SECRET", "s3cret");
+        let config = Config::from_env().unwrap();
+        assert_eq!(
+            config.auth,
+            AuthMode::Local {
+                secret: b"s3cret".to_vec()
+            }
+        );
+        std::env::remove_var("CHAT_AUTH_MODE");
+        std::env::remove_var("CHAT_LOCAL_JWT_SECRET");
+        assert!(matches!(
+            Config::from_env().unwrap().auth,
+            AuthMode::ApiGateway { .. }
+        ));
     }
 }

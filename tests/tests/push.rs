@@ -96,6 +96,31 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
     .await
 }
 
+/// The conversation item carries only a 200-character preview, so the relay reads a longer body
+/// from the table (its Query, which template.yaml must grant: infra/test_iam.py).
+#[tokio::test]
+async fn a_body_longer_than_the_preview_arrives_whole() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (a, b) = (unique("a"), unique("b"));
+        let conv = t.direct(&a, &b).await;
+        let mut wa = WsClient::connect(&a).await;
+        let body = "ä".repeat(150) + &"z".repeat(3_000);
+        let sent = t.send(&conv, &b, &body).await;
+        assert_eq!(sent.status, 201, "{sent:?}");
+        let events = wa
+            .until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
+            .await;
+        let message = events.iter().find(|e| e["type"] == "message.new").unwrap();
+        assert_eq!(
+            message["body"],
+            json!(body),
+            "the whole body, not the preview"
+        );
+    })
+    .await
+}
+
 #[tokio::test]
 async fn forty_quick_messages_all_arrive_in_seq_order() {
     bounded(90, async {
@@ -265,7 +290,7 @@ async fn a_stale_connection_is_removed_after_410() {
 #[tokio::test]
 async fn the_relay_reports_exactly_the_undecodable_record() {
     bounded(30, async {
-        let mut config = chat_config();
+        let mut config = chat_config().for_function("relay");
         config.kinesis_endpoint = Some(chat_tests::server::kinesis_endpoint());
         let sdk = config.sdk_config().await;
         let relay = relay::Relay::new(

@@ -18,19 +18,23 @@ use serde_json::{json, Value};
 /// One test at a time: injected failures are emulator-wide.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn kinesis() -> aws_sdk_kinesis::Client {
-    let mut config = chat_config();
+/// A Kinesis client as `config`'s (the relay's, or the test's own to read what it put).
+async fn kinesis_of(mut config: chat_shared::Config) -> aws_sdk_kinesis::Client {
     config.kinesis_endpoint = Some(server::kinesis_endpoint());
     let sdk = config.sdk_config().await;
     config.kinesis_client(&sdk)
 }
 
+async fn kinesis() -> aws_sdk_kinesis::Client {
+    kinesis_of(chat_config()).await
+}
+
 /// Each read event in its own Kinesis record: a conversation's events take several rounds.
 async fn relay(budget: Duration) -> relay::Relay {
-    let config = chat_config();
+    let config = chat_config().for_function("relay");
     let sdk = config.sdk_config().await;
     relay::Relay::new(
-        kinesis().await,
+        kinesis_of(config.clone()).await,
         config.event_stream.clone(),
         config.chat_store(&sdk),
     )

@@ -9,10 +9,12 @@ Deployed (names from the stack's outputs):
 
     python infra/replay_failures.py --queue-url "$RELAY_FAILURE_QUEUE_URL" --function "$RELAY_FUNCTION"
 
-Locally (with infra/run-local.sh running; the local gateway serves the Invoke API for `relay`):
+Locally (with infra/run-local.sh running: SQS on its moto launcher, the stream on DynamoDB Local;
+the local gateway serves the Invoke API for `relay`):
 
     python infra/replay_failures.py --queue-url http://127.0.0.1:4566/123456789012/RelayFailureQueue \\
-        --function relay --endpoint http://127.0.0.1:4566 --lambda-endpoint http://127.0.0.1:9002
+        --function relay --sqs-endpoint http://127.0.0.1:4566 --streams-endpoint http://127.0.0.1:8000 \\
+        --lambda-endpoint http://127.0.0.1:9002
 
 Replay only works while the stream still holds the records (24 hours): the relay's IteratorAge
 alarm should fire long before anything reaches the queue. Replayed events may reach clients after
@@ -36,12 +38,12 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 INVOKE_ATTEMPTS = 5
-EMPTY_PAGES = 3  # consecutive empty GetRecords pages before a range is taken as read
+RANGE_TIMEOUT = 60.0  # seconds to read one named range whole
 
 
 def clients(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     local = {}
-    if args.endpoint and not os.environ.get("AWS_ACCESS_KEY_ID"):
+    if (args.endpoint or args.sqs_endpoint or args.streams_endpoint) and not os.environ.get("AWS_ACCESS_KEY_ID"):
         local = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
     config = Config(retries={"mode": "standard"}, read_timeout=120)
 
@@ -49,7 +51,8 @@ def clients(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         return boto3.client(service, region_name=args.region, endpoint_url=endpoint, config=config,
                             **(local if endpoint else {}))
 
-    return (client("sqs", args.endpoint), client("dynamodbstreams", args.endpoint),
+    return (client("sqs", args.sqs_endpoint or args.endpoint),
+            client("dynamodbstreams", args.streams_endpoint or args.endpoint),
             client("lambda", args.lambda_endpoint or None))
 
 
@@ -82,17 +85,26 @@ def lambda_record(r: dict[str, Any], stream_arn: str, region: str) -> dict[str, 
     return event
 
 
-def read_range(streams: Any, info: dict[str, Any]) -> list[dict[str, Any]]:
-    """The stream records from startSequenceNumber to endSequenceNumber, in order."""
+class IncompleteRange(Exception):
+    """The stream did not give every record up to the range's end within the time allowed."""
+
+
+def read_range(streams: Any, info: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+    """The stream records from startSequenceNumber to endSequenceNumber, in order, all of them.
+
+    DynamoDB Streams may answer empty pages before later records of an open shard (an iterator
+    moves through time, not records), so empty pages do not end a range: only its end sequence
+    number does, or the shard's end. A range not read whole within `timeout` seconds raises
+    IncompleteRange, and its message stays in the queue: a partial replay would be deleted as done.
+    """
     end = int(info["endSequenceNumber"])
     iterator = streams.get_shard_iterator(
         StreamArn=info["streamArn"], ShardId=info["shardId"], ShardIteratorType="AT_SEQUENCE_NUMBER",
         SequenceNumber=info["startSequenceNumber"])["ShardIterator"]
     records: list[dict[str, Any]] = []
-    empty = 0
-    while iterator and empty < EMPTY_PAGES:
+    deadline = time.monotonic() + timeout
+    while iterator:
         page = streams.get_records(ShardIterator=iterator, Limit=1000)
-        empty = 0 if page.get("Records") else empty + 1
         for r in page.get("Records", []):
             if int(r["dynamodb"]["SequenceNumber"]) > end:
                 return records
@@ -100,7 +112,12 @@ def read_range(streams: Any, info: dict[str, Any]) -> list[dict[str, Any]]:
         if records and int(records[-1]["dynamodb"]["SequenceNumber"]) == end:
             return records
         iterator = page.get("NextShardIterator")
-    return records
+        if iterator and time.monotonic() > deadline:
+            raise IncompleteRange(f"{len(records)} records read in {timeout:g} s, none yet at or past "
+                                  f"the range's end {end}")
+        if iterator and not page.get("Records"):
+            time.sleep(0.2)  # an empty page of an open shard: newer records may not be visible yet
+    return records  # the shard ended (closed) before the range's end: that is all there is
 
 
 def invoke(lam: Any, function: str, records: list[dict[str, Any]]) -> str | None:
@@ -126,7 +143,7 @@ def invoke(lam: Any, function: str, records: list[dict[str, Any]]) -> str | None
 
 
 def replay(message: dict[str, Any], streams: Any, lam: Any, function: str, region: str,
-           dry_run: bool) -> str | None:
+           dry_run: bool, range_timeout: float = RANGE_TIMEOUT) -> str | None:
     """Replays one queue message; None when done, else why it stays in the queue."""
     try:
         body = json.loads(message["Body"])
@@ -137,7 +154,9 @@ def replay(message: dict[str, Any], streams: Any, lam: Any, function: str, regio
         kind = "a Kinesis batch (pushes are not replayed)" if "KinesisBatchInfo" in (body or {}) else "unknown"
         return f"not a DynamoDB stream batch: {kind}"
     try:
-        records = read_range(streams, info)
+        records = read_range(streams, info, range_timeout)
+    except IncompleteRange as e:
+        return f"the stream did not give the whole range: {e}"
     except ClientError as e:
         code = e.response.get("Error", {}).get("Code", "")
         if code in ("TrimmedDataAccessException", "ResourceNotFoundException", "ExpiredIteratorException"):
@@ -160,8 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--region", default=os.environ.get("AWS_REGION")
                         or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
     parser.add_argument("--endpoint", help="SQS and DynamoDB Streams endpoint (local emulator)")
+    parser.add_argument("--sqs-endpoint", help="SQS endpoint, when not --endpoint (local: moto)")
+    parser.add_argument("--streams-endpoint",
+                        help="DynamoDB Streams endpoint, when not --endpoint (local: DynamoDB Local)")
     parser.add_argument("--lambda-endpoint", help="Lambda Invoke API endpoint (local gateway)")
     parser.add_argument("--dry-run", action="store_true", help="read and show, invoke nothing, delete nothing")
+    parser.add_argument("--range-timeout", type=float, default=RANGE_TIMEOUT,
+                        help="seconds to read one named range whole before keeping its message")
     args = parser.parse_args(argv)
     sqs, streams, lam = clients(args)
 
@@ -173,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         for m in batch:
             print(f"message {m['MessageId']}:")
-            why = replay(m, streams, lam, args.function, args.region, args.dry_run)
+            why = replay(m, streams, lam, args.function, args.region, args.dry_run, args.range_timeout)
             if why is None:
                 sqs.delete_message(QueueUrl=args.queue_url, ReceiptHandle=m["ReceiptHandle"])
                 replayed += 1

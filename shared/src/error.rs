@@ -20,9 +20,12 @@ pub enum ChatError {
     /// Contention or DynamoDB throttling that did not clear within the request's deadline.
     #[error("too many concurrent requests, retry later")]
     Throttled,
-    /// The database did not answer in time; the outcome is unknown to the client, which retries
-    /// (every write is safe to retry, docs/api.md §2).
-    #[error("temporarily unavailable, retry later")]
+    /// A dependency did not answer (in time, or at all): the outcome is unknown, a write may
+    /// still land. The client retries with the same `clientMsgId` to learn it (every write is
+    /// safe to retry, docs/api.md §2).
+    #[error(
+        "temporarily unavailable; the outcome is unknown: retry with the same request to learn it"
+    )]
     Unavailable,
     /// Details are logged, never returned to the client.
     #[error("internal error")]
@@ -61,7 +64,8 @@ impl ChatError {
             ChatError::Conflict(_) => "conflict",
             ChatError::PayloadTooLarge(_) => "payload_too_large",
             ChatError::Throttled => "throttled",
-            ChatError::Internal(_) | ChatError::Unavailable => "internal",
+            ChatError::Unavailable => "unavailable",
+            ChatError::Internal(_) => "internal",
         }
     }
 
@@ -103,7 +107,7 @@ mod tests {
                 "payload_too_large",
             ),
             (ChatError::Throttled, 429, "throttled"),
-            (ChatError::Unavailable, 503, "internal"),
+            (ChatError::Unavailable, 503, "unavailable"),
         ];
         for (e, status, code) in cases {
             assert_eq!((e.status(), e.code()), (status, code));

@@ -113,17 +113,19 @@ fn reason_failed(reasons: &[CancelReason], i: usize) -> Option<&CancelReason> {
 }
 
 /// Request-level errors that mean "too much at once": the SDK has already retried them.
-const THROTTLING: [&str; 5] = [
+/// Refusals that did nothing: a retry later is safe and the 429 is true ("no visible effect").
+/// Not `TransactionInProgressException`: an earlier attempt of the same token is still running
+/// and may land, so its outcome is unknown (`Unavailable`).
+const THROTTLING: [&str; 4] = [
     "ProvisionedThroughputExceededException",
     "RequestLimitExceeded",
     "ThrottlingException",
-    "TransactionInProgressException",
     "TransactionConflictException",
 ];
 
-/// Maps an SDK error: throttling to `Throttled`; no answer (timeouts, connection failures) to
-/// `Unavailable`; the rest to `Internal` with the details (which the edge logs once and never
-/// shows).
+/// Maps an SDK error: throttling to `Throttled`; no answer, an unreadable answer or DynamoDB's
+/// own failure to `Unavailable`; the rest to `Internal` with the details (which the edge logs
+/// once and never shows).
 pub(crate) fn sdk_error<E, R>(op: &str, err: SdkError<E, R>) -> ChatError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -132,10 +134,23 @@ where
     if THROTTLING.contains(&err.code().unwrap_or_default()) {
         return ChatError::Throttled;
     }
-    if matches!(
-        err,
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_)
-    ) {
+    // No answer, an answer that could not be read, or DynamoDB's own failure (5xx): a write may
+    // or may not have been applied.
+    let server_failed = matches!(
+        err.code(),
+        Some(
+            "InternalServerError"
+                | "ServiceUnavailable"
+                | "InternalFailure"
+                | "TransactionInProgressException"
+        )
+    );
+    if server_failed
+        || matches!(
+            err,
+            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
+        )
+    {
         return ChatError::Unavailable;
     }
     let detail = aws_sdk_dynamodb::error::DisplayErrorContext(&err);

@@ -1,15 +1,15 @@
 //! WebSocket tokens of an OpenID issuer (docs/api.md §3): keys found through the issuer's
 //! discovery document, kept, and fetched again when a token names a key the set does not have
-//! (a rotation), at most as often as allowed. The issuer is served here, on this machine, from
+//! (a rotation), at most as often as allowed, and when the kept set is old (a withdrawn key). The issuer is served here, on this machine, from
 //! tests/fixtures/rs256-issuer.json.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use chat_shared::auth::jwks::IssuerKeys;
+use chat_shared::auth::jwks::{IssuerKeys, Refresh};
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -21,31 +21,33 @@ const NOW: i64 = 1_800_000_000;
 struct Issuer {
     discovery_url: String,
     key_fetches: Arc<AtomicUsize>,
-    rotated: Arc<AtomicBool>,
+    /// The key set `/keys` serves.
+    served: Arc<Mutex<Value>>,
     fixture: Value,
 }
 
+impl Issuer {
+    fn serve(&self, keys: Value) {
+        *self.served.lock().unwrap() = keys;
+    }
+}
+
 /// Serves `/.well-known/openid-configuration` (naming `/keys` as `jwks_uri`) and `/keys`: the
-/// fixture's key set, or the rotated one once `rotated` is set.
+/// fixture's key set until `serve` names another.
 async fn issuer() -> Issuer {
     let fixture: Value =
         serde_json::from_str(include_str!("../fixtures/rs256-issuer.json")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let (key_fetches, rotated) = (
+    let (key_fetches, served) = (
         Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicBool::new(false)),
+        Arc::new(Mutex::new(fixture["jwks"].clone())),
     );
-    let (fetches, rot, f, b) = (
-        key_fetches.clone(),
-        rotated.clone(),
-        fixture.clone(),
-        base.clone(),
-    );
+    let (fetches, keys, b) = (key_fetches.clone(), served.clone(), base.clone());
     tokio::spawn(async move {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
-            let (fetches, rot, f, b) = (fetches.clone(), rot.clone(), f.clone(), b.clone());
+            let (fetches, keys, b) = (fetches.clone(), keys.clone(), b.clone());
             tokio::spawn(async move {
                 let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                     let body = match req.uri().path() {
@@ -54,11 +56,7 @@ async fn issuer() -> Issuer {
                         }
                         "/keys" => {
                             fetches.fetch_add(1, Ordering::SeqCst);
-                            if rot.load(Ordering::SeqCst) {
-                                f["rotated_jwks"].clone()
-                            } else {
-                                f["jwks"].clone()
-                            }
+                            keys.lock().unwrap().clone()
                         }
                         _ => Value::Null,
                     };
@@ -75,17 +73,26 @@ async fn issuer() -> Issuer {
     Issuer {
         discovery_url: format!("{base}/.well-known/openid-configuration"),
         key_fetches,
-        rotated,
+        served,
         fixture,
     }
 }
 
-async fn keys(i: &Issuer, min_refresh: Duration) -> IssuerKeys {
+/// Keys fetched again on an unknown key id at most every `min_interval`; never for their age.
+async fn keys(i: &Issuer, min_interval: Duration) -> IssuerKeys {
+    let refresh = Refresh {
+        min_interval,
+        max_age: Duration::from_secs(3600),
+    };
+    keys_refreshed(i, refresh).await
+}
+
+async fn keys_refreshed(i: &Issuer, refresh: Refresh) -> IssuerKeys {
     IssuerKeys::with_discovery_url(
         i.fixture["issuer"].as_str().unwrap(),
         vec![i.fixture["audience"].as_str().unwrap().to_owned()],
         i.discovery_url.clone(),
-        min_refresh,
+        refresh,
     )
     .await
     .unwrap()
@@ -139,11 +146,86 @@ async fn a_rotated_key_is_fetched_when_a_token_names_it() {
     let rotated = i.fixture["rotated_token"].as_str().unwrap();
     assert!(k.verify(rotated, NOW).await.is_err(), "not published yet");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 2, "looked again once");
-    i.rotated.store(true, Ordering::SeqCst);
+    i.serve(i.fixture["rotated_jwks"].clone());
     assert_eq!(k.verify(rotated, NOW).await.unwrap().as_str(), "user-3");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 3);
     // Known keys need no fetch.
     let old = i.fixture["valid_id_token"].as_str().unwrap();
     assert_eq!(k.verify(old, NOW).await.unwrap().as_str(), "user-1");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn keys_the_service_cannot_use_do_not_spoil_the_set() {
+    let i = issuer().await;
+    let mut set = i.fixture["jwks"].clone();
+    let mut no_kid = set["keys"][0].clone();
+    no_kid.as_object_mut().unwrap().remove("kid");
+    set["keys"].as_array_mut().unwrap().extend([
+        serde_json::json!({"kty": "EC", "kid": "ec-1", "crv": "P-256",
+                           "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+                           "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}),
+        serde_json::json!({"kty": "OKP", "kid": "ed-1", "crv": "Ed25519",
+                           "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}),
+        no_kid,
+    ]);
+    i.serve(set);
+    let k = keys(&i, Duration::from_secs(3600)).await;
+    let token = i.fixture["valid_id_token"].as_str().unwrap();
+    assert_eq!(k.verify(token, NOW).await.unwrap().as_str(), "user-1");
+}
+
+#[tokio::test]
+async fn an_old_set_is_fetched_again_and_a_withdrawn_key_stops_working() {
+    let i = issuer().await;
+    let max_age = Duration::from_millis(300);
+    let k = keys_refreshed(
+        &i,
+        Refresh {
+            min_interval: Duration::ZERO,
+            max_age,
+        },
+    )
+    .await;
+    let old = i.fixture["valid_id_token"].as_str().unwrap();
+    assert_eq!(k.verify(old, NOW).await.unwrap().as_str(), "user-1");
+    assert_eq!(i.key_fetches.load(Ordering::SeqCst), 1, "fresh: no fetch");
+
+    // The issuer withdraws the key: accepted until the kept set is old, then refused.
+    let mut withdrawn = i.fixture["rotated_jwks"].clone();
+    withdrawn["keys"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|key| key["kid"] != "test-key-1");
+    i.serve(withdrawn);
+    assert!(k.verify(old, NOW).await.is_ok(), "the kept set is fresh");
+    tokio::time::sleep(max_age + Duration::from_millis(50)).await;
+    assert!(k.verify(old, NOW).await.is_err(), "withdrawn");
+    assert_eq!(
+        i.key_fetches.load(Ordering::SeqCst),
+        2,
+        "fetched once, for its age"
+    );
+    let rotated = i.fixture["rotated_token"].as_str().unwrap();
+    assert_eq!(k.verify(rotated, NOW).await.unwrap().as_str(), "user-3");
+}
+
+#[tokio::test]
+async fn a_failed_refresh_keeps_the_keys() {
+    let i = issuer().await;
+    let max_age = Duration::from_millis(200);
+    let k = keys_refreshed(
+        &i,
+        Refresh {
+            min_interval: Duration::ZERO,
+            max_age,
+        },
+    )
+    .await;
+    // The issuer now serves a document with no usable key.
+    i.serve(serde_json::json!({"keys": [{"kty": "EC", "kid": "ec-1"}]}));
+    tokio::time::sleep(max_age + Duration::from_millis(50)).await;
+    let old = i.fixture["valid_id_token"].as_str().unwrap();
+    assert_eq!(k.verify(old, NOW).await.unwrap().as_str(), "user-1");
+    assert_eq!(i.key_fetches.load(Ordering::SeqCst), 2, "it did look");
 }

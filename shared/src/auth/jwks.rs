@@ -3,9 +3,16 @@
 //! WebSocket APIs have no JWT authorizer.
 //!
 //! The keys come from the `jwks_uri` of the issuer's discovery document
-//! (`{issuer}/.well-known/openid-configuration`), fetched at init and kept. A token signed with a
-//! key id the set does not have makes the set be fetched again (the issuer rotated its keys), at
-//! most once a minute, so a flood of bad tokens cannot turn into a flood of fetches.
+//! (`{issuer}/.well-known/openid-configuration`), fetched at init and kept. They are fetched
+//! again (`Refresh`):
+//! - when a token names a key id the set does not have (the issuer rotated its keys), at most
+//!   once a minute, so a flood of bad tokens cannot turn into a flood of fetches;
+//! - when the kept set is older than 15 minutes, before the next token is verified, so a key the
+//!   issuer withdrew stops being accepted. A failed fetch keeps the current keys.
+//!
+//! Keys this service cannot use (EC, OKP, encryption keys, keys without `kid`, malformed RSA
+//! keys) are skipped one by one: issuers publish such keys next to their RS256 ones, and one of
+//! them must not make every token fail.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -19,36 +26,76 @@ use super::jwt::{unauthorized, user_from_claims, verified_claims};
 use crate::domain::UserId;
 use crate::error::ChatError;
 
-/// The least time between two fetches of the key set.
-pub const REFRESH_AT_MOST_EVERY: Duration = Duration::from_secs(60);
+/// When the key set is fetched again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refresh {
+    /// The least time between two fetches, whatever the reason.
+    pub min_interval: Duration,
+    /// A set older than this is fetched again on its next use.
+    pub max_age: Duration,
+}
+
+impl Refresh {
+    /// Whether to fetch the set now, `since_fetch` after the last fetch began (None: never
+    /// fetched), for a token whose key id the set has (`kid_known`) or not.
+    pub fn due(&self, since_fetch: Option<Duration>, kid_known: bool) -> bool {
+        match since_fetch {
+            None => true,
+            Some(age) if age < self.min_interval => false,
+            Some(age) => !kid_known || age >= self.max_age,
+        }
+    }
+}
+
+/// Deployed: an unknown key id fetches at most once a minute; keys are at most 15 minutes old
+/// (plus one fetch) when a token is checked against them.
+pub const REFRESH: Refresh = Refresh {
+    min_interval: Duration::from_secs(60),
+    max_age: Duration::from_secs(15 * 60),
+};
 
 #[derive(Debug, Deserialize)]
 struct Discovery {
     jwks_uri: String,
 }
 
-#[derive(Debug, Deserialize)]
-struct Jwk {
-    kid: String,
-    kty: String,
-    n: String,
-    e: String,
-}
-
+/// A JWKS document; its keys are read one by one (`usable_key`).
 #[derive(Debug, Deserialize)]
 struct JwkSet {
-    keys: Vec<Jwk>,
+    keys: Vec<serde_json::Value>,
 }
 
-/// The RSA keys of a JWKS document, by key id.
+/// An RS256 signing key of a JWKS entry, with its key id; None for anything else.
+fn usable_key(jwk: &serde_json::Value) -> Option<(String, DecodingKey)> {
+    let field = |name: &str| jwk.get(name).and_then(serde_json::Value::as_str);
+    let allowed = |name: &str, wanted: &str| jwk.get(name).is_none() || field(name) == Some(wanted);
+    if field("kty") != Some("RSA") || !allowed("use", "sig") || !allowed("alg", "RS256") {
+        return None;
+    }
+    let kid = field("kid").filter(|k| !k.is_empty())?;
+    let key = DecodingKey::from_rsa_components(field("n")?, field("e")?).ok()?;
+    Some((kid.to_owned(), key))
+}
+
+/// The RS256 keys of a JWKS document, by key id. Keys it cannot use are skipped; a document
+/// that is not a key set, or holds no usable key, is an error (the kept keys stay).
 fn parse_keys(jwks: &[u8]) -> Result<HashMap<String, DecodingKey>, String> {
     let set: JwkSet = serde_json::from_slice(jwks).map_err(|e| format!("bad JWKS: {e}"))?;
-    Ok(set
-        .keys
-        .into_iter()
-        .filter(|k| k.kty == "RSA")
-        .filter_map(|k| Some((k.kid, DecodingKey::from_rsa_components(&k.n, &k.e).ok()?)))
-        .collect())
+    let keys: HashMap<String, DecodingKey> = set.keys.iter().filter_map(usable_key).collect();
+    let skipped = set.keys.len() - keys.len();
+    if skipped > 0 {
+        tracing::debug!(
+            skipped,
+            kept = keys.len(),
+            "JWKS keys skipped (not RS256 signing keys with a kid)"
+        );
+    }
+    if keys.is_empty() {
+        return Err(format!(
+            "JWKS has no RS256 signing key with a kid ({skipped} skipped)"
+        ));
+    }
+    Ok(keys)
 }
 
 type HttpsClient = hyper_util::client::legacy::Client<
@@ -63,8 +110,12 @@ pub struct IssuerKeys {
     discovery_url: String,
     http: HttpsClient,
     keys: RwLock<HashMap<String, DecodingKey>>,
+    /// When the last fetch began (successful or not).
     last_fetch: RwLock<Option<Instant>>,
-    min_refresh: Duration,
+    /// One fetch at a time: concurrent tokens wait for it (unknown key id) or go on with the
+    /// kept keys (a scheduled refresh).
+    fetching: tokio::sync::Mutex<()>,
+    refresh: Refresh,
 }
 
 impl std::fmt::Debug for IssuerKeys {
@@ -81,16 +132,16 @@ impl IssuerKeys {
     pub async fn discover(issuer: &str, audiences: Vec<String>) -> Result<IssuerKeys, String> {
         let issuer = issuer.trim_end_matches('/');
         let discovery_url = format!("{issuer}/.well-known/openid-configuration");
-        Self::with_discovery_url(issuer, audiences, discovery_url, REFRESH_AT_MOST_EVERY).await
+        Self::with_discovery_url(issuer, audiences, discovery_url, REFRESH).await
     }
 
-    /// As `discover`, with the discovery document at `discovery_url` and the set fetched again at
-    /// most every `min_refresh` (tests serve an issuer locally).
+    /// As `discover`, with the discovery document at `discovery_url` and the set fetched again
+    /// as `refresh` says (tests serve an issuer locally).
     pub async fn with_discovery_url(
         issuer: &str,
         audiences: Vec<String>,
         discovery_url: String,
-        min_refresh: Duration,
+        refresh: Refresh,
     ) -> Result<IssuerKeys, String> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
@@ -106,7 +157,8 @@ impl IssuerKeys {
                 .build(https),
             keys: RwLock::new(HashMap::new()),
             last_fetch: RwLock::new(None),
-            min_refresh,
+            fetching: tokio::sync::Mutex::new(()),
+            refresh,
         };
         keys.fetch().await?;
         Ok(keys)
@@ -148,21 +200,28 @@ impl IssuerKeys {
         self.keys.read().expect("lock").get(kid).cloned()
     }
 
-    /// The key for `kid`, fetching the set again when it is unknown (at most once a minute).
+    fn refresh_due(&self, kid_known: bool) -> bool {
+        let since = self.last_fetch.read().expect("lock").map(|at| at.elapsed());
+        self.refresh.due(since, kid_known)
+    }
+
+    /// The key for `kid`, fetching the set first when `Refresh` says so. A fetch under way is
+    /// waited for by a token with an unknown key id (it may bring the key) and not by one whose
+    /// key is kept (the kept keys are still good).
     async fn key_for(&self, kid: &str) -> Option<DecodingKey> {
-        if let Some(k) = self.key(kid) {
-            return Some(k);
-        }
-        let recent = self
-            .last_fetch
-            .read()
-            .expect("lock")
-            .is_some_and(|at| at.elapsed() < self.min_refresh);
-        if recent {
-            return None;
-        }
-        if let Err(e) = self.fetch().await {
-            tracing::warn!(error = %e, "refreshing the issuer's keys failed");
+        let known = self.key(kid).is_some();
+        if self.refresh_due(known) {
+            let guard = if known {
+                self.fetching.try_lock().ok()
+            } else {
+                Some(self.fetching.lock().await)
+            };
+            // Due still: nobody fetched while this request waited.
+            if guard.is_some() && self.refresh_due(self.key(kid).is_some()) {
+                if let Err(e) = self.fetch().await {
+                    tracing::warn!(error = %e, "refreshing the issuer's keys failed; the kept keys stay");
+                }
+            }
         }
         self.key(kid)
     }
@@ -200,20 +259,88 @@ impl IssuerKeys {
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_rsa_keys_with_valid_components_are_kept() {
+    fn fixture_set() -> serde_json::Value {
         let f: serde_json::Value =
             serde_json::from_str(include_str!("../../../tests/fixtures/rs256-issuer.json"))
                 .unwrap();
-        let mut set = f["rotated_jwks"].clone();
-        set["keys"]
-            .as_array_mut()
-            .unwrap()
-            .push(serde_json::json!({"kty": "EC", "kid": "ec", "n": "", "e": ""}));
-        let keys = parse_keys(set.to_string().as_bytes()).unwrap();
-        let mut kids: Vec<&String> = keys.keys().collect();
+        f["rotated_jwks"].clone()
+    }
+
+    fn kids(keys: &HashMap<String, DecodingKey>) -> Vec<&str> {
+        let mut kids: Vec<&str> = keys.keys().map(String::as_str).collect();
         kids.sort();
-        assert_eq!(kids, ["rotated-key", "test-key-1"]);
+        kids
+    }
+
+    #[test]
+    fn keys_it_cannot_use_are_skipped_one_by_one() {
+        use serde_json::{json, Value};
+        let mut set = fixture_set();
+        let rsa = set["keys"][0].clone();
+        // The RSA key with some fields set (`Value::Null`: removed).
+        let variant = |fields: &[(&str, Value)]| {
+            let mut k = rsa.clone();
+            let map = k.as_object_mut().unwrap();
+            for (name, value) in fields {
+                match value {
+                    Value::Null => map.remove(*name),
+                    v => map.insert((*name).to_owned(), v.clone()),
+                };
+            }
+            k
+        };
+        set["keys"].as_array_mut().unwrap().extend([
+            json!({"kty": "EC", "kid": "ec", "crv": "P-256",
+                   "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+                   "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}),
+            json!({"kty": "OKP", "kid": "ed", "crv": "Ed25519",
+                   "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}),
+            variant(&[("kid", Value::Null)]),
+            variant(&[("kid", json!(""))]),
+            variant(&[("kid", json!(7))]),
+            variant(&[("kid", json!("enc")), ("use", json!("enc"))]),
+            variant(&[("kid", json!("oaep")), ("alg", json!("RSA-OAEP"))]),
+            variant(&[("kid", json!("no-n")), ("n", Value::Null)]),
+            json!("not a key"),
+        ]);
+        let keys = parse_keys(set.to_string().as_bytes()).unwrap();
+        assert_eq!(kids(&keys), ["rotated-key", "test-key-1"]);
+        // A key without `use` and `alg` is taken as a signing key.
+        let bare = variant(&[("use", Value::Null), ("alg", Value::Null)]);
+        let doc = json!({"keys": [bare]}).to_string();
+        assert_eq!(kids(&parse_keys(doc.as_bytes()).unwrap()), ["rotated-key"]);
+    }
+
+    #[test]
+    fn a_document_without_usable_keys_is_an_error() {
         assert!(parse_keys(b"not json").is_err());
+        assert!(parse_keys(br#"{"nokeys": []}"#).is_err());
+        assert!(parse_keys(br#"{"keys": []}"#).is_err());
+        assert!(parse_keys(br#"{"keys": [{"kty": "EC", "kid": "ec"}]}"#).is_err());
+    }
+
+    #[test]
+    fn refresh_is_scheduled_and_rate_limited() {
+        let r = Refresh {
+            min_interval: Duration::from_secs(60),
+            max_age: Duration::from_secs(900),
+        };
+        let secs = |s| Some(Duration::from_secs(s));
+        assert!(r.due(None, true), "never fetched");
+        // An unknown key id: at most once per minimum interval.
+        assert!(!r.due(secs(59), false));
+        assert!(r.due(secs(60), false));
+        // A known key id: only once the set is old.
+        assert!(!r.due(secs(60), true));
+        assert!(!r.due(secs(899), true));
+        assert!(r.due(secs(900), true));
+        // The minimum interval bounds the scheduled refresh too.
+        let eager = Refresh {
+            min_interval: Duration::from_secs(60),
+            max_age: Duration::ZERO,
+        };
+        assert!(!eager.due(secs(10), true));
+        assert_eq!(REFRESH.min_interval, Duration::from_secs(60));
+        assert!(REFRESH.max_age > REFRESH.min_interval);
     }
 }

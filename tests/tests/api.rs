@@ -4,6 +4,8 @@
 mod auth;
 #[path = "api/conversations.rs"]
 mod conversations;
+#[path = "api/identities.rs"]
+mod identities;
 #[path = "api/inbox.rs"]
 mod inbox;
 #[path = "api/messages.rs"]

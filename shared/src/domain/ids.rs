@@ -7,7 +7,9 @@ use std::fmt;
 
 pub const MAX_USER_ID_CHARS: usize = 128;
 
-/// A user id: 1–128 characters of `A-Za-z0-9._:@-`.
+/// A user id: 1–128 characters of `A-Za-z0-9._:@-|` (`|` because Auth0-style issuers write
+/// `auth0|…`, `google-oauth2|…`). No key or id is built by joining user ids with a separator
+/// (`hex_digest` length-prefixes its parts), so `|` cannot make two keys collide.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct UserId(String);
@@ -17,7 +19,7 @@ impl UserId {
         let ok = !s.is_empty()
             && s.len() <= MAX_USER_ID_CHARS
             && s.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-')
+                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-' | b'|')
             });
         ok.then(|| UserId(s.to_owned()))
     }
@@ -124,6 +126,15 @@ mod tests {
         assert!(UserId::parse("a/b").is_none());
         assert!(UserId::parse("é").is_none());
         assert!(UserId::parse("a%40b").is_none());
+        // Auth0-style subjects.
+        assert!(UserId::parse("auth0|5f7c8ec7c33c6c004bbafe82").is_some());
+        assert!(UserId::parse("google-oauth2|123").is_some());
+        assert!(UserId::parse("|").is_some());
+        assert!(UserId::parse(&format!("auth0|{}", "a".repeat(122))).is_some());
+        assert!(UserId::parse(&format!("auth0|{}", "a".repeat(123))).is_none());
+        for bad in ["a\\b", "a,b", "a#b", "a/b|c", "a\tb", "a\u{7f}"] {
+            assert!(UserId::parse(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -140,6 +151,15 @@ mod tests {
         assert_ne!(
             ConversationId::direct(&u("ab"), &u("c")),
             ConversationId::direct(&u("a"), &u("bc"))
+        );
+        // Nor with `|` in ids: ("a|b", "c") is not ("a", "b|c").
+        assert_ne!(
+            ConversationId::direct(&u("a|b"), &u("c")),
+            ConversationId::direct(&u("a"), &u("b|c"))
+        );
+        assert_eq!(
+            ConversationId::direct(&u("auth0|1"), &u("google-oauth2|2")),
+            ConversationId::direct(&u("google-oauth2|2"), &u("auth0|1"))
         );
         let d = ConversationId::direct(&u("a"), &u("b"));
         assert_eq!(ConversationId::parse(d.as_str()), Some(d));

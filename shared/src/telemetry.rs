@@ -1,14 +1,21 @@
-//! What operators see (README "Deploy", "Operating it"): logs through the Lambda runtime's own subscriber (so
-//! `AWS_LAMBDA_LOG_FORMAT=JSON` and `AWS_LAMBDA_LOG_LEVEL` work), one line per REST request, and
+//! What operators see (README "Deploy", "Operating it"): logs as the Lambda runtime's default
+//! subscriber writes them (so `AWS_LAMBDA_LOG_FORMAT=JSON` and `AWS_LAMBDA_LOG_LEVEL` work), but
+//! never a raw event or SDK payload even at TRACE (`payload_free`), one line per REST request, and
 //! metrics in CloudWatch's embedded metric format (EMF): JSON lines on stdout that CloudWatch
 //! turns into metrics, with no API call and no extra latency.
 
 use std::cell::Cell;
+use std::str::FromStr;
 use std::sync::OnceLock;
 
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
+use lambda_http::tracing::subscriber::filter::{filter_fn, EnvFilter, LevelFilter};
+use lambda_http::tracing::subscriber::fmt;
+use lambda_http::tracing::subscriber::layer::SubscriberExt;
+use lambda_http::tracing::subscriber::util::SubscriberInitExt;
+use tracing::Level;
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "Chat";
@@ -23,13 +30,67 @@ pub fn init(metrics: bool, function: Option<String>) {
 }
 
 /// As `init`, with logs written to `writer` (tests read them back).
+///
+/// The subscriber is the Lambda runtime's default one (`AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`,
+/// else INFO; `RUST_LOG`'s directives; JSON lines with `AWS_LAMBDA_LOG_FORMAT=JSON`), plus
+/// [`payload_free`].
 pub fn init_with_writer<W>(metrics: bool, function: Option<String>, writer: W)
 where
-    W: for<'w> lambda_http::tracing::subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+    W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
     static LOGS: std::sync::Once = std::sync::Once::new();
-    LOGS.call_once(|| lambda_http::tracing::init_default_subscriber_with_writer(writer));
+    LOGS.call_once(|| {
+        let level = std::env::var("AWS_LAMBDA_LOG_LEVEL")
+            .or_else(|_| std::env::var("RUST_LOG"))
+            .ok();
+        let directives = std::env::var("RUST_LOG").ok();
+        let json =
+            std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+        let logs = fmt()
+            .with_target(false)
+            .without_time()
+            .with_env_filter(log_filter(level.as_deref(), directives.as_deref()))
+            .with_writer(writer);
+        let no_payloads = filter_fn(|m| payload_free(m.target(), *m.level()));
+        let installed = if json {
+            logs.json().finish().with(no_payloads).try_init()
+        } else {
+            logs.finish().with(no_payloads).try_init()
+        };
+        if let Err(e) = installed {
+            eprintln!("logging not set up: {e}");
+        }
+    });
     let _ = METRICS.set(metrics.then(|| function.unwrap_or_else(|| "local".into())));
+}
+
+/// `level` (default INFO) for everything, refined by `directives` (the `RUST_LOG` syntax): the
+/// Lambda runtime's default filter.
+pub fn log_filter(level: Option<&str>, directives: Option<&str>) -> EnvFilter {
+    let level = level
+        .and_then(|l| LevelFilter::from_str(l).ok())
+        .unwrap_or(LevelFilter::INFO);
+    EnvFilter::builder()
+        .with_default_directive(level.into())
+        .parse_lossy(directives.unwrap_or_default())
+}
+
+/// Crates whose TRACE lines are raw payloads: the Lambda runtime logs every event it receives
+/// ("raw JSON event received from Lambda": the `Authorization` header of REST requests, the
+/// `?token=` of `$connect`, message bodies), the AWS SDK every request and response (items with
+/// message bodies).
+pub const NO_TRACE_FROM: [&str; 2] = ["lambda_runtime", "aws_smithy_runtime"];
+
+/// Whether a line of `target` at `level` may be logged: everything but [`NO_TRACE_FROM`]'s TRACE
+/// lines, whatever `LogLevel` or `RUST_LOG` say (TRACE is for our own code's detail, never for
+/// credentials or content).
+pub fn payload_free(target: &str, level: Level) -> bool {
+    let payload_crate = NO_TRACE_FROM.iter().any(|c| {
+        target
+            .strip_prefix(c)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+    });
+    !(payload_crate && level == Level::TRACE)
 }
 
 /// One metric data point (`unit`: `Count`, `Milliseconds`, …), if metrics are on.
@@ -105,5 +166,86 @@ mod tests {
         assert_eq!((out, calls), (7, 2));
         // Outside a request nothing is counted, nothing fails.
         assert!(CALLS.try_with(Cell::get).is_err());
+    }
+
+    /// Log output kept in memory.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What the filters let through of the runtime's raw-event line, the SDK's request dump, and
+    /// our own trace and their debug lines, at `level` with `RUST_LOG` = `directives`.
+    fn logged(level: &str, directives: Option<&str>) -> String {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = fmt()
+            .with_env_filter(log_filter(Some(level), directives))
+            .with_writer(move || writer.clone())
+            .finish()
+            .with(filter_fn(|m| payload_free(m.target(), *m.level())));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::trace!(
+                target: "lambda_runtime::layers::api_response",
+                body = "Bearer secret-token",
+                "raw JSON event received from Lambda"
+            );
+            tracing::trace!(
+                target: "aws_smithy_runtime::client::orchestrator",
+                request = "secret body",
+                "transmitting request"
+            );
+            tracing::trace!(target: "chat_shared::store", "our own trace");
+            tracing::debug!(target: "lambda_runtime::runtime", "their debug");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    #[test]
+    fn trace_never_logs_raw_events_or_sdk_payloads() {
+        for (level, directives) in [
+            ("TRACE", None),
+            // Asked for by name.
+            (
+                "trace",
+                Some("trace,lambda_runtime=trace,aws_smithy_runtime::client=trace"),
+            ),
+        ] {
+            let text = logged(level, directives);
+            assert!(!text.contains("secret"), "{level} {directives:?}: {text}");
+            assert!(text.contains("our own trace"), "{text}");
+            assert!(text.contains("their debug"), "{text}");
+        }
+        let info = logged("INFO", None);
+        assert!(!info.contains("our own trace") && !info.contains("their debug"));
+    }
+
+    #[test]
+    fn only_the_payload_crates_trace_lines_are_dropped() {
+        assert!(!payload_free("lambda_runtime", Level::TRACE));
+        assert!(!payload_free(
+            "lambda_runtime::layers::api_response",
+            Level::TRACE
+        ));
+        assert!(!payload_free(
+            "aws_smithy_runtime::client::orchestrator",
+            Level::TRACE
+        ));
+        assert!(payload_free(
+            "lambda_runtime::layers::api_response",
+            Level::DEBUG
+        ));
+        assert!(payload_free("lambda_runtime_api_client", Level::TRACE));
+        assert!(payload_free("aws_smithy_runtime_api::client", Level::TRACE));
+        assert!(payload_free("chat_shared::store", Level::TRACE));
     }
 }

@@ -9,9 +9,10 @@ use crate::domain::{ConversationId, UserId};
 use crate::error::ChatError;
 
 impl ChatStore {
-    /// `history`. DynamoDB: 2 calls run concurrently: a BatchGetItem of the
-    /// conversation (for `lastSeq`) and the caller's member item, and the Query of the page (more
-    /// pages only when the page's messages pass 1 MB).
+    /// `history`. DynamoDB: a BatchGetItem of the conversation (for `lastSeq`) and the caller's
+    /// member item, then the Query of the page (more pages only when the page's messages pass
+    /// 1 MB). One after the other: a caller that is not a member makes nothing read but those
+    /// two small items (run at once, a non-member could have 100 messages read per request).
     pub async fn history(
         &self,
         caller: &UserId,
@@ -19,9 +20,7 @@ impl ChatStore {
         q: HistoryQuery,
     ) -> Result<HistoryPage, ChatError> {
         let wanted = vec![keys::conversation_key(id), keys::member_key(id, caller)];
-        let (found, page) =
-            futures::join!(self.batch_get(wanted, true), self.query_messages(id, q));
-        let found = found?;
+        let found = self.batch_get(wanted, true).await?;
         let conversation: Option<ConversationItem> = found
             .iter()
             .find(|i| get_s(i, keys::SK) == Some(keys::CONVERSATION_SK))
@@ -34,9 +33,9 @@ impl ChatStore {
         let (Some(conversation), true) = (conversation, is_member) else {
             return Err(ChatError::NotFound);
         };
-        let (mut messages, has_more) = page?;
-        // The two reads run concurrently: a message committed between them can be in the page but
-        // not yet in the conversation item's lastSeq. Report the larger.
+        let (mut messages, has_more) = self.query_messages(id, q).await?;
+        // A message committed between the two reads is in the page but not in the lastSeq read
+        // before it. Report the larger.
         let last_seq = conversation
             .last_seq
             .max(messages.iter().map(|m| m.seq).max().unwrap_or(0));

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use super::attrs::{get_n, get_s, n, s};
 use super::{keys, sdk_error, ChatStore};
 use crate::domain::model::{MemberReadState, ReadResult, ReadStates};
-use crate::domain::read_state::effective_watermark;
+use crate::domain::read_state::{effective_watermark, shown_watermark};
 use crate::domain::{ConversationId, UserId};
 use crate::error::ChatError;
 
@@ -89,21 +89,23 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
-    /// `readStates`: every member's watermark. DynamoDB: 1 Query.
+    /// `readStates`: every member's watermark, never above the `lastSeq` shown with it
+    /// (`shown_watermark`: the Query is no snapshot). DynamoDB: 1 Query.
     pub async fn read_states(
         &self,
         caller: &UserId,
         id: &ConversationId,
     ) -> Result<ReadStates, ChatError> {
         let (conversation, members) = self.load_for_member(caller, id).await?;
+        let last_seq = conversation.last_seq;
         Ok(ReadStates {
             conversation_id: conversation.conversation_id,
-            last_seq: conversation.last_seq,
+            last_seq,
             members: members
                 .into_iter()
                 .map(|m| MemberReadState {
                     user_id: m.member_id,
-                    last_read_seq: m.last_read_seq,
+                    last_read_seq: shown_watermark(m.last_read_seq, last_seq),
                 })
                 .collect(),
         })

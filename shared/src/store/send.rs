@@ -136,7 +136,12 @@ struct Send<'a> {
 enum Alone {
     Done(Message, bool),
     /// Another send took the seq (or holds the conversation item): combine, from this head.
-    Lost(Head),
+    /// `member`: the transaction's member condition held (its cancellation said so), so the
+    /// caller needs no membership check before it queues.
+    Lost {
+        head: Head,
+        member: bool,
+    },
 }
 
 /// How a group commit attempt ended.
@@ -156,7 +161,12 @@ enum Batch {
 impl ChatStore {
     /// `sendMessage`. Returns `(message, created)`.
     ///
-    /// DynamoDB, alone: 1 GetItem + 1 TransactWriteItems (a replay too). Combined: (+ 1 UpdateItem
+    /// Membership comes first: a caller that is not a member gets `NotFound` before anything is
+    /// written, and before anything about the conversation's sends (a `409` for a `clientMsgId`
+    /// in use, a replay's `200`) can answer it.
+    ///
+    /// DynamoDB, alone: 1 GetItem + 1 TransactWriteItems (a replay too). Combined: (+ 1 GetItem of
+    /// the caller's member item, unless its send alone has just shown it a member) (+ 1 UpdateItem
     /// for the first send to lose the race) + 1 PutItem, then per look 1 Query of the queue until
     /// its message is committed, by another (the Query shows the commit's record) or by this
     /// request (+ 1 TransactWriteItems, and a GetItem of the conversation when no recent commit
@@ -179,21 +189,47 @@ impl ChatStore {
             .seen
             .busy(id, crate::time::unix_millis(crate::time::now()))
         {
+            self.require_member(&send).await?;
             return self.send_combined(&send, None).await;
         }
         let head = self.head(id).await?.ok_or(ChatError::NotFound)?;
         if head.busy() {
+            self.require_member(&send).await?;
             return self.send_combined(&send, Some(head)).await;
         }
         match self.send_alone(&send, &head).await? {
             Alone::Done(message, created) => Ok((message, created)),
-            Alone::Lost(head) => {
+            Alone::Lost { head, member } => {
+                if !member {
+                    self.require_member(&send).await?;
+                }
                 if !head.busy() {
                     self.mark_busy(id).await;
                 }
                 self.send_combined(&send, Some(head)).await
             }
         }
+    }
+
+    /// Only a member may mark a conversation busy or join its queue: a non-member's pending
+    /// send (up to 16 KiB) would wait there until a commit took it, and that commit would be
+    /// cancelled for it. Checked before, not in the enqueue's transaction: a ConditionCheck on
+    /// the member item would double the enqueue's write units and conflict with the commits that
+    /// move that member's watermark. A member removed between this check and its enqueue is
+    /// still dropped at commit (its watermark's condition). DynamoDB: 1 strongly consistent
+    /// GetItem.
+    async fn require_member(&self, send: &Send<'_>) -> Result<(), ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::member_key(send.id, send.caller)))
+            .consistent_read(true)
+            .projection_expression("pk")
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        out.item.map(|_| ()).ok_or(ChatError::NotFound)
     }
 
     /// The first send to lose the race for a conversation says it is busy, so that new sends
@@ -276,9 +312,21 @@ impl ChatStore {
                 committed_metrics(1);
                 return Ok(Alone::Done(message, true));
             }
-            TxOutcome::Conflict => return Ok(Alone::Lost(head.clone())),
+            // Lost to another transaction: no condition was evaluated.
+            TxOutcome::Conflict => {
+                return Ok(Alone::Lost {
+                    head: head.clone(),
+                    member: false,
+                })
+            }
             TxOutcome::Cancelled(reasons) => reasons,
         };
+        // A cancellation reports every failed condition. Not a member (any more): nothing else
+        // is answered, not even that this clientMsgId was sent (a removed member's replay) or is
+        // someone else's (409).
+        if reason_failed(&reasons, ALONE_MEMBER).is_some() {
+            return Err(ChatError::NotFound);
+        }
         if let Some(r) = reason_failed(&reasons, ALONE_KEY) {
             let original = r
                 .item
@@ -287,17 +335,20 @@ impl ChatStore {
             let (message, created) = answer(from_item(original)?, send)?;
             return Ok(Alone::Done(message, created));
         }
-        if reason_failed(&reasons, ALONE_MEMBER).is_some() {
-            return Err(ChatError::NotFound);
-        }
         match reason_failed(&reasons, ALONE_CONVERSATION) {
             Some(r) => match r.item.as_ref().and_then(Head::of) {
-                Some(newer) => Ok(Alone::Lost(newer)),
+                Some(newer) => Ok(Alone::Lost {
+                    head: newer,
+                    member: true,
+                }),
                 None => Err(ChatError::NotFound),
             },
             // Only the message item's condition failed: a seq taken without moving lastSeq
             // cannot happen; treat it as a lost race and let the combined path read again.
-            None => Ok(Alone::Lost(head.clone())),
+            None => Ok(Alone::Lost {
+                head: head.clone(),
+                member: true,
+            }),
         }
     }
 

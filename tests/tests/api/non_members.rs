@@ -1,5 +1,19 @@
 //! A user who is not a member gets 404 for everything about a conversation and sees nothing of it.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
+use chat_shared::config::Timeouts;
 use chat_tests::{new_uuid, unique, TestApp};
 use serde_json::json;
 
@@ -63,4 +77,218 @@ async fn non_member_gets_not_found_everywhere() {
     );
     let reads = t.get(&format!("/conversations/{g}/reads"), &a).await;
     assert_eq!(reads.body["members"].as_array().unwrap().len(), 2);
+}
+
+/// Calls that write.
+fn writes(calls: &[String]) -> Vec<&String> {
+    const WRITES: [&str; 5] = [
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "TransactWriteItems",
+        "BatchWriteItem",
+    ];
+    calls
+        .iter()
+        .filter(|c| WRITES.contains(&c.as_str()))
+        .collect()
+}
+
+/// Marks a conversation busy as a group commit does: new sends queue instead of trying alone.
+async fn mark_busy(t: &TestApp, conversation: &str) {
+    let until = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
+    let id = chat_shared::ConversationId::parse(conversation).unwrap();
+    t.db.update_item()
+        .table_name(&t.table)
+        .set_key(Some(chat_shared::store::keys::conversation_key(&id)))
+        .update_expression("SET busyUntil = :u")
+        .expression_attribute_values(":u", AttributeValue::N(until.to_string()))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn stored(
+    t: &TestApp,
+    conversation: &str,
+    sk: &str,
+) -> Option<HashMap<String, AttributeValue>> {
+    t.db.get_item()
+        .table_name(&t.table)
+        .key("pk", AttributeValue::S(format!("C#{conversation}")))
+        .key("sk", AttributeValue::S(sk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+}
+
+#[tokio::test]
+async fn a_non_member_cannot_join_a_busy_conversations_queue() {
+    let t = TestApp::new().await;
+    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
+    let g = t.group(&a, &[&b]).await;
+    assert_eq!(t.send(&g, &a, "secret").await.status, 201);
+    mark_busy(&t, &g).await;
+    t.calls.take();
+    // The first send reads the conversation (busy: queue up); the next one knows it is busy
+    // and queues at once. Neither gets further than the membership check.
+    for expected in [vec!["GetItem", "GetItem"], vec!["GetItem"]] {
+        let body = json!({"clientMsgId": new_uuid(), "body": "😀".repeat(4_000)});
+        let r = t
+            .post(&format!("/conversations/{g}/messages"), &stranger, body)
+            .await;
+        assert_eq!((r.status, r.code()), (404, "not_found"));
+        let calls = t.calls.take();
+        assert!(writes(&calls).is_empty(), "nothing written: {calls:?}");
+        assert_eq!(calls, expected);
+    }
+    // Members still queue and commit.
+    let r = t.send(&g, &b, "queued").await;
+    assert_eq!((r.status, &r.body["seq"]), (201, &json!(2)), "{r:?}");
+}
+
+/// Answers the first TransactWriteItems it sees with a `TransactionConflict` cancellation, as
+/// DynamoDB does while another transaction holds one of its items.
+#[derive(Debug)]
+struct FirstTransactionConflicts(AtomicBool);
+
+/// Marks an attempt as a TransactWriteItems (in its config bag).
+#[derive(Debug, Clone)]
+struct Transaction;
+
+impl Storable for Transaction {
+    type Storer = StoreReplace<Self>;
+}
+
+impl Intercept for FirstTransactionConflicts {
+    fn name(&self) -> &'static str {
+        "FirstTransactionConflicts"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let target = ctx.request().headers().get("x-amz-target");
+        if target.is_some_and(|t| t.ends_with(".TransactWriteItems")) {
+            cfg.interceptor_state().store_put(Transaction);
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg.load::<Transaction>().is_none() || self.0.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let body = json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+            "message": "Transaction cancelled, please refer cancellation reasons for specific \
+                        reasons [TransactionConflict, None, None, None]",
+            "CancellationReasons": [
+                {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"},
+                {"Code": "None"}, {"Code": "None"}, {"Code": "None"}
+            ]
+        });
+        *ctx.response_mut() = HttpResponse::new(
+            StatusCode::try_from(400).unwrap(),
+            SdkBody::from(body.to_string()),
+        );
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_non_member_losing_a_race_marks_nothing_busy() {
+    let setup = TestApp::new().await;
+    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
+    let g = setup.group(&a, &[&b]).await;
+    assert_eq!(setup.send(&g, &a, "first").await.status, 201);
+    let conflict = SharedInterceptor::new(FirstTransactionConflicts(AtomicBool::new(false)));
+    let t = TestApp::custom(Timeouts::LOCAL.request_budget, Some(conflict)).await;
+    let body = json!({"clientMsgId": new_uuid(), "body": "x"});
+    let r = t
+        .post(&format!("/conversations/{g}/messages"), &stranger, body)
+        .await;
+    assert_eq!((r.status, r.code()), (404, "not_found"));
+    let calls = t.calls.take();
+    assert_eq!(
+        calls,
+        ["GetItem", "TransactWriteItems", "GetItem"],
+        "the send alone lost a race, so membership is read before anything else"
+    );
+    let c = stored(&setup, &g, "C").await.unwrap();
+    assert!(!c.contains_key("busyUntil"), "not marked busy: {c:?}");
+}
+
+#[tokio::test]
+async fn a_non_members_history_reads_no_message() {
+    let t = TestApp::new().await;
+    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
+    let g = t.group(&a, &[&b]).await;
+    t.send(&g, &a, "secret").await;
+    t.calls.take();
+    let r = t
+        .get(&format!("/conversations/{g}/messages?limit=100"), &stranger)
+        .await;
+    assert_eq!((r.status, r.code()), (404, "not_found"));
+    assert_eq!(t.calls.take(), ["BatchGetItem"], "no Query of messages");
+    let r = t.get(&format!("/conversations/{g}/messages"), &b).await;
+    assert_eq!(r.body["messages"][0]["body"], "secret");
+}
+
+#[tokio::test]
+async fn a_removed_members_replay_is_not_found() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let g = t.group(&a, &[&b]).await;
+    let sent = json!({"clientMsgId": new_uuid(), "body": "before leaving"});
+    let path = format!("/conversations/{g}/messages");
+    assert_eq!(t.post(&path, &b, sent.clone()).await.status, 201);
+    let removed = t
+        .call(
+            "DELETE",
+            &format!("/conversations/{g}/members/{b}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(removed.status, 204);
+    let r = t.post(&path, &b, sent.clone()).await;
+    assert_eq!((r.status, r.code()), (404, "not_found"), "alone: {r:?}");
+    mark_busy(&t, &g).await;
+    let r = t.post(&path, &b, sent).await;
+    assert_eq!((r.status, r.code()), (404, "not_found"), "queued: {r:?}");
+}
+
+#[tokio::test]
+async fn a_non_member_learns_nothing_from_a_used_client_msg_id() {
+    let t = TestApp::new().await;
+    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
+    let g = t.group(&a, &[&b]).await;
+    let id = new_uuid();
+    let path = format!("/conversations/{g}/messages");
+    let sent = t
+        .post(&path, &a, json!({"clientMsgId": id, "body": "mine"}))
+        .await;
+    assert_eq!(sent.status, 201);
+    for body in ["mine", "other"] {
+        let r = t
+            .post(&path, &stranger, json!({"clientMsgId": id, "body": body}))
+            .await;
+        assert_eq!((r.status, r.code()), (404, "not_found"), "{body}: {r:?}");
+    }
+    // A member reusing it is told (it may know the conversation).
+    let r = t
+        .post(&path, &b, json!({"clientMsgId": id, "body": "mine"}))
+        .await;
+    assert_eq!((r.status, r.code()), (409, "conflict"));
 }

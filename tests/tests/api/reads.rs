@@ -174,3 +174,33 @@ async fn contended_fallback_keeps_the_same_rules() {
         chat_shared::ChatError::NotFound
     );
 }
+
+#[tokio::test]
+async fn read_states_never_show_a_watermark_past_last_seq() {
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    t.send(&c, &a, "one").await;
+    // What one non-snapshot Query can see while a's second send commits: a's member item
+    // already at seq 2, the conversation item still at lastSeq 1.
+    let a_id = chat_shared::UserId::parse(&a).unwrap();
+    let c_id = chat_shared::ConversationId::parse(&c).unwrap();
+    let key = chat_shared::store::keys::member_key(&c_id, &a_id);
+    t.db.update_item()
+        .table_name(&t.table)
+        .set_key(Some(key))
+        .update_expression("SET lastReadSeq = :two")
+        .expression_attribute_values(
+            ":two",
+            aws_sdk_dynamodb::types::AttributeValue::N("2".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let r = t.get(&format!("/conversations/{c}/reads"), &b).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["lastSeq"], 1);
+    for m in r.body["members"].as_array().unwrap() {
+        assert!(m["lastReadSeq"].as_u64().unwrap() <= 1, "{r:?}");
+    }
+}

@@ -7,7 +7,7 @@
 //! page reads the next entries, then the conversations and the caller's memberships themselves,
 //! strongly consistently: the index only says where to look and in which order.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, TransactWriteItem, WriteRequest};
 use futures::future::try_join_all;
@@ -15,7 +15,9 @@ use futures::future::try_join_all;
 use super::attrs::{get_s, s};
 use super::items::{from_item, ConversationItem, InboxEntryItem, MemberItem};
 use super::{keys, sdk_error, tx, ChatStore};
-use crate::domain::inbox::{entry_verdict, newest_first, ConversationMove, InboxPosition, Verdict};
+use crate::domain::inbox::{
+    entry_verdict, newest_first, ConversationMove, InboxPosition, PageWalk, Verdict, WalkedEntry,
+};
 use crate::domain::model::{InboxEntry, InboxPage};
 use crate::domain::read_state::unread_count;
 use crate::domain::{ConversationId, ConversationType, UserId};
@@ -42,7 +44,10 @@ impl ChatStore {
     /// caller's member items, strongly consistent, in 1 BatchGetItem (2, concurrently, for more
     /// than 50 conversations). When one BatchGetItem did, entries found stale (the caller was
     /// removed, or left over from an earlier membership or a move) are deleted with 1
-    /// BatchWriteItem: at most 3 calls.
+    /// BatchWriteItem: at most 3 calls. Only when copies (a move between its put and its delete)
+    /// or entries that are not shown took places among those entries does the page read on (the
+    /// next entries, then their conversations) until it holds `limit` conversations or the index
+    /// ends (`PageWalk`, at most `PAGE_QUERIES` Queries and `PAGE_ROUNDS` rounds of reads).
     pub async fn inbox(
         &self,
         caller: &UserId,
@@ -50,16 +55,107 @@ impl ChatStore {
         cursor: Option<&str>,
     ) -> Result<InboxPage, ChatError> {
         let after = cursor.map(InboxPosition::decode).transpose()?;
-        let limit = limit as usize;
+        let mut walk = PageWalk::new(limit as usize, after);
+        let mut conversations: HashMap<ConversationId, ConversationItem> = HashMap::new();
+        let mut entries = Vec::new();
+        let mut stale: Vec<InboxPosition> = Vec::new();
+        // Some round read its conversations with more than one BatchGetItem.
+        let mut split = false;
+        while !walk.done() {
+            while let Some((n, below)) = walk.to_read() {
+                let (found, more) = self.inbox_entries(caller, n, below.as_ref()).await?;
+                walk.read(found, more);
+            }
+            let covered = walk.cover();
+            if covered.is_empty() {
+                break;
+            }
+            // Entries come newest first: a conversation's first one is its newest; a lower one is
+            // a copy a move has not deleted yet.
+            let (firsts, copies): (Vec<WalkedEntry>, Vec<WalkedEntry>) =
+                covered.into_iter().partition(|e| e.first);
+            let wanted: Vec<_> = firsts
+                .iter()
+                .flat_map(|e| {
+                    [
+                        keys::conversation_key(&e.position.conversation_id),
+                        keys::member_key(&e.position.conversation_id, caller),
+                    ]
+                })
+                .collect();
+            let calls = wanted.len().div_ceil(BATCH_GET_KEYS);
+            split |= calls > 1;
+            let reads = wanted
+                .chunks(BATCH_GET_KEYS)
+                .map(|chunk| self.batch_get(chunk.to_vec(), true));
+            let mut members: HashMap<ConversationId, MemberItem> = HashMap::new();
+            for item in try_join_all(reads).await?.into_iter().flatten() {
+                if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
+                    let c: ConversationItem = from_item(item)?;
+                    conversations.insert(c.conversation_id.clone(), c);
+                } else {
+                    let m: MemberItem = from_item(item)?;
+                    members.insert(m.conversation_id.clone(), m);
+                }
+            }
+
+            // A lower copy goes once its conversation exists (while a group is being created, a
+            // retried creation's entries can be the lower ones).
+            stale.extend(
+                copies
+                    .into_iter()
+                    .filter(|e| conversations.contains_key(&e.position.conversation_id))
+                    .map(|e| e.position),
+            );
+            let mut shown = 0;
+            for e in firsts {
+                let p = e.position;
+                let c = conversations.get(&p.conversation_id);
+                let m = members.get(&p.conversation_id);
+                let verdict = entry_verdict(
+                    &p.key,
+                    c.is_some(),
+                    m.map(|m| m.inbox_key.as_deref()),
+                    c.is_some_and(|c| c.removed_last(caller)),
+                );
+                match (verdict, c, m) {
+                    (Verdict::Show, Some(c), Some(m)) => {
+                        entries.push(entry(caller, c, m));
+                        shown += 1;
+                    }
+                    (Verdict::Stale, _, _) => stale.push(p),
+                    _ => {}
+                }
+            }
+            walk.shown(shown);
+        }
+        if !split && !stale.is_empty() {
+            self.delete_stale_entries(caller, &stale).await;
+        }
+        Ok(InboxPage {
+            conversations: newest_first(entries),
+            // The position in the walk of the index, whatever the page shows.
+            next_cursor: walk.cursor().map(InboxPosition::encode),
+        })
+    }
+
+    /// The caller's next `n` index entries, newest first, below `below` (or from the top); and
+    /// whether the index may hold more below them. DynamoDB: 1 strongly consistent Query.
+    async fn inbox_entries(
+        &self,
+        caller: &UserId,
+        n: usize,
+        below: Option<&InboxPosition>,
+    ) -> Result<(Vec<InboxPosition>, bool), ChatError> {
         let query = self
             .db
             .query()
             .table_name(&self.table)
             .consistent_read(true)
             .scan_index_forward(false)
-            .limit(limit as i32 + 1)
+            .limit(n as i32)
             .expression_attribute_values(":pk", s(keys::inbox_pk(caller)));
-        let query = match &after {
+        let query = match below {
             Some(p) => query
                 .key_condition_expression("pk = :pk AND sk < :after")
                 .expression_attribute_values(":after", s(keys::inbox_sk(p))),
@@ -68,88 +164,17 @@ impl ChatStore {
                 .expression_attribute_values(":entry", s(keys::INBOX_ENTRY_PREFIX)),
         };
         let found = query.send().await.map_err(|e| sdk_error("Query", e))?;
-        let mut walked: Vec<InboxPosition> = found
+        let more = found.last_evaluated_key().is_some();
+        let entries = found
             .items()
             .iter()
             .filter_map(|i| get_s(i, keys::SK).and_then(keys::inbox_position_of_sk))
             .collect();
-        let more = walked.len() > limit;
-        walked.truncate(limit);
-        // The cursor is the position in the walk of the index, whatever the page shows.
-        let next_cursor = more
-            .then(|| walked.last().map(InboxPosition::encode))
-            .flatten();
-
-        // Entries come newest first: a conversation's first one is its newest; a lower one is a
-        // copy a move has not deleted yet.
-        let mut distinct: Vec<&InboxPosition> = Vec::new();
-        let mut copies: Vec<&InboxPosition> = Vec::new();
-        let mut seen = HashSet::new();
-        for p in &walked {
-            if seen.insert(&p.conversation_id) {
-                distinct.push(p);
-            } else {
-                copies.push(p);
-            }
-        }
-        let wanted: Vec<_> = distinct
-            .iter()
-            .flat_map(|p| {
-                [
-                    keys::conversation_key(&p.conversation_id),
-                    keys::member_key(&p.conversation_id, caller),
-                ]
-            })
-            .collect();
-        let calls = wanted.len().div_ceil(BATCH_GET_KEYS);
-        let reads = wanted
-            .chunks(BATCH_GET_KEYS)
-            .map(|chunk| self.batch_get(chunk.to_vec(), true));
-        let mut conversations: HashMap<ConversationId, ConversationItem> = HashMap::new();
-        let mut members: HashMap<ConversationId, MemberItem> = HashMap::new();
-        for item in try_join_all(reads).await?.into_iter().flatten() {
-            if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
-                let c: ConversationItem = from_item(item)?;
-                conversations.insert(c.conversation_id.clone(), c);
-            } else {
-                let m: MemberItem = from_item(item)?;
-                members.insert(m.conversation_id.clone(), m);
-            }
-        }
-
-        let mut entries = Vec::with_capacity(distinct.len());
-        // A lower copy goes once its conversation exists (while a group is being created, a
-        // retried creation's entries can be the lower ones).
-        let mut stale: Vec<&InboxPosition> = copies
-            .into_iter()
-            .filter(|p| conversations.contains_key(&p.conversation_id))
-            .collect();
-        for p in distinct {
-            let c = conversations.get(&p.conversation_id);
-            let m = members.get(&p.conversation_id);
-            let verdict = entry_verdict(
-                &p.key,
-                c.is_some(),
-                m.map(|m| m.inbox_key.as_deref()),
-                c.is_some_and(|c| c.removed_last(caller)),
-            );
-            match (verdict, c, m) {
-                (Verdict::Show, Some(c), Some(m)) => entries.push(entry(caller, c, m)),
-                (Verdict::Stale, _, _) => stale.push(p),
-                _ => {}
-            }
-        }
-        if calls <= 1 && !stale.is_empty() {
-            self.delete_stale_entries(caller, &stale).await;
-        }
-        Ok(InboxPage {
-            conversations: newest_first(entries),
-            next_cursor,
-        })
+        Ok((entries, more))
     }
 
     /// Best effort, one attempt: an entry that stays is skipped again by the next page.
-    async fn delete_stale_entries(&self, caller: &UserId, stale: &[&InboxPosition]) {
+    async fn delete_stale_entries(&self, caller: &UserId, stale: &[InboxPosition]) {
         let requests = stale
             .iter()
             .take(BATCH_WRITE_REQUESTS)

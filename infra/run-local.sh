@@ -4,7 +4,10 @@
 #                   on :9010 running the functions with concurrent instances)
 #   WebSocket API   ws://127.0.0.1:9001/?token=...   (+ Management API on :9002)
 #   demo chat page  http://127.0.0.1:9003/ (clients/demo on the TypeScript SDK)
-#   DynamoDB, DynamoDB Streams, Kinesis: our moto launcher on :4566 (DynamoDB: DYNAMODB_ENDPOINT if set)
+#   DynamoDB + DynamoDB Streams: Amazon DynamoDB Local on :8000 (infra/setup-dynamodb-local.sh
+#                   installs it; Java 17+), or our moto launcher with CHAT_DYNAMODB=moto, or
+#                   DYNAMODB_ENDPOINT if set; Kinesis (+ SQS): our moto launcher on :4566
+#                   (both started by infra/local_aws.py)
 #   stream -> relay -> Kinesis -> fanout pollers (the same handler code as in AWS)
 set -euo pipefail
 
@@ -19,8 +22,14 @@ DEMO_PORT="${CHAT_DEMO_PORT:-9003}"
 WS_PORT="${CHAT_WS_PORT:-9001}"
 MANAGEMENT_PORT="${CHAT_MANAGEMENT_PORT:-9002}"
 EMULATOR_PORT="${CHAT_EMULATOR_PORT:-4566}"
+DYNAMODB_PORT="${CHAT_DYNAMODB_PORT:-8000}"
+DYNAMODB_BACKEND="${CHAT_DYNAMODB:-local}"
 
 bash infra/setup.sh
+if [[ -z "${DYNAMODB_ENDPOINT:-}" && "$DYNAMODB_BACKEND" == local ]]; then
+  # Installs DynamoDB Local on first use; says what to do without Java 17+.
+  bash infra/setup-dynamodb-local.sh
+fi
 export PATH="$repo/.venv/bin:$PATH"
 
 pids=()
@@ -39,25 +48,32 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-# The emulator always runs: it serves Kinesis (DynamoDB Local has none), and DynamoDB too unless
-# DYNAMODB_ENDPOINT points elsewhere.
-log="$repo/.local/emulator-$EMULATOR_PORT.log"
+# DynamoDB (DynamoDB Local, moto, or DYNAMODB_ENDPOINT) and Kinesis (moto: DynamoDB Local has
+# none), with template.yaml's tables, stream and queues. It prints READY <dynamodb> <kinesis>.
+log="$repo/.local/local-aws-$EMULATOR_PORT.log"
 mkdir -p "$repo/.local"
-python infra/moto_server.py --port "$EMULATOR_PORT" --template template.yaml >"$log" 2>&1 &
+python infra/local_aws.py --dynamodb "$DYNAMODB_BACKEND" --dynamodb-endpoint "${DYNAMODB_ENDPOINT:-}" \
+  --port "$EMULATOR_PORT" --dynamodb-port "$DYNAMODB_PORT" --template template.yaml >"$log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 100); do
+for _ in $(seq 1 240); do
   grep -q '^READY' "$log" 2>/dev/null && break
-  kill -0 "${pids[-1]}" 2>/dev/null || { cat "$log"; echo "run-local: emulator failed to start" >&2; exit 1; }
-  sleep 0.2
+  kill -0 "${pids[-1]}" 2>/dev/null || { cat "$log"; echo "run-local: DynamoDB/Kinesis failed to start" >&2; exit 1; }
+  sleep 0.25
 done
-emulator="http://127.0.0.1:$EMULATOR_PORT"
+grep -q '^READY' "$log" || { cat "$log"; echo "run-local: DynamoDB/Kinesis did not start in time" >&2; exit 1; }
+read -r _ dynamodb kinesis < <(grep -m1 '^READY' "$log")
 if [[ -n "${DYNAMODB_ENDPOINT:-}" ]]; then
+  dynamodb_what="DYNAMODB_ENDPOINT"
   echo "run-local: using DYNAMODB_ENDPOINT=$DYNAMODB_ENDPOINT"
-  python infra/create_resources.py --endpoint "$DYNAMODB_ENDPOINT" --kinesis-endpoint '' --template template.yaml
+elif [[ "$DYNAMODB_BACKEND" == moto ]]; then
+  dynamodb_what="our moto launcher, CHAT_DYNAMODB=moto"
 else
-  export DYNAMODB_ENDPOINT="$emulator"
+  dynamodb_what="Amazon DynamoDB Local"
 fi
-export KINESIS_ENDPOINT="${KINESIS_ENDPOINT:-$emulator}"
+# TODO(dynamodb-strict): the strictness proxy (transaction conflicts, throttling, latency) goes in
+# front of $dynamodb here once infra/dynamodb-strict is ready.
+export DYNAMODB_ENDPOINT="$dynamodb"
+export KINESIS_ENDPOINT="${KINESIS_ENDPOINT:-$kinesis}"
 export CHAT_AUTH_MODE=local
 export CHAT_LOCAL_JWT_SECRET="${CHAT_LOCAL_JWT_SECRET:-local-dev-secret}"
 export CHAT_TABLE="${CHAT_TABLE:-ChatTable}" CONNECTIONS_TABLE="${CONNECTIONS_TABLE:-ConnectionsTable}"
@@ -99,7 +115,7 @@ Chat backend running locally
   WebSocket        ws://127.0.0.1:$WS_PORT/?token=<token>
   Demo chat page   http://127.0.0.1:$DEMO_PORT/
   Management API   $WS_MANAGEMENT_ENDPOINT
-  DynamoDB         $DYNAMODB_ENDPOINT  (tables $CHAT_TABLE, $CONNECTIONS_TABLE)
+  DynamoDB         $DYNAMODB_ENDPOINT  ($dynamodb_what; tables $CHAT_TABLE, $CONNECTIONS_TABLE)
   Kinesis          $KINESIS_ENDPOINT  (stream $EVENT_STREAM)
 Mint a token:      TOKEN=\$(python3 infra/mint_token.py u1)
 Try:               curl -s http://127.0.0.1:$REST_PORT/inbox -H "Authorization: Bearer \$TOKEN"

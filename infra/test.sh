@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs all tests. Installs what they need first (infra/setup.sh: the pinned emulator, cfn-lint,
-# aws-sam-cli, schemathesis; infra/setup-clients.sh: the SDK's build and test tools; Chromium for
-# the browser test).
+# aws-sam-cli, schemathesis; infra/setup-dynamodb-local.sh: Amazon DynamoDB Local, which needs
+# Java 17+; infra/setup-clients.sh: the SDK's build and test tools; Chromium for the browser test).
+# DynamoDB is DynamoDB Local unless CHAT_DYNAMODB=moto (our moto launcher) or DYNAMODB_ENDPOINT is
+# set; Kinesis is always our moto launcher (infra/local_aws.py starts both).
 #   - the emulator launcher's own checks, template.yaml (one source of truth with the local
 #     router, cfn-lint, sam validate --lint), unused dependencies
-#   - Rust unit and integration tests: the real handlers against the emulator, which the tests
-#     start themselves (or DYNAMODB_ENDPOINT, when set), and the push pipeline through the local
+#   - Rust unit and integration tests: the real handlers against DynamoDB and Kinesis, which the
+#     tests start themselves (tests/src/server.rs), and the push pipeline through the local
 #     WebSocket gateway
 #   - the TypeScript SDK's unit and property tests
 #   - then, against the whole local stack (infra/run-local.sh on ports of its own): the SDK's
@@ -14,6 +16,9 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 bash infra/setup.sh
+if [[ -z "${DYNAMODB_ENDPOINT:-}" && "${CHAT_DYNAMODB:-local}" == local ]]; then
+  bash infra/setup-dynamodb-local.sh
+fi
 bash infra/setup-clients.sh
 export PATH="$repo/.venv/bin:$PATH"
 
@@ -35,7 +40,7 @@ cargo test --workspace --lib --bins --tests 2>&1 | tee -a "$log"
 
 # The whole system, as a user runs it, on ports that do not clash with a stack already running.
 export CHAT_REST_PORT=9300 CHAT_WS_PORT=9301 CHAT_MANAGEMENT_PORT=9302 CHAT_DEMO_PORT=9303
-export CHAT_FUNCTIONS_PORT=9310 CHAT_EMULATOR_PORT=4800 CHAT_FUNCTIONS_RELOAD=0
+export CHAT_FUNCTIONS_PORT=9310 CHAT_EMULATOR_PORT=4800 CHAT_DYNAMODB_PORT=8800 CHAT_FUNCTIONS_RELOAD=0
 stack_log="$repo/.local/test-stack.log"
 mkdir -p "$repo/.local"
 bash infra/run-local.sh >"$stack_log" 2>&1 &

@@ -9,16 +9,18 @@
 //! connections are served concurrently, at most [`PUSH_CONCURRENCY`] pushes in flight per
 //! invocation.
 //!
-//! Failures are handled per connection (`events::policy`): `410`/`400`/`403` delete the record
-//! (not a young one, and only the registration that was read), `429`/`5xx`/timeouts are retried
-//! here with jitter and then given up for this batch. A Kinesis record is reported failed
-//! (ReportBatchItemFailures) only when the fanout's own reads fail: one member's bad connection
-//! never makes Lambda redeliver the events to everyone else.
+//! Failures are handled per connection (`events::policy`): `410`/`400` delete the record (not a
+//! young one, and only the registration that was read); `429`/`5xx`/`403`/timeouts are ours, so
+//! they are retried here with jitter and, still failing, make the conversation's earliest record
+//! be reported failed (ReportBatchItemFailures), as a failure of the fanout's own reads does:
+//! Lambda delivers it again, and nothing it could not deliver is dropped while acknowledged.
+//! Lambda resumes from that record, so what follows it comes again too: the instance remembers
+//! what each record of such a batch reached (`events::redelivery`) and pushes only the rest.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
@@ -27,8 +29,9 @@ use aws_sdk_apigatewaymanagement::config::timeout::TimeoutConfig;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
 use chat_shared::events::plan::{frames_for, group_by_conversation, BatchFailures};
 use chat_shared::events::policy::{
-    attempts_for, may_forget, push_backoff, PushResult, PUSH_ATTEMPT_TIMEOUT, SUSPECT_SECS,
+    may_forget, push_backoff, PushResult, PUSH_ATTEMPTS, PUSH_ATTEMPT_TIMEOUT,
 };
+use chat_shared::events::redelivery::{due_for, Connections, Redeliveries};
 use chat_shared::events::{Event, EventBatch};
 use chat_shared::store::connections::LiveConnection;
 use chat_shared::{ChatError, ChatStore, Config, ConnectionStore, ConversationId, UserId};
@@ -54,6 +57,7 @@ pub struct FanoutStats {
     forgotten: AtomicU64,
     kept_in_grace: AtomicU64,
     undeliverable: AtomicU64,
+    already_delivered: AtomicU64,
 }
 
 macro_rules! getters {
@@ -66,11 +70,12 @@ macro_rules! getters {
 
 getters!(
     delivered: "Frames delivered.",
-    retries: "Push attempts after a 429, 5xx or timeout.",
-    gave_up: "Times a connection was given up for the rest of a batch after its retries.",
-    forgotten: "Connection records deleted after 410/400/403.",
-    kept_in_grace: "410/400/403 answers for connections younger than the grace, records kept.",
-    undeliverable: "Frames a connection could not take (e.g. 413), skipped."
+    retries: "Push attempts after a 429, 5xx, 403 or timeout.",
+    gave_up: "Times a connection still failed after its retries (its record is reported failed).",
+    forgotten: "Connection records deleted after 410/400.",
+    kept_in_grace: "410/400 answers for connections younger than the grace, records kept.",
+    undeliverable: "Frames a connection could not take (e.g. 413), skipped.",
+    already_delivered: "Redelivered records this instance had already got through to everyone."
 );
 
 impl FanoutStats {
@@ -78,7 +83,7 @@ impl FanoutStats {
         counter.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    fn snapshot(&self) -> [u64; 6] {
+    fn snapshot(&self) -> [u64; 7] {
         [
             self.delivered(),
             self.retries(),
@@ -86,6 +91,7 @@ impl FanoutStats {
             self.forgotten(),
             self.kept_in_grace(),
             self.undeliverable(),
+            self.already_delivered(),
         ]
     }
 }
@@ -98,9 +104,8 @@ pub struct Fanout {
     chat: ChatStore,
     connections: ConnectionStore,
     management: aws_sdk_apigatewaymanagement::Client,
-    /// Connections that recently exhausted their retries, until when (`policy::SUSPECT_SECS`).
-    /// Per warm instance: a lost entry only costs one more round of retries.
-    suspects: Arc<Mutex<HashMap<String, Instant>>>,
+    /// Whom the records of a batch reported failed reached, for their redelivery.
+    redeliveries: Arc<Mutex<Redeliveries>>,
     /// Member ids per conversation with the `membersVersion` they belong to. Every membership
     /// change bumps the version (in the same transaction as the member items), so a cached list
     /// with the current version is the current membership: a 1,000-member group costs one small
@@ -114,8 +119,25 @@ enum Outcome {
     Done,
     /// Gone or refused: its record is deleted (unless too young).
     Forget,
-    /// Still failing after the retries: skip its remaining frames of this batch.
+    /// Still failing after the retries: skip its remaining frames; the records are reported.
     GiveUp,
+}
+
+/// What one conversation's records of a batch reached.
+struct Pushed {
+    /// Some connection still failed after its retries: its records must be delivered again.
+    gave_up: bool,
+    /// The connections that have all of them now (pushed, or needing nothing more).
+    reached: Connections,
+}
+
+impl Pushed {
+    fn everyone() -> Pushed {
+        Pushed {
+            gave_up: false,
+            reached: Connections::default(),
+        }
+    }
 }
 
 impl Fanout {
@@ -141,7 +163,7 @@ impl Fanout {
             chat,
             connections,
             management: aws_sdk_apigatewaymanagement::Client::from_conf(conf),
-            suspects: Arc::default(),
+            redeliveries: Arc::default(),
             members: Arc::default(),
             stats: Arc::default(),
         }
@@ -170,41 +192,81 @@ impl Fanout {
         let started = Instant::now();
         let before = self.stats.snapshot();
         let records = &event.records;
+        // A record's id for the redelivery memory: its eventID (shard and sequence number; a
+        // sequence number alone is unique per shard only).
+        let ids: Vec<&str> = records
+            .iter()
+            .map(|r| r.event_id.as_deref().unwrap_or(&r.kinesis.sequence_number))
+            .collect();
         let mut failures = BatchFailures::default();
         let mut events = Vec::new();
-        for (i, record) in records.iter().enumerate() {
-            match serde_json::from_slice::<EventBatch>(&record.kinesis.data) {
-                Ok(batch) => events.extend(batch.events.into_iter().map(|e| (e, i))),
-                Err(e) => {
-                    tracing::error!(error = %e, sequence = record.kinesis.sequence_number, "undecodable Kinesis record");
-                    failures.fail(i);
+        {
+            let memory = self.redeliveries.lock().unwrap();
+            for (i, record) in records.iter().enumerate() {
+                if memory.reached_everyone(ids[i], started) {
+                    self.stats.add(&self.stats.already_delivered);
+                    continue;
+                }
+                match serde_json::from_slice::<EventBatch>(&record.kinesis.data) {
+                    Ok(batch) => events.extend(batch.events.into_iter().map(|e| (e, i))),
+                    Err(e) => {
+                        tracing::error!(error = %e, sequence = record.kinesis.sequence_number, "undecodable Kinesis record");
+                        failures.fail(i);
+                    }
                 }
             }
         }
         let groups = group_by_conversation(events);
         let conversations = groups.len();
         let slots = Arc::new(Semaphore::new(PUSH_CONCURRENCY));
+        let ids = &ids;
         let outcomes = stream::iter(groups)
             .map(|group| {
                 let slots = slots.clone();
                 async move {
-                    let first = group.first_record();
                     let conversation = group.conversation_id.clone();
-                    match self.deliver(&conversation, group.into_events(), &slots).await {
-                        Ok(()) => None,
-                        Err(e) => {
-                            tracing::warn!(%conversation, error = ?e, "fanout reads failed; batch will be retried");
-                            Some(first)
-                        }
+                    let mut in_group: Vec<usize> = group.events.iter().map(|(_, i)| *i).collect();
+                    in_group.dedup();
+                    let pushed = self.deliver(&conversation, group.events, ids, &slots).await;
+                    if let Err(e) = &pushed {
+                        tracing::warn!(%conversation, error = ?e, "fanout reads failed; its records will be delivered again");
                     }
+                    (in_group, pushed)
                 }
             })
             .buffer_unordered(CONVERSATIONS_AT_ONCE)
             .collect::<Vec<_>>()
             .await;
-        let read_failures = outcomes.iter().flatten().count() as u64;
-        for i in outcomes.into_iter().flatten() {
-            failures.fail(i);
+        let (mut read_failures, mut push_failures) = (0u64, 0u64);
+        for (in_group, pushed) in &outcomes {
+            let failed = match pushed {
+                Err(_) => {
+                    read_failures += 1;
+                    true
+                }
+                Ok(p) if p.gave_up => {
+                    push_failures += 1;
+                    true
+                }
+                Ok(_) => false,
+            };
+            if let (true, Some(first)) = (failed, in_group.iter().min()) {
+                failures.fail(*first);
+            }
+        }
+        if let Some(earliest) = failures.earliest() {
+            // Lambda delivers the records from `earliest` on again: remember whom they reached.
+            let mut memory = self.redeliveries.lock().unwrap();
+            for (in_group, pushed) in &outcomes {
+                let Ok(pushed) = pushed else { continue };
+                for &i in in_group.iter().filter(|&&i| i >= earliest) {
+                    if pushed.gave_up {
+                        memory.some(ids[i], &pushed.reached, started);
+                    } else {
+                        memory.everyone(ids[i], started);
+                    }
+                }
+            }
         }
         let after = self.stats.snapshot();
         let d = |k: usize| after[k] - before[k];
@@ -216,7 +278,9 @@ impl Fanout {
             ("ConnectionsGone", d(3)),
             ("GoneInGrace", d(4)),
             ("PushesUndeliverable", d(5)),
+            ("RecordsAlreadyDelivered", d(6)),
             ("FanoutReadFailures", read_failures),
+            ("FanoutPushFailures", push_failures),
         ] {
             if n > 0 {
                 chat_shared::telemetry::count(name, n);
@@ -232,6 +296,9 @@ impl Fanout {
             forgotten = d(3),
             kept_in_grace = d(4),
             undeliverable = d(5),
+            already_delivered = d(6),
+            read_failures,
+            push_failures,
             ms = started.elapsed().as_millis() as u64,
             "fanout batch"
         );
@@ -244,37 +311,78 @@ impl Fanout {
         response
     }
 
-    /// Pushes one conversation's events to its members' live connections. Fails only when the
-    /// reads fail; push failures are handled per connection.
+    /// Pushes one conversation's events (each with the index of its record; `ids` are the
+    /// records' ids) to its members' live connections, each connection only the records an
+    /// earlier invocation did not get through to it. Fails only when the reads fail.
     async fn deliver(
         &self,
         conversation: &ConversationId,
-        events: Vec<Event>,
+        events: Vec<(Event, usize)>,
+        ids: &[&str],
         slots: &Semaphore,
-    ) -> Result<(), ChatError> {
+    ) -> Result<Pushed, ChatError> {
         let started = Instant::now();
         let Some(users) = self.members(conversation).await? else {
-            return Ok(());
+            return Ok(Pushed::everyone());
         };
-        let frames: Vec<String> = frames_for(events, users.len())
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<_, _>>()
-            .map_err(ChatError::internal)?;
-        if frames.is_empty() {
-            return Ok(());
+        let mut records: Vec<usize> = events.iter().map(|(_, i)| *i).collect();
+        records.dedup();
+        // The frames of a set of the records (most connections need all of them).
+        let mut plans: HashMap<Vec<usize>, Arc<Vec<String>>> = HashMap::new();
+        let mut plan = |due: &[usize]| -> Result<Arc<Vec<String>>, ChatError> {
+            if let Some(frames) = plans.get(due) {
+                return Ok(frames.clone());
+            }
+            let chosen = events
+                .iter()
+                .filter(|(_, i)| due.contains(i))
+                .map(|(e, _)| e.clone())
+                .collect();
+            let frames: Vec<String> = frames_for(chosen, users.len())
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<_, _>>()
+                .map_err(ChatError::internal)?;
+            let frames = Arc::new(frames);
+            plans.insert(due.to_vec(), frames.clone());
+            Ok(frames)
+        };
+        if plan(&records)?.is_empty() {
+            return Ok(Pushed::everyone());
         }
         let now = chat_shared::time::unix_seconds(chat_shared::time::now());
         let members_read = started.elapsed();
         let connections = self.connections.live_connections(&users, now).await?;
         let reads = started.elapsed();
         let online = connections.len();
-        let frames = &frames;
-        stream::iter(connections)
-            .map(|connection| async move {
-                match self.push_frames(&connection, frames, slots).await {
-                    Outcome::Done => {}
-                    Outcome::Forget => self.forget(&connection).await,
+        let mut reached: HashSet<String> = HashSet::new();
+        let mut work = Vec::with_capacity(connections.len());
+        {
+            let memory = self.redeliveries.lock().unwrap();
+            let at = Instant::now();
+            for connection in connections {
+                let all = records.iter().map(|&i| (i, ids[i]));
+                let due = due_for(&memory, all, &connection.connection_id, at);
+                work.push((connection, due));
+            }
+        }
+        let mut jobs = Vec::with_capacity(work.len());
+        for (connection, due) in work {
+            let frames = plan(&due)?;
+            if frames.is_empty() {
+                reached.insert(connection.connection_id);
+            } else {
+                jobs.push((connection, frames));
+            }
+        }
+        let outcomes = stream::iter(jobs)
+            .map(|(connection, frames)| async move {
+                let outcome = match self.push_frames(&connection, &frames, slots).await {
+                    Outcome::Done => true,
+                    Outcome::Forget => {
+                        self.forget(&connection).await;
+                        true
+                    }
                     Outcome::GiveUp => {
                         let n = self.stats.add(&self.stats.gave_up);
                         tracing::warn!(
@@ -282,25 +390,38 @@ impl Fanout {
                             user = %connection.user,
                             %conversation,
                             gave_up_total = n,
-                            "push still failing after retries; skipping this connection for the batch"
+                            "push still failing after retries; its records will be delivered again"
                         );
+                        false
                     }
-                }
+                };
+                (connection.connection_id, outcome)
             })
             .buffer_unordered(PUSH_CONCURRENCY)
-            .collect::<Vec<()>>()
+            .collect::<Vec<_>>()
             .await;
+        let mut gave_up = false;
+        for (connection, got_through) in outcomes {
+            if got_through {
+                reached.insert(connection);
+            } else {
+                gave_up = true;
+            }
+        }
         tracing::debug!(
             %conversation,
             members = users.len(),
             online,
-            frames = frames.len(),
+            frame_sets = plans.len(),
             members_ms = members_read.as_millis() as u64,
             presence_ms = (reads - members_read).as_millis() as u64,
             push_ms = (started.elapsed() - reads).as_millis() as u64,
             "conversation delivered"
         );
-        Ok(())
+        Ok(Pushed {
+            gave_up,
+            reached: Arc::new(reached),
+        })
     }
 
     /// The current members (None: no such conversation). DynamoDB: 1 GetItem, + 1 Query when the
@@ -335,25 +456,18 @@ impl Fanout {
         slots: &Semaphore,
     ) -> Outcome {
         let id = connection.connection_id.as_str();
-        let suspect = self.is_suspect(id);
         for frame in frames {
-            match self.push(id, frame, attempts_for(suspect), slots).await {
+            match self.push(id, frame, PUSH_ATTEMPTS, slots).await {
                 PushResult::Delivered => {
                     self.stats.add(&self.stats.delivered);
                 }
                 PushResult::Gone | PushResult::Rejected => return Outcome::Forget,
-                PushResult::Transient => {
-                    self.mark_suspect(id);
-                    return Outcome::GiveUp;
-                }
+                PushResult::Transient => return Outcome::GiveUp,
                 PushResult::Undeliverable => {
                     self.stats.add(&self.stats.undeliverable);
                     tracing::warn!(connection = id, "frame refused; skipped");
                 }
             }
-        }
-        if suspect {
-            self.suspects.lock().unwrap().remove(id);
         }
         Outcome::Done
     }
@@ -425,25 +539,5 @@ impl Fanout {
                 tracing::warn!(connection = connection.connection_id, error = %e, "deleting a gone connection failed")
             }
         }
-    }
-
-    fn is_suspect(&self, connection: &str) -> bool {
-        let suspects = self.suspects.lock().unwrap();
-        suspects
-            .get(connection)
-            .is_some_and(|until| *until > Instant::now())
-    }
-
-    fn mark_suspect(&self, connection: &str) {
-        let now = Instant::now();
-        let mut suspects = self.suspects.lock().unwrap();
-        // Bounded: expired entries go whenever the map grows large.
-        if suspects.len() >= 10_000 {
-            suspects.retain(|_, until| *until > now);
-        }
-        suspects.insert(
-            connection.to_owned(),
-            now + Duration::from_secs(SUSPECT_SECS),
-        );
     }
 }

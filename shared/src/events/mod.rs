@@ -1,9 +1,11 @@
 //! Push events (docs/api.md §15): their wire format, how they come from the chat table's stream
-//! (`stream`), and the pure planning steps of the relay and the fanout (`plan`, and the fanout's
-//! per-connection failure policy in `policy`).
+//! (`stream`), and the pure planning steps of the relay and the fanout (`plan`, the fanout's
+//! per-connection failure policy in `policy`, what a redelivered record still has to reach in
+//! `redelivery`).
 
 pub mod plan;
 pub mod policy;
+pub mod redelivery;
 pub mod stream;
 
 use serde::{Deserialize, Serialize};

@@ -170,6 +170,35 @@ impl Intercept for Counter {
     }
 }
 
+/// Retries DynamoDB's `TransactionConflictException` (a write meeting a transaction in flight),
+/// which the SDK does not: for the tests' own set-up writes.
+#[derive(Debug)]
+struct RetryConflicts;
+
+impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for RetryConflicts {
+    fn classify_retry(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::InterceptorContext,
+    ) -> aws_smithy_runtime_api::client::retries::classifiers::RetryAction {
+        use aws_smithy_runtime_api::client::retries::classifiers::RetryAction;
+        let conflict = ctx.response().is_some_and(|r| {
+            r.status().as_u16() == 400
+                && r.body()
+                    .bytes()
+                    .is_some_and(|b| String::from_utf8_lossy(b).contains("TransactionConflict"))
+        });
+        if conflict {
+            RetryAction::transient_error()
+        } else {
+            RetryAction::NoActionIndicated
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "RetryConflicts"
+    }
+}
+
 /// Log output kept in memory, for `chat_shared::telemetry::init_with_writer`: every writer it
 /// makes appends to the same buffer.
 #[derive(Debug, Clone, Default)]
@@ -409,8 +438,17 @@ impl TestApp {
         let store_of = |function: Option<&str>| {
             ChatStore::new(client(function), config.chat_table.clone()).with_budget(budget)
         };
-        let db = client(None);
-        let store = ChatStore::new(db.clone(), config.chat_table.clone()).with_budget(budget);
+        let store = store_of(None);
+        // The test's own writes (setting up items) may meet a transaction's conflict window
+        // (the strictness layer): unlike the handlers, which handle conflicts themselves, they
+        // just retry.
+        let db = aws_sdk_dynamodb::Client::from_conf(
+            client(None)
+                .config()
+                .to_builder()
+                .retry_classifier(RetryConflicts)
+                .build(),
+        );
         let apps = Function::ALL
             .iter()
             .chain([&INBOX_INDEX])

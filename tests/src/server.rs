@@ -9,8 +9,9 @@
 //!   takes the Kinesis fault injection; `KINESIS_ENDPOINT` when set together with
 //!   `DYNAMODB_ENDPOINT` (then nothing is started and the resources are expected to exist).
 //!
-//! DynamoDB Local has no transaction conflicts and no throttling: a strictness proxy in front of
-//! it adds them (`in_front_of_dynamodb`, the one place it goes).
+//! DynamoDB Local has no transaction conflicts, throttling, latency or faults: the strictness
+//! layer (infra/dynamodb-strict) in front of it adds them, on by default (`CHAT_STRICT=off`, or
+//! `CHAT_STRICT_*` per part; `in_front_of_dynamodb`, the one place it goes).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -105,15 +106,55 @@ fn services() -> &'static Services {
 /// is put in front of the DynamoDB endpoint. Returns the endpoint the handlers use and the proxy's
 /// control endpoint.
 fn in_front_of_dynamodb(kind: DynamoDb, dynamodb: String) -> (String, Option<String>) {
-    // TODO(dynamodb-strict): not ready yet. For `DynamoDb::Local` (and `Given`), start the proxy
-    // here with `dynamodb_strict::start(...)` towards `dynamodb`, on a runtime thread of its own
-    // (like `push::gateway`, since each #[tokio::test] runtime ends with its test), with the
-    // transaction-conflict window on by default (moto's default is 10 ms), and return
-    // `(proxy_url, Some(proxy_url))`. Until then DynamoDB Local runs without transaction conflicts:
-    // `emulator_settings` refuses DynamoDB-side settings there (the tests that need them fail and
-    // say why), and the conflict paths are exercised on `CHAT_DYNAMODB=moto` only.
-    let _ = kind;
-    (dynamodb, None)
+    // moto has conflicts of its own (and answers one request at a time): nothing in front.
+    if kind == DynamoDb::Moto || env("CHAT_STRICT").as_deref() == Some("off") {
+        return (dynamodb, None);
+    }
+    // `CHAT_STRICT_*` switch its parts (infra/dynamodb-strict); on by default. It runs on a
+    // runtime thread of its own: each #[tokio::test] runtime ends with its test.
+    let mut config = dynamodb_strict::StrictConfig::from_env().expect("CHAT_STRICT_* settings");
+    config.dynamodb = dynamodb;
+    config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("dynamodb-strict".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let running = dynamodb_strict::start(config).await;
+                let url = running.as_ref().map(|r| r.url()).map_err(|e| e.to_string());
+                tx.send(url).unwrap();
+                let _keep = running;
+                std::future::pending::<()>().await
+            })
+        })
+        .unwrap();
+    let url = rx
+        .recv()
+        .unwrap()
+        .expect("the DynamoDB strictness layer starts");
+    (url.clone(), Some(url))
+}
+
+/// Injects DynamoDB faults through the strictness layer (`POST /strict/faults`, one spec or a
+/// list: `{"op":"TransactWriteItems","table":"ChatTable","kind":"InternalServerError","count":1}`).
+/// Only for a test binary's own layer; panics without one (`CHAT_DYNAMODB=moto`).
+pub fn dynamodb_faults(faults: &serde_json::Value) {
+    let control = services()
+        .strict_control
+        .clone()
+        .expect("DynamoDB faults need the strictness layer (not with CHAT_DYNAMODB=moto)");
+    post(&control, "/strict/faults", JSON, &faults.to_string());
+}
+
+/// The strictness layer's per-partition record (`GET /strict/partitions`), when one runs.
+pub fn dynamodb_partitions() -> Option<serde_json::Value> {
+    let control = services().strict_control.clone()?;
+    Some(request("GET", &control, "/strict/partitions", "", ""))
 }
 
 /// Starts infra/local_aws.py; its `READY <dynamodb-url> <kinesis-url>`.
@@ -169,35 +210,29 @@ pub fn dynamodb_kind() -> DynamoDb {
 }
 
 /// Changes the DynamoDB simulation settings at run time, e.g. `{"txWindowMs": 2000}` (how long a
-/// committed transaction's items stay "in a transaction": other writes to them get DynamoDB's
-/// `TransactionConflict`). On moto, its `POST /moto-api/chat/config` (infra/moto_server.py); in
-/// front of DynamoDB Local, the strictness proxy's `/strict/config`. Only for a test binary's own
-/// services.
-pub fn emulator_settings(settings: &serde_json::Value) {
+/// committed transaction's items stay "in a transaction" after its answer: other writes to them
+/// get DynamoDB's `TransactionConflict`); returns the previous values of the settings it changed,
+/// to put back. On moto, its `/moto-api/chat/config` (infra/moto_server.py); in front of DynamoDB
+/// Local, the strictness layer's `/strict/config`. Only for a test binary's own services.
+pub fn emulator_settings(settings: &serde_json::Value) -> serde_json::Value {
     let s = services();
-    match (s.dynamodb_kind, &s.strict_control) {
-        (DynamoDb::Moto, _) => {
-            post(
-                &s.kinesis,
-                "/moto-api/chat/config",
-                JSON,
-                &settings.to_string(),
-            );
-        }
-        // TODO(dynamodb-strict): map these settings to the proxy's names if they differ.
-        (_, Some(control)) => {
-            post(control, "/strict/config", JSON, &settings.to_string());
-        }
-        (kind, None) => panic!(
-            "DynamoDB settings {settings} need the strictness proxy in front of {} \
-             (infra/dynamodb-strict, not slotted in yet: tests/src/server.rs \
-             `in_front_of_dynamodb`); run this test with CHAT_DYNAMODB=moto meanwhile",
-            match kind {
-                DynamoDb::Local => "DynamoDB Local",
-                _ => "DYNAMODB_ENDPOINT",
-            }
+    let (endpoint, path) = match (s.dynamodb_kind, &s.strict_control) {
+        (DynamoDb::Moto, _) => (s.kinesis.clone(), "/moto-api/chat/config"),
+        (_, Some(control)) => (control.clone(), "/strict/config"),
+        (_, None) => panic!(
+            "DynamoDB settings {settings} need the strictness layer in front of DynamoDB \
+             (it is off: CHAT_STRICT=off)"
         ),
-    }
+    };
+    let current = request("GET", &endpoint, path, "", "");
+    let before: serde_json::Map<String, serde_json::Value> = settings
+        .as_object()
+        .expect("settings are a JSON object")
+        .keys()
+        .map(|k| (k.clone(), current[k].clone()))
+        .collect();
+    post(&endpoint, path, JSON, &settings.to_string());
+    serde_json::Value::Object(before)
 }
 
 /// Makes the Kinesis emulator refuse the next `n` PutRecords entries like a throttled Kinesis
@@ -230,11 +265,21 @@ const JSON: &str = "Content-Type: application/json\r\n";
 
 /// One POST to `endpoint`, with its header lines; the JSON answer (a 200 is required).
 fn post(endpoint: &str, path: &str, headers: &str, body: &str) -> serde_json::Value {
+    request("POST", endpoint, path, headers, body)
+}
+
+fn request(
+    method: &str,
+    endpoint: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> serde_json::Value {
     let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
     let mut stream = std::net::TcpStream::connect(host).expect("emulator reachable");
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();

@@ -426,7 +426,7 @@ async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
     let (a, b) = (unique("a"), unique("b"));
     let c = t.group(&a, &[&b]).await;
     // Every commit holds the conversation item for 3 s: the next send cannot get at it.
-    server::emulator_settings(&json!({"txWindowMs": 3000}));
+    let before = server::emulator_settings(&json!({"txWindowMs": 3000}));
     let first = {
         let (t, c, a) = (t.clone(), c.clone(), a.clone());
         tokio::spawn(async move { t.send(&c, &a, "holds the item").await })
@@ -443,7 +443,7 @@ async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
         .await;
     let took = started.elapsed();
     assert_eq!(first.await.unwrap().status, 201);
-    server::emulator_settings(&json!({"txWindowMs": 10}));
+    server::emulator_settings(&before);
     assert_eq!((late.status, late.code()), (429, "throttled"), "{late:?}");
     assert_eq!(
         late.headers.get("retry-after").map(String::as_str),

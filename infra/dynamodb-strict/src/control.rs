@@ -46,7 +46,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Resp {
             }
             match serde_json::from_value::<Rules>(merged) {
                 Ok(rules) => {
-                    *state.rules.write().expect("rules lock") = rules.clone();
+                    state.set_rules(rules.clone());
                     reply(StatusCode::OK, json!(rules))
                 }
                 Err(e) => bad(e),

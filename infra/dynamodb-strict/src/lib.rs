@@ -11,13 +11,14 @@
 //! Local and moto do not): the layer may rewrite a request body (see below).
 //!
 //! # Rules (each switchable at run time)
-//! - **Transaction conflicts** ([`conflicts`]): while a TransactWriteItems is in flight and for
-//!   `txWindowMs` after its answer, its items (table + full primary key) cancel other
+//! - **Transaction conflicts** ([`conflicts`], `conflicts`): while a TransactWriteItems is in
+//!   flight (and, committed, for `txWindowMs` after its answer: 0 by default, as DynamoDB; a
+//!   cancelled one frees its items at once), its items (table + full primary key) cancel other
 //!   TransactWriteItems/TransactGetItems (`TransactionCanceledException`, reason
 //!   `TransactionConflict` at the conflicting positions, `None` elsewhere) and reject
 //!   PutItem/UpdateItem/DeleteItem (`TransactionConflictException`). GetItem/Query/Scan never
 //!   conflict (read-committed). A TransactGetItems is also cancelled by a single or batch write
-//!   in flight on its items, or arriving while it is. `txWindowMs` = 0 turns the rule off.
+//!   in flight on its items, or arriving while it is. `conflicts: false` turns the rule off.
 //!   The AWS SDK for Rust does not retry either error (neither code is in its throttling or
 //!   transient lists), so callers see them.
 //! - **Per-partition throughput** ([`throughput`]): 1,000 write and 3,000 read units a second
@@ -55,7 +56,7 @@
 //! are charged to the table only (their index keys are not known before the answer).
 //!
 //! # Control API (same listener, JSON)
-//! - `GET /strict/config` → `{"txWindowMs":10,"throughput":true,"scale":1.0,"burstSecs":1.0,
+//! - `GET /strict/config` → `{"conflicts":true,"txWindowMs":0,"throughput":true,"scale":1.0,"burstSecs":1.0,
 //!   "latencyMs":0.0,"latencyP99Ms":0.0,"seed":1}`; `POST /strict/config` with any subset of
 //!   those fields changes them and answers the whole config.
 //! - `POST /strict/faults` `{"op":"PutItem","table":"chat","key":"c1",
@@ -73,7 +74,8 @@
 //! # Environment ([`StrictConfig::from_env`])
 //! `CHAT_STRICT_LISTEN` (default `127.0.0.1:0`), `CHAT_STRICT_DYNAMODB` (default
 //! `http://127.0.0.1:8000`), `CHAT_STRICT_OTHER`, `CHAT_STRICT=off` (all rules off),
-//! `CHAT_STRICT_TX_WINDOW_MS` (10), `CHAT_STRICT_THROUGHPUT=on|off` (on), `CHAT_STRICT_SCALE`
+//! `CHAT_STRICT_CONFLICTS=on|off` (on), `CHAT_STRICT_TX_WINDOW_MS` (0),
+//! `CHAT_STRICT_THROUGHPUT=on|off` (on), `CHAT_STRICT_SCALE`
 //! (1.0), `CHAT_STRICT_BURST_SECS` (1.0), `CHAT_STRICT_LATENCY_MS` (0),
 //! `CHAT_STRICT_LATENCY_P99_MS` (0), `CHAT_STRICT_SEED` (1).
 
@@ -97,7 +99,10 @@ use std::sync::Arc;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Rules {
-    /// How long a transaction's items stay held after its answer; 0 = no conflicts at all.
+    /// Transaction conflicts: a transaction's items are held from its arrival until its answer.
+    pub conflicts: bool,
+    /// How much longer a committed transaction's items stay held after its answer (0: none, as
+    /// DynamoDB; more widens the overlap for tests that need one).
     pub tx_window_ms: u64,
     pub throughput: bool,
     /// Multiplies the per-partition limits (0.1 = 100 write / 300 read units a second).
@@ -111,7 +116,8 @@ pub struct Rules {
 impl Default for Rules {
     fn default() -> Self {
         Rules {
-            tx_window_ms: 10,
+            conflicts: true,
+            tx_window_ms: 0,
             throughput: true,
             scale: 1.0,
             burst_secs: 1.0,
@@ -126,7 +132,7 @@ impl Rules {
     /// Forwarding only.
     pub fn off() -> Self {
         Rules {
-            tx_window_ms: 0,
+            conflicts: false,
             throughput: false,
             ..Rules::default()
         }
@@ -186,11 +192,16 @@ impl StrictConfig {
             &mut r.latency_p99_ms,
         )?;
         parse("SEED", var("SEED"), &mut r.seed)?;
-        match var("THROUGHPUT").as_deref() {
-            None => {}
-            Some("on") => r.throughput = true,
-            Some("off") => r.throughput = false,
-            Some(v) => return Err(format!("CHAT_STRICT_THROUGHPUT: on or off, not {v:?}")),
+        for (name, switch) in [
+            ("THROUGHPUT", &mut r.throughput),
+            ("CONFLICTS", &mut r.conflicts),
+        ] {
+            match var(name).as_deref() {
+                None => {}
+                Some("on") => *switch = true,
+                Some("off") => *switch = false,
+                Some(v) => return Err(format!("CHAT_STRICT_{name}: on or off, not {v:?}")),
+            }
         }
         Ok(c)
     }
@@ -226,7 +237,7 @@ impl Running {
     }
 
     pub fn set_rules(&self, rules: Rules) {
-        *self.state.rules.write().expect("rules lock") = rules;
+        self.state.set_rules(rules);
     }
 
     pub fn add_fault(&self, fault: FaultSpec) {

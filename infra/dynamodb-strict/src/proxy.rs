@@ -83,6 +83,16 @@ impl State {
         self.rules.read().expect("rules lock").clone()
     }
 
+    /// New rules take effect at once: a shorter transaction window also ends the windows of
+    /// transactions already answered (in-flight ones keep their holds).
+    pub fn set_rules(&self, rules: Rules) {
+        let mut current = self.rules.write().expect("rules lock");
+        if rules.tx_window_ms < current.tx_window_ms {
+            self.conflicts.clear_windows();
+        }
+        *current = rules;
+    }
+
     pub fn record(&self) -> Value {
         json!({
             "partitions": self.throughput.snapshot(),
@@ -541,7 +551,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> io::Result<Resp> {
 
     // 2. Transaction conflicts.
     let mut hold: Option<Hold> = None;
-    if refused.is_none() && rules.tx_window_ms > 0 {
+    if refused.is_none() && rules.conflicts {
         let (items, n) = (p.items.clone(), p.items.len());
         let window = Duration::from_millis(rules.tx_window_ms);
         let c = &state.conflicts;
@@ -676,6 +686,11 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> io::Result<Resp> {
             state.tx_conflicts.fetch_add(1, Ordering::Relaxed);
             let reasons = codes(p.items.len(), &doomed, "TransactionConflict");
             return Ok(wire::transaction_canceled(&reasons));
+        }
+        // A cancelled transaction (a failed condition) changed nothing: its items are free at
+        // once, as the window stands for a committed one's writes settling.
+        if !ok {
+            h.release_now();
         }
     }
     if let (true, Some(a)) = (changed, answer) {

@@ -421,7 +421,7 @@ async fn overlapping_transactions_conflict_and_refused_writes_do_not_happen() {
 
     // Switched off: the same overlap goes through.
     layer.set_rules(Rules {
-        tx_window_ms: 0,
+        conflicts: false,
         ..Rules::default()
     });
     layer.add_fault(FaultSpec {
@@ -762,7 +762,7 @@ async fn control_api_over_http() {
             config["throughput"].clone(),
             config["txWindowMs"].clone()
         ),
-        (json!(0.1), json!(false), json!(10))
+        (json!(0.1), json!(false), json!(0))
     );
     assert_eq!(layer.rules().scale, 0.1);
     assert_eq!(

@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "infra"))
@@ -213,7 +213,7 @@ def serve(args: argparse.Namespace, children: list[Child], stop: threading.Event
         dynamodb_url = endpoint
         if template:
             create_resources(dynamodb_url, template, args.region, kinesis_endpoint=kinesis_url,
-                             log=lambda m: log(m))
+                             log=log)
     if stop.is_set():
         return 0
     log(f"ready in {time.monotonic() - started:.1f} s: DynamoDB {dynamodb_url} ({what}), "

@@ -62,7 +62,8 @@ async fn stored(
         .item
 }
 
-/// Puts a queued send whose request has ended (nobody but a take-over commits it).
+/// Puts a queued send whose request has ended (nobody but a take-over commits it), within its
+/// request's lifetime (a crash just now: a take-over may still commit it).
 async fn queue_ended_send(
     t: &TestApp,
     conversation: &str,
@@ -70,6 +71,20 @@ async fn queue_ended_send(
     sender: &str,
     body: &str,
     enqueued_at: u64,
+) {
+    let expires = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
+    queue_send_expiring(t, conversation, id, sender, body, enqueued_at, expires).await
+}
+
+/// Puts a queued send of a request that ended, whose lifetime ends at `expires_at` (unix ms).
+async fn queue_send_expiring(
+    t: &TestApp,
+    conversation: &str,
+    id: &str,
+    sender: &str,
+    body: &str,
+    enqueued_at: u64,
+    expires_at: u64,
 ) {
     let mut item = key(conversation, &format!("P#{id}"));
     for (k, v) in [
@@ -86,6 +101,10 @@ async fn queue_ended_send(
     item.insert(
         "enqueuedAt".to_owned(),
         AttributeValue::N(enqueued_at.to_string()),
+    );
+    item.insert(
+        "expiresAt".to_owned(),
+        AttributeValue::N(expires_at.to_string()),
     );
     t.db.put_item()
         .table_name("ChatTable")
@@ -243,6 +262,61 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
             stored["createdAt"].as_str().unwrap()
         );
     }
+}
+
+/// A 429 means nothing happened, then or later: a queued send whose request ends on an error
+/// (here: its reads of the queue throttled past the SDK's retries) withdraws its pending send, so
+/// the next group commit does not commit it as a new message.
+#[tokio::test]
+async fn a_queued_send_answered_429_is_never_committed_later() {
+    let _shared = SETTINGS.read().await;
+    if server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: DynamoDB faults need the strictness layer (not CHAT_DYNAMODB=moto)");
+        return;
+    }
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.group(&a, &[&b]).await;
+    force_busy(&t, &c).await;
+    // The SDK makes 3 attempts of each call.
+    server::dynamodb_faults(
+        &json!({"op": "Query", "table": "ChatTable", "key": format!("C#{c}"),
+                                    "kind": "ThrottlingException", "count": 3}),
+    );
+    let r = t.send(&c, &a, "answered 429").await;
+    assert_eq!((r.status, r.code()), (429, "throttled"), "{r:?}");
+    assert!(
+        pending(&t, &c).await.is_empty(),
+        "its pending send was withdrawn"
+    );
+
+    let next = t.send(&c, &b, "the next group commit").await;
+    assert_eq!(
+        (next.status, &next.body["seq"]),
+        (201, &json!(1)),
+        "{next:?}"
+    );
+    let all = history(&t, &c, &a).await;
+    let bodies: Vec<&str> = all.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    assert_eq!(bodies, ["the next group commit"], "no ghost of the 429");
+}
+
+/// A pending send whose request's lifetime is over (it crashed, or answered without it) is never
+/// committed, however long it stayed: the commit's condition refuses it, and the commit removes it.
+#[tokio::test]
+async fn a_pending_send_past_its_requests_lifetime_is_never_committed() {
+    let _shared = SETTINGS.read().await;
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.group(&a, &[&b]).await;
+    queue_send_expiring(&t, &c, &new_uuid(), &b, "from weeks ago", 1, 1).await;
+    force_busy(&t, &c).await;
+    let r = t.send(&c, &a, "now").await;
+    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
+    let all = history(&t, &c, &a).await;
+    assert_eq!(all.len(), 1, "only the live send: {all:?}");
+    assert_eq!(all[0]["body"], "now");
+    assert!(pending(&t, &c).await.is_empty(), "the dead one was removed");
 }
 
 #[tokio::test]

@@ -320,6 +320,11 @@ pub struct PendingItem {
     pub request_id: String,
     /// Microseconds since the epoch on the sender's clock: commits take the oldest first.
     pub enqueued_at: u64,
+    /// Milliseconds since the epoch on the sender's clock: its request's deadline. No commit
+    /// takes it later (the commit's condition), so a request that ended without an answer of
+    /// its message (a 429, a crash) never has it committed weeks after. Absent: expired.
+    #[serde(default)]
+    pub expires_at: u64,
 }
 
 /// `sk = P!`: the last group commit of a conversation, which sends it committed and at which

@@ -414,14 +414,33 @@ impl ChatStore {
         )
     }
 
+    /// The queued send: joins the queue, then waits for its message to be committed, by another
+    /// request or by this one. Every way out without the message withdraws this request's
+    /// pending send first (`withdraw`): a `429` must mean that nothing happens later either.
     async fn send_combined(
         &self,
         send: &Send<'_>,
+        head: Option<Head>,
+    ) -> Result<(Message, bool), ChatError> {
+        let deadline = self.deadline();
+        let mut enqueued = self.enqueue(send, deadline).await?;
+        match self.await_commit(send, head, &mut enqueued, deadline).await {
+            Err(e) if enqueued => self.withdraw(send, e).await,
+            // Waiting on a replay's pending send (another request of the same `clientMsgId`):
+            // that one may still be committed, so the outcome is unknown, not "nothing".
+            Err(ChatError::Throttled) => Err(ChatError::Unavailable),
+            other => other,
+        }
+    }
+
+    async fn await_commit(
+        &self,
+        send: &Send<'_>,
         mut head: Option<Head>,
+        enqueued: &mut bool,
+        deadline: crate::retry::Deadline,
     ) -> Result<(Message, bool), ChatError> {
         let started = Instant::now();
-        let enqueued = self.enqueue(send).await?;
-        let deadline = self.deadline();
         // How long to wait before looking again (none: look now, at the queue first).
         let mut wait: Option<Duration> = None;
         // The oldest pending send when this request last looked, and since when.
@@ -432,7 +451,7 @@ impl ChatStore {
             let fresh = std::mem::take(&mut just_read);
             if let Some(w) = wait.take() {
                 if !deadline.sleep(jitter(w, w * 5 / 4)).await {
-                    return self.give_up(send, enqueued).await;
+                    return Err(ChatError::Throttled);
                 }
             }
             let asked = Instant::now();
@@ -440,7 +459,7 @@ impl ChatStore {
                 last_commit,
                 pending,
             } = self.queue(send.id).await?;
-            let queue = in_commit_order(pending);
+            let (queue, expired) = live(pending, crate::time::unix_millis(crate::time::now()));
             // A commit is about two such round trips (this Query, then the transaction): waits
             // and patience scale with them. Looking again sooner costs calls; later, latency (a
             // committed send's request sleeps on, and while the next committer sleeps nothing
@@ -448,13 +467,23 @@ impl ChatStore {
             let round_trip = asked.elapsed();
             let commit_time = GATHER.max(round_trip * 2);
             let mine = &send.request.client_msg_key;
+            if let Some(p) = expired.iter().find(|p| &p.client_msg_key == mine) {
+                if *enqueued {
+                    return Err(ChatError::Throttled); // its own deadline passed meanwhile
+                }
+                // The request of the send this replay waited for has ended: it sends it now.
+                self.drop_pending(p).await?;
+                *enqueued = self.enqueue(send, deadline).await?;
+                wait = Some(Duration::ZERO);
+                continue;
+            }
             let Some(position) = queue.iter().position(|p| &p.client_msg_key == mine) else {
                 // No longer pending: the last commit took it (its record says at which seq),
                 // or an earlier one did, or it was dropped (its sender is no longer a member):
                 // its key says which.
                 if let Some(message) = last_commit
                     .as_ref()
-                    .filter(|_| enqueued)
+                    .filter(|_| *enqueued)
                     .and_then(|c| committed_by(c, send))
                 {
                     tracing::debug!(
@@ -463,7 +492,18 @@ impl ChatStore {
                     );
                     return Ok((message, true));
                 }
-                return self.settled(send).await;
+                match self.send_key(send).await? {
+                    Some(key) => return answer(key, send),
+                    // A replay whose original withdrew (its request answered 429 or ended):
+                    // this request sends it now.
+                    None if !*enqueued => {
+                        *enqueued = self.enqueue(send, deadline).await?;
+                        wait = Some(Duration::ZERO);
+                        continue;
+                    }
+                    // Dropped: its sender is no longer a member.
+                    None => return Err(ChatError::NotFound),
+                }
             };
             // The request of the oldest pending send commits, for up to 24, at once; the others
             // wait about one commit per batch ahead of them (and queue up meanwhile, for the
@@ -484,6 +524,11 @@ impl ChatStore {
                 // batch beyond that.
                 wait = Some(commit_time * ((position / MAX_BATCH) as u32).max(1));
                 continue;
+            }
+            // Sends whose request has ended are never committed (their condition): out of the
+            // queue with them, by whoever commits.
+            for p in &expired {
+                self.drop_pending(p).await?;
             }
             let batch = first_batch(queue);
             // Other commits have likely moved the conversation on since this request last read
@@ -535,7 +580,12 @@ impl ChatStore {
     /// Joins the pending set: a put of `P#<clientMsgId>` on condition it is absent. Returns
     /// whether this request wrote it; false when a replay of the same send is already pending
     /// (then this request waits for that one). DynamoDB: 1 PutItem.
-    async fn enqueue(&self, send: &Send<'_>) -> Result<bool, ChatError> {
+    async fn enqueue(
+        &self,
+        send: &Send<'_>,
+        deadline: crate::retry::Deadline,
+    ) -> Result<bool, ChatError> {
+        let now_ms = crate::time::unix_millis(crate::time::now());
         let item = PendingItem {
             conversation_id: send.id.clone(),
             client_msg_key: send.request.client_msg_key.clone(),
@@ -545,6 +595,7 @@ impl ChatStore {
             fingerprint: send.fingerprint.clone(),
             request_id: send.request_id.clone(),
             enqueued_at: crate::time::unix_micros(crate::time::now()),
+            expires_at: now_ms + deadline.remaining().as_millis() as u64,
         };
         let item = to_item(
             &item,
@@ -663,8 +714,8 @@ impl ChatStore {
             parts.push(tx::delete(
                 &self.table,
                 keys::key(pk, keys::pending_sk(&p.client_msg_key)),
-                "requestId = :rid",
-                &[(":rid", s(&p.request_id))],
+                "requestId = :rid AND expiresAt > :now",
+                &[(":rid", s(&p.request_id)), (":now", n(now_ms))],
             )?);
         }
         // Per sender: one watermark update (a transaction touches an item once), to its newest.
@@ -737,39 +788,74 @@ impl ChatStore {
     }
 
     /// Takes a send out of the pending set without committing it. DynamoDB: 1 DeleteItem.
-    async fn drop_pending(&self, p: &PendingItem) -> Result<bool, ChatError> {
+    async fn drop_pending(&self, p: &PendingItem) -> Result<Dropped, ChatError> {
+        self.delete_pending(&p.conversation_id, &p.client_msg_key, &p.request_id)
+            .await
+    }
+
+    async fn delete_pending(
+        &self,
+        id: &ConversationId,
+        client_msg_key: &str,
+        request_id: &str,
+    ) -> Result<Dropped, ChatError> {
         let deleted = self
             .db
             .delete_item()
             .table_name(&self.table)
             .set_key(Some(keys::key(
-                keys::conversation_pk(&p.conversation_id),
-                keys::pending_sk(&p.client_msg_key),
+                keys::conversation_pk(id),
+                keys::pending_sk(client_msg_key),
             )))
             .condition_expression("requestId = :rid")
-            .expression_attribute_values(":rid", s(&p.request_id))
+            .expression_attribute_values(":rid", s(request_id))
             .send()
             .await;
         match deleted {
-            Ok(_) => Ok(true),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some("ConditionalCheckFailedException" | "TransactionConflictException")
-                ) =>
-            {
-                Ok(false)
-            }
+            Ok(_) => Ok(Dropped::Deleted),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(Dropped::Gone),
+            Err(e) if e.code() == Some("TransactionConflictException") => Ok(Dropped::InCommit),
             Err(e) => Err(sdk_error("DeleteItem", e)),
         }
     }
 
-    /// The send is no longer pending: committed (its key exists) or dropped because its sender
-    /// is not a member. DynamoDB: 1 GetItem.
-    async fn settled(&self, send: &Send<'_>) -> Result<(Message, bool), ChatError> {
-        match self.send_key(send).await? {
-            Some(key) => answer(key, send),
-            None => Err(ChatError::NotFound),
+    /// This request ends without its message (`err`: its deadline passed, or a failure): its
+    /// pending send is withdrawn, so that no later commit takes it, and then `err` is the answer
+    /// (nothing happened); or a commit took it meanwhile, and its message is the answer. While a
+    /// commit holding it is in flight, this waits for the outcome; when that cannot be known in
+    /// time (DynamoDB does not answer), the answer is `Unavailable` (the outcome is unknown).
+    /// DynamoDB: 1 DeleteItem (+ 1 GetItem when it was gone; more while a commit holds it).
+    async fn withdraw(
+        &self,
+        send: &Send<'_>,
+        err: ChatError,
+    ) -> Result<(Message, bool), ChatError> {
+        let settle = crate::retry::Deadline::after(super::SETTLE_TIME);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let dropped = self
+                .delete_pending(send.id, &send.request.client_msg_key, &send.request_id)
+                .await;
+            match dropped {
+                Ok(Dropped::Deleted) => {
+                    telemetry::count("SendsGivenUp", 1);
+                    return Err(err);
+                }
+                // Committed (its key is there), or dropped as its sender's (no key).
+                Ok(Dropped::Gone) => {
+                    return match self.send_key(send).await {
+                        Ok(Some(key)) => answer(key, send),
+                        Ok(None) => Err(err),
+                        Err(_) => Err(ChatError::Unavailable),
+                    }
+                }
+                Ok(Dropped::InCommit) | Err(_) => {
+                    if !settle.sleep(crate::retry::backoff(attempt + 1)).await {
+                        return Err(ChatError::Unavailable);
+                    }
+                }
+            }
         }
     }
 
@@ -787,32 +873,6 @@ impl ChatStore {
             .await
             .map_err(|e| sdk_error("GetItem", e))?;
         out.item.map(from_item).transpose()
-    }
-
-    /// The deadline passed while pending: withdraw the send, unless it was committed meanwhile
-    /// (then that is the answer). A replay waiting for another request's send leaves it be.
-    async fn give_up(&self, send: &Send<'_>, enqueued: bool) -> Result<(Message, bool), ChatError> {
-        if enqueued {
-            let mine = PendingItem {
-                conversation_id: send.id.clone(),
-                client_msg_key: send.request.client_msg_key.clone(),
-                client_msg_id: send.request.client_msg_id.clone(),
-                sender_id: send.caller.clone(),
-                body: String::new(),
-                fingerprint: send.fingerprint.clone(),
-                request_id: send.request_id.clone(),
-                enqueued_at: 0,
-            };
-            if !self.drop_pending(&mine).await? {
-                // Being committed right now, or already: its key says which.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                if let Some(key) = self.send_key(send).await? {
-                    return answer(key, send);
-                }
-            }
-        }
-        telemetry::count("SendsGivenUp", 1);
-        Err(ChatError::Throttled)
     }
 }
 
@@ -861,6 +921,23 @@ fn conflict() -> ChatError {
     )
 }
 
+/// How taking a send out of the pending set went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dropped {
+    Deleted,
+    /// Not there (as this request wrote it): committed, or dropped by another.
+    Gone,
+    /// A commit holding it is in flight.
+    InCommit,
+}
+
+/// The pending sends a commit may take, in commit order, and those whose request has ended
+/// (`expires_at` passed at `now_ms`), which no commit takes.
+fn live(pending: Vec<PendingItem>, now_ms: u64) -> (Vec<PendingItem>, Vec<PendingItem>) {
+    let (live, expired) = pending.into_iter().partition(|p| p.expires_at > now_ms);
+    (in_commit_order(live), expired)
+}
+
 /// The pending sends in the order they are committed: the oldest first.
 fn in_commit_order(mut pending: Vec<PendingItem>) -> Vec<PendingItem> {
     pending.sort_by(|a, b| {
@@ -902,6 +979,7 @@ mod tests {
             fingerprint: "f".into(),
             request_id: key.into(),
             enqueued_at: at,
+            expires_at: u64::MAX,
         }
     }
 

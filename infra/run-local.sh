@@ -7,7 +7,8 @@
 #   DynamoDB + DynamoDB Streams: Amazon DynamoDB Local on :8000 (infra/setup-dynamodb-local.sh
 #                   installs it; Java 17+), or our moto launcher with CHAT_DYNAMODB=moto, or
 #                   DYNAMODB_ENDPOINT if set; Kinesis (+ SQS): our moto launcher on :4566
-#                   (both started by infra/local_aws.py)
+#                   (both started by infra/local_aws.py); in front of DynamoDB Local, the
+#                   strictness layer on :8001 (infra/dynamodb-strict), which the functions use
 #   stream -> relay -> Kinesis -> fanout pollers (the same handler code as in AWS)
 set -euo pipefail
 
@@ -23,6 +24,7 @@ WS_PORT="${CHAT_WS_PORT:-9001}"
 MANAGEMENT_PORT="${CHAT_MANAGEMENT_PORT:-9002}"
 EMULATOR_PORT="${CHAT_EMULATOR_PORT:-4566}"
 DYNAMODB_PORT="${CHAT_DYNAMODB_PORT:-8000}"
+STRICT_PORT="${CHAT_STRICT_PORT:-8001}"
 DYNAMODB_BACKEND="${CHAT_DYNAMODB:-local}"
 
 bash infra/setup.sh
@@ -70,9 +72,6 @@ elif [[ "$DYNAMODB_BACKEND" == moto ]]; then
 else
   dynamodb_what="Amazon DynamoDB Local"
 fi
-# TODO(dynamodb-strict): the strictness proxy (transaction conflicts, throttling, latency) goes in
-# front of $dynamodb here once infra/dynamodb-strict is ready.
-export DYNAMODB_ENDPOINT="$dynamodb"
 export KINESIS_ENDPOINT="${KINESIS_ENDPOINT:-$kinesis}"
 export CHAT_AUTH_MODE=local
 export CHAT_LOCAL_JWT_SECRET="${CHAT_LOCAL_JWT_SECRET:-local-dev-secret}"
@@ -88,10 +87,34 @@ export CHAT_DEMO_DIR="$repo/clients/demo/dist" CHAT_DEMO_PORT="$DEMO_PORT"
 # Build once up front so the first request does not wait for a compile.
 echo "run-local: building (the first build takes a few minutes)"
 cargo build --workspace --bins --quiet
+bin="${CARGO_TARGET_DIR:-$repo/target}/debug"
+
+# What DynamoDB Local lacks (transaction conflicts, per-partition throttling; latency and faults
+# when asked for), in front of it: infra/dynamodb-strict, on by default (CHAT_STRICT=off, or
+# CHAT_STRICT_* per part). moto has conflicts of its own and answers one request at a time.
+strict_what=""
+if [[ "$DYNAMODB_BACKEND" != moto && "${CHAT_STRICT:-on}" != off ]]; then
+  strict_log="$repo/.local/dynamodb-strict-$STRICT_PORT.log"
+  "$bin/dynamodb-strict" --listen "127.0.0.1:$STRICT_PORT" --dynamodb "$dynamodb" >"$strict_log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    grep -q '^READY' "$strict_log" 2>/dev/null && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { cat "$strict_log"; echo "run-local: dynamodb-strict failed to start" >&2; exit 1; }
+    sleep 0.1
+  done
+  strict_what=", behind the strictness layer: control at http://127.0.0.1:$STRICT_PORT/strict/config"
+  dynamodb="http://127.0.0.1:$STRICT_PORT"
+fi
+export DYNAMODB_ENDPOINT="$dynamodb"
 
 # The gateway also serves the REST API on $REST_PORT, in front of the functions.
-CHAT_REST_PORT="$REST_PORT" CHAT_REST_UPSTREAM="http://127.0.0.1:$FUNCTIONS_PORT" target/debug/local-gateway &
+CHAT_REST_PORT="$REST_PORT" CHAT_REST_UPSTREAM="http://127.0.0.1:$FUNCTIONS_PORT" "$bin/local-gateway" &
 pids+=($!)
+for _ in $(seq 1 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$REST_PORT") 2>/dev/null && break
+  kill -0 "${pids[-1]}" 2>/dev/null || { echo "run-local: the local gateway failed to start" >&2; exit 1; }
+  sleep 0.1
+done
 
 # Lambda runs concurrent requests in separate instances: --concurrency lets each function serve
 # up to 32 requests at once, so races reach the store locally too.
@@ -115,7 +138,7 @@ Chat backend running locally
   WebSocket        ws://127.0.0.1:$WS_PORT/?token=<token>
   Demo chat page   http://127.0.0.1:$DEMO_PORT/
   Management API   $WS_MANAGEMENT_ENDPOINT
-  DynamoDB         $DYNAMODB_ENDPOINT  ($dynamodb_what; tables $CHAT_TABLE, $CONNECTIONS_TABLE)
+  DynamoDB         $DYNAMODB_ENDPOINT  ($dynamodb_what$strict_what; tables $CHAT_TABLE, $CONNECTIONS_TABLE)
   Kinesis          $KINESIS_ENDPOINT  (stream $EVENT_STREAM)
 Mint a token:      TOKEN=\$(python3 infra/mint_token.py u1)
 Try:               curl -s http://127.0.0.1:$REST_PORT/inbox -H "Authorization: Bearer \$TOKEN"

@@ -103,49 +103,84 @@ impl RestEdge {
             );
         }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut upstream = Request::builder()
-            .method(parts.method.clone())
-            .uri(format!("{}{path}", self.upstream));
-        for (name, value) in &parts.headers {
-            if name != header::HOST {
-                upstream = upstream.header(name, value);
-            }
-        }
-        let Ok(upstream) = upstream.body(Full::new(body)) else {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                "malformed request",
-            );
-        };
         let slots = self.slots(&parts.method, parts.uri.path());
         let _slot = slots.acquire().await;
-        let answer = match self.client.request(upstream).await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "REST functions unreachable");
+        // A read has no effect: when watch itself fails one (its own 5xx, no function's
+        // answer: now and then under load), it is sent again, as a client would.
+        let read = parts.method == Method::GET || parts.method == Method::HEAD;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut upstream = Request::builder()
+                .method(parts.method.clone())
+                .uri(format!("{}{path}", self.upstream));
+            for (name, value) in &parts.headers {
+                if name != header::HOST {
+                    upstream = upstream.header(name, value);
+                }
+            }
+            let Ok(upstream) = upstream.body(Full::new(body.clone())) else {
                 return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "internal",
-                    "temporarily unavailable, retry later",
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "malformed request",
                 );
+            };
+            let answer = match self.client.request(upstream).await {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "REST functions unreachable");
+                    return unavailable();
+                }
+            };
+            let (answer, answer_body) = answer.into_parts();
+            let Ok(answer_body) = answer_body.collect().await.map(|b| b.to_bytes()) else {
+                return unavailable();
+            };
+            let status = answer.status;
+            if status.is_server_error() && !in_api_shape(&answer_body) {
+                tracing::warn!(%status, attempt, body = %String::from_utf8_lossy(&answer_body),
+                    "the function runner failed the request");
+                if read && attempt < RUNNER_ATTEMPTS {
+                    continue;
+                }
+                // A write the runner failed may or may not have run: the outcome is unknown,
+                // as after a timeout (docs/api.md §2), and every write here is safe to retry.
+                return unavailable();
             }
-        };
-        let (parts, body) = answer.into_parts();
-        let body = match body.collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(_) => return error(StatusCode::BAD_GATEWAY, "internal", "internal error"),
-        };
-        if parts.status.is_client_error() || parts.status.is_server_error() {
-            if let Some(replaced) = normalized_error(parts.status, &parts.headers, &body) {
-                return replaced;
+            if status.is_client_error() {
+                if let Some(replaced) = normalized_error(status, &answer.headers, &answer_body) {
+                    return replaced;
+                }
             }
+            let mut out = Response::new(Full::new(answer_body));
+            *out.status_mut() = status;
+            *out.headers_mut() = answer.headers;
+            return out;
         }
-        let mut out = Response::new(Full::new(body));
-        *out.status_mut() = parts.status;
-        *out.headers_mut() = parts.headers;
-        out
     }
+}
+
+/// Attempts of a read that the function runner itself fails.
+const RUNNER_ATTEMPTS: u32 = 3;
+
+/// `503 unavailable` with `Retry-After`: the functions did not answer (docs/api.md §2).
+fn unavailable() -> Response<Body> {
+    let mut r = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "temporarily unavailable; the outcome is unknown: retry with the same request to learn it",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// Whether an answer is in the API's error shape (a function's own answer).
+fn in_api_shape(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .is_some_and(|v| v["error"]["code"].is_string())
 }
 
 /// The API route a request is for, as a bounded set of keys whatever the path: `GET
@@ -226,24 +261,18 @@ fn preflight() -> Response<Body> {
     r
 }
 
-/// An error answer that is not in the API's shape (watch's own 404 and 5xx pages) in that shape.
+/// A 4xx not in the API's shape (watch's own 404 pages) in that shape.
 fn normalized_error(
     status: StatusCode,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Option<Response<Body>> {
-    let ours = serde_json::from_slice::<Value>(body)
-        .ok()
-        .is_some_and(|v| v["error"]["code"].is_string());
-    if ours {
+    if in_api_shape(body) {
         return None;
     }
     let mut answer = if status == StatusCode::NOT_FOUND || status == StatusCode::METHOD_NOT_ALLOWED
     {
         error(StatusCode::NOT_FOUND, "not_found", NOT_FOUND)
-    } else if status.is_server_error() {
-        tracing::warn!(%status, body = %String::from_utf8_lossy(body), "REST function failed");
-        error(status, "internal", "internal error")
     } else {
         return None;
     };
@@ -349,6 +378,72 @@ mod tests {
         assert!(most >= 2, "the requests did not overlap at all ({most})");
     }
 
+    /// The function runner's own 5xx (watch's error page, no function's answer): a read is sent
+    /// again; a write, whose outcome is unknown, is answered `503 unavailable` with Retry-After,
+    /// never a bare 5xx. A function's own 5xx in the API's shape is passed on as it is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_runners_own_failures_are_retried_for_reads_and_503_for_writes() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (_trigger, shutdown) = crate::shutdown::Shutdown::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_url = format!("http://{}", upstream.local_addr().unwrap());
+        let seen = calls.clone();
+        crate::http::serve(upstream, shutdown.clone(), move |req, _| {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            let ours = req.uri().path() == "/inbox";
+            async move {
+                if ours {
+                    let body = r#"{"error":{"code":"unavailable","message":"x"}}"#;
+                    return response(StatusCode::SERVICE_UNAVAILABLE, body);
+                }
+                // Every other call fails once in the runner, then succeeds.
+                if n.is_multiple_of(2) {
+                    let page = r#"{"type":"https://httpstatuses.com/500","status":500}"#;
+                    return response(StatusCode::INTERNAL_SERVER_ERROR, page);
+                }
+                response(StatusCode::OK, "{}")
+            }
+        });
+        let edge = RestEdge::new(upstream_url, 8);
+        let edge_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let edge_url = format!("http://{}", edge_listener.local_addr().unwrap());
+        crate::http::serve(edge_listener, shutdown.clone(), move |req, _| {
+            let edge = edge.clone();
+            async move { edge.handle(req).await }
+        });
+        let client: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let send = |method: Method, path: &str| {
+            let req = Request::builder()
+                .method(method)
+                .uri(format!("{edge_url}{path}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            client.request(req)
+        };
+        let read = send(Method::GET, "/conversations/c/messages")
+            .await
+            .unwrap();
+        assert_eq!(read.status(), StatusCode::OK, "the read was sent again");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let write = send(Method::POST, "/conversations/c/messages")
+            .await
+            .unwrap();
+        assert_eq!(write.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(write.headers()[header::RETRY_AFTER], "1");
+        let body = write.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains(r#""code":"unavailable""#));
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "a write is not sent again");
+        let theirs = send(Method::GET, "/inbox").await.unwrap();
+        assert_eq!(theirs.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            4,
+            "a function's own 503 is its answer"
+        );
+    }
+
     #[test]
     fn a_preflight_keeps_its_own_cors_headers_and_the_functions_lose_theirs() {
         let answer = with_cors(preflight(), true, false);
@@ -383,13 +478,6 @@ mod tests {
             br#"{"detail":"Available functions: {\"inbox\"}","title":"Default function disabled"}"#;
         let r = normalized_error(StatusCode::NOT_FOUND, &HeaderMap::new(), watch_404).unwrap();
         assert_eq!(r.status(), StatusCode::NOT_FOUND);
-        let r = normalized_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &HeaderMap::new(),
-            b"boom",
-        )
-        .unwrap();
-        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let ours = br#"{"error":{"code":"not_found","message":"conversation not found"}}"#;
         assert!(normalized_error(StatusCode::NOT_FOUND, &HeaderMap::new(), ours).is_none());
         assert!(normalized_error(StatusCode::CONFLICT, &HeaderMap::new(), b"{}").is_none());

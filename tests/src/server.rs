@@ -37,6 +37,8 @@ struct Services {
     kinesis: String,
     /// The strictness proxy's control endpoint (`/strict/config`), when one is in front.
     strict_control: Option<String>,
+    /// The DynamoDB endpoint behind the proxy (DynamoDB Local's own port).
+    backend: String,
 }
 
 static SERVICES: OnceLock<Services> = OnceLock::new();
@@ -91,12 +93,14 @@ fn services() -> &'static Services {
                 (dynamodb, kinesis, kind)
             }
         };
+        let backend = dynamodb.clone();
         let (dynamodb, strict_control) = in_front_of_dynamodb(kind, dynamodb);
         Services {
             dynamodb,
             dynamodb_kind: kind,
             kinesis,
             strict_control,
+            backend,
         }
     })
 }
@@ -138,6 +142,38 @@ fn in_front_of_dynamodb(kind: DynamoDb, dynamodb: String) -> (String, Option<Str
         .unwrap()
         .expect("the DynamoDB strictness layer starts");
     (url.clone(), Some(url))
+}
+
+/// The process of this binary's DynamoDB Local (None on other backends), found by its port: the
+/// chaos soak freezes it (SIGSTOP) to see what a DynamoDB brownout does.
+pub fn dynamodb_local_pid() -> Option<u32> {
+    let s = services();
+    if s.dynamodb_kind != DynamoDb::Local {
+        return None;
+    }
+    let port = s
+        .backend
+        .rsplit(':')
+        .next()?
+        .trim_end_matches('/')
+        .to_owned();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let jar = args.iter().any(|a| a.ends_with(b"DynamoDBLocal.jar"));
+        let on_port = args
+            .windows(2)
+            .any(|w| w[0] == b"-port" && w[1] == port.as_bytes());
+        if jar && on_port {
+            return Some(pid);
+        }
+    }
+    None
 }
 
 /// Injects DynamoDB faults through the strictness layer (`POST /strict/faults`, one spec or a

@@ -16,9 +16,36 @@ use crate::{new_uuid, unique};
 
 const READERS: usize = 50;
 const RECEIPTS_PER_SEND: usize = 10;
+/// DynamoDB's limit per partition (one partition key): write units a second.
+const PARTITION_WRITE_UNITS: f64 = 1000.0;
 
 pub struct Outcome {
     pub sends_per_s: f64,
+}
+
+/// Read receipts during a row: none; from 50 members of the hot conversation itself (they write
+/// to its partition: their member items share its key); or the same receipts to another
+/// conversation (the baseline of what receipts cost wherever they go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Receipts {
+    None,
+    Here,
+    Elsewhere,
+}
+
+/// Write units the strictness layer recorded on the partition of conversation `c` so far (it
+/// sits in front of DynamoDB Local in this process: `server::dynamodb_partitions`).
+fn partition_write_units(target: &Target, c: &str) -> Option<f64> {
+    target.app()?;
+    let record = crate::server::dynamodb_partitions()?;
+    let key = format!("C#{c}");
+    let units = record["partitions"]
+        .as_array()?
+        .iter()
+        .filter(|p| p["table"] == "ChatTable" && p["index"].is_null() && p["key"] == key.as_str())
+        .filter_map(|p| p["writeUnits"].as_f64())
+        .sum();
+    Some(units)
 }
 
 pub fn table() -> Table {
@@ -34,6 +61,8 @@ pub fn table() -> Table {
         "receipts/s",
         "DynamoDB calls/send",
         "write units/send",
+        "partition write units/send",
+        "DynamoDB ceiling, sends/s",
         "1..N, acks at their seq",
     ])
 }
@@ -44,9 +73,10 @@ pub async fn row(
     table: &mut Table,
     senders: usize,
     per_sender: usize,
-    receipts: bool,
+    receipts_to: Receipts,
     baseline: Option<f64>,
 ) -> Outcome {
+    let receipts = receipts_to != Receipts::None;
     let owner = unique("hot");
     let others: Vec<String> = (1..senders).map(|i| format!("{owner}-s{i}")).collect();
     let readers: Vec<String> = if receipts {
@@ -54,11 +84,30 @@ pub async fn row(
     } else {
         vec![]
     };
-    let members: Vec<&String> = others.iter().chain(&readers).collect();
-    let c = target.create_group(&owner, "hot", &members).await;
+    let here: Vec<&String> = if receipts_to == Receipts::Here {
+        others.iter().chain(&readers).collect()
+    } else {
+        others.iter().collect()
+    };
+    let c = target.create_group(&owner, "hot", &here).await;
+    // Where the receipts go: the hot conversation, or another one holding as many messages as
+    // the row will send (so that they advance there too).
+    let receipts_at = if receipts_to == Receipts::Elsewhere {
+        let elsewhere = target.create_group(&owner, "elsewhere", &readers).await;
+        for i in 0..senders * per_sender {
+            let body = json!({"clientMsgId": new_uuid(), "body": format!("earlier {i}")});
+            let path = format!("/conversations/{elsewhere}/messages");
+            let (status, answer) = target.call("POST", &path, &owner, Some(body)).await;
+            assert_eq!(status, 201, "{answer}");
+        }
+        elsewhere
+    } else {
+        c.clone()
+    };
     if let Some(t) = target.app() {
         t.calls.take_calls();
     }
+    let units_before = partition_write_units(target, &c);
 
     let sent = Arc::new(AtomicU64::new(0));
     let give_ups = Arc::new(AtomicUsize::new(0));
@@ -116,7 +165,7 @@ pub async fn row(
         .map(|reader| {
             let (target, c, sent, credits, receipts_done) = (
                 target.clone(),
-                c.clone(),
+                receipts_at.clone(),
                 sent.clone(),
                 credits.clone().expect("readers only with receipts"),
                 receipts_done.clone(),
@@ -169,8 +218,14 @@ pub async fn row(
         }
     }
 
+    let units_after = partition_write_units(target, &c);
     let ok = verify(target, &owner, &c, &acked).await;
     let n = acked.len();
+    // The hottest partition is the conversation's: its units per send say how many sends a
+    // second DynamoDB's 1,000 write units per partition allow.
+    let partition_units = units_before
+        .zip(units_after)
+        .map(|(b, a)| (a - b) / n.max(1) as f64);
     let rate = n as f64 / elapsed.as_secs_f64();
     let latencies: Vec<Duration> = acked.iter().map(|(d, _)| *d).collect();
     let (calls_per_send, units_per_send) = match (&calls, target.app()) {
@@ -187,10 +242,10 @@ pub async fn row(
     table.rows.push(vec![
         format!(
             "{senders} sender(s), one conversation{}",
-            if receipts {
-                ", + receipts from 50 members (~10 per send)"
-            } else {
-                ""
+            match receipts_to {
+                Receipts::None => "",
+                Receipts::Here => ", + receipts from 50 of its members (~10 per send)",
+                Receipts::Elsewhere => ", + the same receipts to another conversation",
             }
         ),
         n.to_string(),
@@ -210,6 +265,10 @@ pub async fn row(
         },
         calls_per_send,
         units_per_send,
+        partition_units.map_or("–".into(), |u| format!("{u:.1}")),
+        partition_units.map_or("–".into(), |u| {
+            format!("{:.0}", PARTITION_WRITE_UNITS / u.max(f64::MIN_POSITIVE))
+        }),
         if ok { "yes".into() } else { "**NO**".into() },
     ]);
     Outcome { sends_per_s: rate }

@@ -11,6 +11,14 @@
 //! Against the emulator the absolute rates measure moto, which answers one request at a time;
 //! ratios, round trips and behaviour under contention are what carry over.
 //!
+//! Each hot row also reports the conversation partition's write units per send, as the DynamoDB
+//! strictness layer in front of DynamoDB Local recorded them, and the DynamoDB ceiling they imply:
+//! the sends a second at which that partition reaches DynamoDB's 1,000 write units a second.
+//! `chaos` is the chaos soak (tests/src/bench/chaos.rs): DynamoDB Local frozen for 25 s in the
+//! middle of mixed traffic, then every invariant checked.
+//! `scaled` runs hot rows with the layer's per-partition limits at 1/10 (throttling on), so that
+//! the design is shown holding its partition's ceiling: no give-up, no gap.
+//!
 //! For tuning, `hot32` runs the 32-sender row alone and `receipts1` the 1-sender row without and
 //! with read receipts.
 //!
@@ -20,8 +28,9 @@
 
 use std::sync::Arc;
 
+use chat_tests::bench::hot::Receipts;
 use chat_tests::bench::target::Target;
-use chat_tests::bench::{cost, flag_value, hot, ops};
+use chat_tests::bench::{chaos, cost, flag_value, hot, ops};
 use chat_tests::TestApp;
 
 #[tokio::main]
@@ -73,64 +82,64 @@ async fn main() {
     for scenario in scenarios {
         match scenario {
             "hot" => {
-                // Ratio: to the 1-sender rate; with receipts, to the same senders without them.
+                // Ratio: to the 1-sender rate; with receipts on the hot conversation, to the
+                // same senders while the same receipts go to another conversation.
                 let mut table = hot::table();
-                let mut alone = std::collections::HashMap::new();
-                let one = hot::row(&target, &mut table, 1, messages, false, None).await;
-                alone.insert(1, one.sends_per_s);
+                let one = hot::row(&target, &mut table, 1, messages, Receipts::None, None).await;
                 for senders in [8, 16, 32] {
                     let per = messages / senders;
-                    let r = hot::row(
-                        &target,
-                        &mut table,
-                        senders,
-                        per,
-                        false,
-                        Some(one.sends_per_s),
-                    );
-                    alone.insert(senders, r.await.sends_per_s);
+                    let base = Some(one.sends_per_s);
+                    hot::row(&target, &mut table, senders, per, Receipts::None, base).await;
                 }
                 for senders in [1, 16, 32] {
                     let per = messages / senders;
-                    hot::row(
-                        &target,
-                        &mut table,
-                        senders,
-                        per,
-                        true,
-                        alone.get(&senders).copied(),
-                    )
-                    .await;
+                    let elsewhere =
+                        hot::row(&target, &mut table, senders, per, Receipts::Elsewhere, None);
+                    let base = Some(elsewhere.await.sends_per_s);
+                    hot::row(&target, &mut table, senders, per, Receipts::Here, base).await;
                 }
                 table.print();
             }
+            // The scale model: DynamoDB's per-partition limits at 1/10 (the strictness layer's
+            // scale), so that 2 cores can drive one conversation past its partition's ceiling.
+            "scaled" => {
+                let before =
+                    chat_tests::server::emulator_settings(&serde_json::json!({"scale": 0.1}));
+                let mut table = hot::table();
+                let one = hot::row(&target, &mut table, 1, messages, Receipts::None, None).await;
+                for senders in [16, 32] {
+                    let per = messages / senders;
+                    let base = Some(one.sends_per_s);
+                    hot::row(&target, &mut table, senders, per, Receipts::None, base).await;
+                }
+                let per = messages / 16;
+                hot::row(&target, &mut table, 16, per, Receipts::Here, None).await;
+                chat_tests::server::emulator_settings(&before);
+                println!("(per-partition limits at 1/10: the model's ceiling is a tenth of the column's)");
+                table.print();
+            }
             "ops" => ops::run(&app, messages).await.print(),
+            // A DynamoDB brownout in the middle of mixed traffic, then every invariant.
+            "chaos" => chaos::run().await.print(),
             // One row, for tuning: 32 senders.
             "hot32" => {
                 let mut table = hot::table();
-                hot::row(&target, &mut table, 32, messages / 32, false, None).await;
+                hot::row(&target, &mut table, 32, messages / 32, Receipts::None, None).await;
                 table.print();
             }
             // Two rows, for tuning: 1 sender alone, then with receipts.
             "receipts1" => {
                 let mut table = hot::table();
-                let one = hot::row(&target, &mut table, 1, messages, false, None).await;
-                hot::row(
-                    &target,
-                    &mut table,
-                    1,
-                    messages,
-                    true,
-                    Some(one.sends_per_s),
-                )
-                .await;
+                let one = hot::row(&target, &mut table, 1, messages, Receipts::None, None).await;
+                let base = Some(one.sends_per_s);
+                hot::row(&target, &mut table, 1, messages, Receipts::Here, base).await;
                 table.print();
             }
             // The inbox at 10-5,000 memberships and the index's cost per message
             // (tests/src/bench_inbox.rs; its own client, to record the reads' responses).
             "inbox" => chat_tests::bench_inbox::run(messages).await.print(),
             other => {
-                eprintln!("bench: unknown scenario {other:?} (hot, ops, hot32, receipts1, inbox, push, cost)")
+                eprintln!("bench: unknown scenario {other:?} (hot, scaled, chaos, ops, hot32, receipts1, inbox, push, cost)")
             }
         }
     }

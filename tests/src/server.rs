@@ -187,6 +187,13 @@ pub fn dynamodb_faults(faults: &serde_json::Value) {
     post(&control, "/strict/faults", JSON, &faults.to_string());
 }
 
+/// Clears the DynamoDB faults not yet fired (`DELETE /strict/faults`).
+pub fn clear_dynamodb_faults() {
+    if let Some(control) = services().strict_control.clone() {
+        request("DELETE", &control, "/strict/faults", "", "");
+    }
+}
+
 /// The strictness layer's per-partition record (`GET /strict/partitions`), when one runs.
 pub fn dynamodb_partitions() -> Option<serde_json::Value> {
     let control = services().strict_control.clone()?;

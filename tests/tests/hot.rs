@@ -264,26 +264,26 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
     }
 }
 
-/// A 429 means nothing happened, then or later: a queued send whose request ends on an error
-/// (here: its reads of the queue throttled past the SDK's retries) withdraws its pending send, so
-/// the next group commit does not commit it as a new message.
+/// A 429 means nothing happened, then or later: a queued send whose request ends without its
+/// message (here: its reads of the queue throttled until its deadline) withdraws its pending
+/// send, so the next group commit does not commit it as a new message.
 #[tokio::test]
 async fn a_queued_send_answered_429_is_never_committed_later() {
-    let _shared = SETTINGS.read().await;
+    let _exclusive = SETTINGS.write().await;
     if server::dynamodb_partitions().is_none() {
         eprintln!("skipped: DynamoDB faults need the strictness layer (not CHAT_DYNAMODB=moto)");
         return;
     }
-    let t = TestApp::new().await;
+    let t = TestApp::custom(Duration::from_millis(700), None).await;
     let (a, b) = (unique("a"), unique("b"));
     let c = t.group(&a, &[&b]).await;
     force_busy(&t, &c).await;
-    // The SDK makes 3 attempts of each call.
     server::dynamodb_faults(
         &json!({"op": "Query", "table": "ChatTable", "key": format!("C#{c}"),
-                                    "kind": "ThrottlingException", "count": 3}),
+                                    "kind": "ThrottlingException", "count": 100_000}),
     );
     let r = t.send(&c, &a, "answered 429").await;
+    server::clear_dynamodb_faults();
     assert_eq!((r.status, r.code()), (429, "throttled"), "{r:?}");
     assert!(
         pending(&t, &c).await.is_empty(),

@@ -123,6 +123,18 @@ const THROTTLING: [&str; 4] = [
     "TransactionConflictException",
 ];
 
+/// Whether DynamoDB refused a call for throughput (nothing happened: try again later).
+pub(crate) fn throttled<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
+    matches!(
+        err.code(),
+        Some(
+            "ProvisionedThroughputExceededException"
+                | "RequestLimitExceeded"
+                | "ThrottlingException"
+        )
+    )
+}
+
 /// Maps an SDK error: throttling to `Throttled`; no answer, an unreadable answer or DynamoDB's
 /// own failure to `Unavailable`; the rest to `Internal` with the details (which the edge logs
 /// once and never shows).
@@ -242,8 +254,11 @@ impl ChatStore {
             crate::telemetry::count("TransactionConflicts", 1);
             return Ok(TxOutcome::Conflict);
         }
+        // The partition's throughput ran out: nothing was written, as with a conflict, and the
+        // caller tries again within its deadline the same way (a commit waits about one commit).
         if codes().any(|c| matches!(c, "ThrottlingError" | "ProvisionedThroughputExceeded")) {
-            return Err(ChatError::Throttled);
+            crate::telemetry::count("TransactionsThrottled", 1);
+            return Ok(TxOutcome::Conflict);
         }
         if let Some(other) = codes().find(|c| !matches!(*c, "None" | "ConditionalCheckFailed")) {
             // Not a condition of ours: never guess an answer from it.

@@ -458,7 +458,15 @@ impl ChatStore {
             let Queue {
                 last_commit,
                 pending,
-            } = self.queue(send.id).await?;
+            } = match self.queue(send.id).await {
+                Ok(q) => q,
+                // The partition's read throughput ran out: look again shortly.
+                Err(ChatError::Throttled) => {
+                    wait = Some(GATHER);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let (queue, expired) = live(pending, crate::time::unix_millis(crate::time::now()));
             // A commit is about two such round trips (this Query, then the transaction): waits
             // and patience scale with them. Looking again sooner costs calls; later, latency (a
@@ -634,6 +642,9 @@ impl ChatStore {
                 // transaction): a moment later it is either committed (its key answers) or
                 // pending again.
                 Some(PutItemError::TransactionConflictException(_)) => {}
+                // The partition's throughput ran out (after the SDK's own retries): nothing was
+                // written; again after a backoff, within the deadline.
+                _ if super::throttled(&err) => {}
                 _ => return Err(sdk_error("PutItem", err)),
             }
         }

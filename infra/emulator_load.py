@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Load generator for the local DynamoDB emulator (infra/moto_server.py): requests/s and latency.
+"""Load generator for the local DynamoDB and Kinesis emulators: requests/s and latency.
 
     .venv/bin/python infra/emulator_load.py --url http://127.0.0.1:4566 [--clients 1,8] [--seconds 15]
                                             [--items 5000] [--client raw|boto3] [--pid PID]
                                             [--only GetItem|ReadReceipt|...]
+    .venv/bin/python infra/emulator_load.py --url http://127.0.0.1:4566 --kinesis [--records 20000] ...
 
 Fills ChatTable with --items items (100 partitions; once per emulator run: skipped when they are
 there), then runs, for each client count, that many threads for --seconds each, doing a mix like
@@ -19,6 +20,12 @@ emulator's CPU time per request (user + system, from /proc; less sensitive than 
 other load on the machine). Puts and transactions add items to the queried partitions, so
 compare emulators on fresh starts with the same runs.
 
+`--kinesis` loads the template's Kinesis stream (EventStream, on our moto launcher) instead, as
+the relay and the local gateway's poller do: it first puts --records records (every run adds
+them: a stream that has carried that much), then each thread does PutRecords of 5 records with a
+random conversation as partition key (50 %) and GetRecords following its own iterator of each
+shard in turn, from LATEST (50 %). Raw client only.
+
 `--client raw` (default) sends the JSON requests over http.client connections (kept alive when
 the emulator allows) with SDK-like headers, so that little client CPU competes with the
 emulator; `--client boto3` uses boto3 (one client per thread), as the tests do.
@@ -26,6 +33,7 @@ emulator; `--client boto3` uses boto3 (one client per thread), as the tests do.
 from __future__ import annotations
 
 import argparse
+import base64
 import collections
 import http.client
 import itertools
@@ -47,6 +55,8 @@ MIX = (("GetItem", 30), ("Query", 20), ("UpdateItem", 15), ("TransactWriteItems"
 MEMBERS = 50  # ReadReceipt's member items, in one partition
 RECEIPT_SEQ = itertools.count(1)  # shared by the threads (next() on it is atomic)
 ACTION = {"ReadReceipt": "UpdateItem"}  # operations that are a shape of another API action
+STREAM = "EventStream"
+KINESIS_MIX = (("PutRecords", 1), ("GetRecords", 1))
 
 
 def member(m: int) -> dict[str, Any]:
@@ -131,9 +141,9 @@ class Ops:
 class RawClient:
     """One connection, kept alive when the server allows."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, service: str = "dynamodb"):
         parsed = urllib.parse.urlsplit(url)
-        self.host, self.port = parsed.hostname, parsed.port
+        self.host, self.port, self.service = parsed.hostname, parsed.port, service
         self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
         self.errors: collections.Counter[str] = collections.Counter()
 
@@ -145,12 +155,13 @@ class RawClient:
 
     def send(self, op: str, params: dict[str, Any]) -> tuple[int, bytes]:
         body = json.dumps(params).encode()
+        kinesis = self.service == "kinesis"
         headers = {
-            "Content-Type": "application/x-amz-json-1.0",
-            "X-Amz-Target": f"DynamoDB_20120810.{ACTION.get(op, op)}",
+            "Content-Type": f"application/x-amz-json-{'1.1' if kinesis else '1.0'}",
+            "X-Amz-Target": f"Kinesis_20131202.{op}" if kinesis else f"DynamoDB_20120810.{ACTION.get(op, op)}",
             "User-Agent": "emulator-load/1 (raw http.client)",
             "X-Amz-Date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
-            "Authorization": "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, "
+            "Authorization": f"AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/{self.service}/aws4_request, "
                              "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=" + "0" * 64,
         }
         for attempt in (0, 1):
@@ -188,6 +199,38 @@ class Boto3Client:
             return e.response["ResponseMetadata"]["HTTPStatusCode"]
 
 
+class KinesisOps:
+    """PutRecords and GetRecords on STREAM (one instance per thread, with its own iterators)."""
+
+    def __init__(self, client: RawClient, seed: int):
+        self.client, self.rnd = client, random.Random(seed)
+        shards = json.loads(client.send("ListShards", {"StreamName": STREAM})[1])["Shards"]
+        self.iterators = [self.latest(s["ShardId"]) for s in shards]
+        self.turn = 0
+
+    def latest(self, shard: str) -> str:
+        params = {"StreamName": STREAM, "ShardId": shard, "ShardIteratorType": "LATEST"}
+        return json.loads(self.client.send("GetShardIterator", params)[1])["ShardIterator"]
+
+    def call(self, op: str) -> int:
+        if op == "PutRecords":
+            data = base64.b64encode(b'{"events":[{"type":"read.updated"}]}').decode()
+            records = [{"Data": data, "PartitionKey": f"conv-{self.rnd.randrange(10**6)}"} for _ in range(5)]
+            return self.client.call(op, {"StreamName": STREAM, "Records": records})
+        self.turn = (self.turn + 1) % len(self.iterators)
+        status, data = self.client.send(op, {"ShardIterator": self.iterators[self.turn], "Limit": 100})
+        if status == 200:
+            self.iterators[self.turn] = json.loads(data)["NextShardIterator"]
+        return status
+
+
+def fill_kinesis(url: str, records: int) -> None:
+    client, data = RawClient(url, "kinesis"), base64.b64encode(b"x" * 200).decode()
+    for i in range(0, records, 500):
+        entries = [{"Data": data, "PartitionKey": f"fill-{i + j}"} for j in range(min(500, records - i))]
+        assert client.call("PutRecords", {"StreamName": STREAM, "Records": entries}) == 200
+
+
 def fill(url: str, items: int) -> int:
     """Puts `items` items in PARTITIONS partitions (and a meta item each); returns items per partition."""
     per = max(1, items // PARTITIONS)
@@ -216,8 +259,8 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 def run(url: str, clients: int, seconds: float, per: int, kind: str, pid: int | None,
-        only: str | None = None) -> None:
-    mix = ((only, 1),) if only else MIX
+        only: str | None = None, kinesis: bool = False) -> None:
+    mix = ((only, 1),) if only else KINESIS_MIX if kinesis else MIX
     ops = [op for op, weight in mix for _ in range(weight)]
     latencies: dict[str, list[float]] = {op: [] for op, _ in mix}
     statuses: dict[int, int] = {}
@@ -227,16 +270,17 @@ def run(url: str, clients: int, seconds: float, per: int, kind: str, pid: int | 
     stop = [0.0]
 
     def worker(i: int) -> None:
-        client = RawClient(url) if kind == "raw" else Boto3Client(url)
+        client = RawClient(url, "kinesis" if kinesis else "dynamodb") if kind == "raw" else Boto3Client(url)
         gen = Ops(per, seed=i * 7919 + int(time.time()))
+        streams = KinesisOps(client, seed=i) if kinesis else None
         mine: dict[str, list[float]] = {op: [] for op, _ in mix}
         codes: dict[int, int] = {}
         barrier.wait()
         while time.monotonic() < stop[0]:
             op = gen.rnd.choice(ops)
-            params = gen.make(op)
+            params = gen.make(op) if streams is None else None
             started = time.monotonic()
-            status = client.call(op, params)
+            status = client.call(op, params) if streams is None else streams.call(op)
             mine[op].append(time.monotonic() - started)
             codes[status] = codes.get(status, 0) + 1
         with lock:
@@ -276,12 +320,22 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=5000)
     parser.add_argument("--client", choices=("raw", "boto3"), default="raw")
     parser.add_argument("--pid", type=int, help="the emulator's process id, to report its CPU time")
-    parser.add_argument("--only", choices=[op for op, _ in MIX] + list(ACTION),
+    parser.add_argument("--only", choices=[op for op, _ in MIX + KINESIS_MIX] + list(ACTION),
                         help="one operation instead of the mix")
+    parser.add_argument("--kinesis", action="store_true", help="load Kinesis instead of DynamoDB")
+    parser.add_argument("--records", type=int, default=20000, help="with --kinesis: records put first")
     args = parser.parse_args()
-    per = fill(args.url, args.items)
+    if args.kinesis != (args.only in dict(KINESIS_MIX)) and args.only:
+        parser.error(f"--only {args.only}: " + ("a DynamoDB operation" if args.kinesis else "needs --kinesis"))
+    if args.kinesis:
+        if args.client != "raw":
+            parser.error("--kinesis needs --client raw")
+        fill_kinesis(args.url, args.records)
+        per = 0
+    else:
+        per = fill(args.url, args.items)
     for n in (int(c) for c in args.clients.split(",")):
-        run(args.url, n, args.seconds, per, args.client, args.pid, args.only)
+        run(args.url, n, args.seconds, per, args.client, args.pid, args.only, args.kinesis)
 
 
 if __name__ == "__main__":

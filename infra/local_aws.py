@@ -26,9 +26,9 @@ until its stdin closes (a test harness that dies takes it along). Its children g
 it ends (Linux parent-death signal; moto also watches its stdin). A child that exits on its own
 ends it with an error. `--port 0` / `--dynamodb-port 0` pick free ports.
 
-moto's run-time settings (`/moto-api/chat/config`, e.g. its transaction window) and Kinesis fault
-injection (`/moto-api/chat/faults`) stay on the Kinesis URL. DynamoDB Local itself has neither
-transaction conflicts nor throttling; those are added by a proxy in front of it.
+Kinesis fault injection (`/moto-api/chat/faults`) is on the Kinesis URL. Neither DynamoDB
+(DynamoDB Local, moto) has transaction conflicts or throttling: the strictness layer
+(infra/dynamodb-strict) that the callers put in front of the DynamoDB URL adds them.
 """
 from __future__ import annotations
 

@@ -89,11 +89,15 @@ echo "run-local: building (the first build takes a few minutes)"
 cargo build --workspace --bins --quiet
 bin="${CARGO_TARGET_DIR:-$repo/target}/debug"
 
-# What DynamoDB Local lacks (transaction conflicts, per-partition throttling; latency and faults
-# when asked for), in front of it: infra/dynamodb-strict, on by default (CHAT_STRICT=off, or
-# CHAT_STRICT_* per part). moto has conflicts of its own and answers one request at a time.
+# What DynamoDB Local and moto lack (transaction conflicts, per-partition throttling; latency
+# and faults when asked for), in front of them: infra/dynamodb-strict, on by default
+# (CHAT_STRICT=off, or CHAT_STRICT_* per part). moto, which answers one request at a time, gets
+# the conflicts only, unless CHAT_STRICT_THROUGHPUT=on.
 strict_what=""
-if [[ "$DYNAMODB_BACKEND" != moto && "${CHAT_STRICT:-on}" != off ]]; then
+if [[ "$DYNAMODB_BACKEND" == moto && -z "${CHAT_STRICT_THROUGHPUT:-}" ]]; then
+  export CHAT_STRICT_THROUGHPUT=off
+fi
+if [[ "${CHAT_STRICT:-on}" != off ]]; then
   strict_log="$repo/.local/dynamodb-strict-$STRICT_PORT.log"
   "$bin/dynamodb-strict" --listen "127.0.0.1:$STRICT_PORT" --dynamodb "$dynamodb" >"$strict_log" 2>&1 &
   pids+=($!)

@@ -9,9 +9,9 @@
 //!   takes the Kinesis fault injection; `KINESIS_ENDPOINT` when set together with
 //!   `DYNAMODB_ENDPOINT` (then nothing is started and the resources are expected to exist).
 //!
-//! DynamoDB Local has no transaction conflicts, throttling, latency or faults: the strictness
-//! layer (infra/dynamodb-strict) in front of it adds them, on by default (`CHAT_STRICT=off`, or
-//! `CHAT_STRICT_*` per part; `in_front_of_dynamodb`, the one place it goes).
+//! Neither DynamoDB Local nor moto has transaction conflicts, throttling, latency or faults: the
+//! strictness layer (infra/dynamodb-strict) in front of either adds them, on by default
+//! (`CHAT_STRICT=off`, or `CHAT_STRICT_*` per part; `in_front_of_dynamodb`, the one place it goes).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -110,13 +110,19 @@ fn services() -> &'static Services {
 /// is put in front of the DynamoDB endpoint. Returns the endpoint the handlers use and the proxy's
 /// control endpoint.
 fn in_front_of_dynamodb(kind: DynamoDb, dynamodb: String) -> (String, Option<String>) {
-    // moto has conflicts of its own (and answers one request at a time): nothing in front.
-    if kind == DynamoDb::Moto || env("CHAT_STRICT").as_deref() == Some("off") {
+    if env("CHAT_STRICT").as_deref() == Some("off") {
         return (dynamodb, None);
     }
     // `CHAT_STRICT_*` switch its parts (infra/dynamodb-strict); on by default. It runs on a
     // runtime thread of its own: each #[tokio::test] runtime ends with its test.
     let mut config = dynamodb_strict::StrictConfig::from_env().expect("CHAT_STRICT_* settings");
+    // moto (the fallback for machines without Java) gets the conflicts; partition throttling
+    // only when asked for (`CHAT_STRICT_THROUGHPUT=on`): moto commits a 1,000-member group's 21
+    // transactions within a second, past one partition's 1,000 units a second, which the app
+    // answers 429 instead of retrying.
+    if kind == DynamoDb::Moto && env("CHAT_STRICT_THROUGHPUT").is_none() {
+        config.rules.throughput = false;
+    }
     config.dynamodb = dynamodb;
     config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -178,12 +184,12 @@ pub fn dynamodb_local_pid() -> Option<u32> {
 
 /// Injects DynamoDB faults through the strictness layer (`POST /strict/faults`, one spec or a
 /// list: `{"op":"TransactWriteItems","table":"ChatTable","kind":"InternalServerError","count":1}`).
-/// Only for a test binary's own layer; panics without one (`CHAT_DYNAMODB=moto`).
+/// Only for a test binary's own layer; panics without one (`CHAT_STRICT=off`).
 pub fn dynamodb_faults(faults: &serde_json::Value) {
     let control = services()
         .strict_control
         .clone()
-        .expect("DynamoDB faults need the strictness layer (not with CHAT_DYNAMODB=moto)");
+        .expect("DynamoDB faults need the strictness layer (not with CHAT_STRICT=off)");
     post(&control, "/strict/faults", JSON, &faults.to_string());
 }
 
@@ -255,18 +261,15 @@ pub fn dynamodb_kind() -> DynamoDb {
 /// Changes the DynamoDB simulation settings at run time, e.g. `{"txWindowMs": 2000}` (how long a
 /// committed transaction's items stay "in a transaction" after its answer: other writes to them
 /// get DynamoDB's `TransactionConflict`); returns the previous values of the settings it changed,
-/// to put back. On moto, its `/moto-api/chat/config` (infra/moto_server.py); in front of DynamoDB
-/// Local, the strictness layer's `/strict/config`. Only for a test binary's own services.
+/// to put back: the strictness layer's `/strict/config`. Only for a test binary's own services.
 pub fn emulator_settings(settings: &serde_json::Value) -> serde_json::Value {
-    let s = services();
-    let (endpoint, path) = match (s.dynamodb_kind, &s.strict_control) {
-        (DynamoDb::Moto, _) => (s.kinesis.clone(), "/moto-api/chat/config"),
-        (_, Some(control)) => (control.clone(), "/strict/config"),
-        (_, None) => panic!(
+    let Some(control) = services().strict_control.clone() else {
+        panic!(
             "DynamoDB settings {settings} need the strictness layer in front of DynamoDB \
              (it is off: CHAT_STRICT=off)"
-        ),
+        )
     };
+    let (endpoint, path) = (control, "/strict/config");
     let current = request("GET", &endpoint, path, "", "");
     let before: serde_json::Map<String, serde_json::Value> = settings
         .as_object()

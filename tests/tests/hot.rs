@@ -271,7 +271,7 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
 async fn a_queued_send_answered_429_is_never_committed_later() {
     let _exclusive = SETTINGS.write().await;
     if server::dynamodb_partitions().is_none() {
-        eprintln!("skipped: DynamoDB faults need the strictness layer (not CHAT_DYNAMODB=moto)");
+        eprintln!("skipped: DynamoDB faults need the strictness layer (on unless CHAT_STRICT=off)");
         return;
     }
     let t = TestApp::custom(Duration::from_millis(700), None).await;

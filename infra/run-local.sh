@@ -126,7 +126,11 @@ done
 # write would otherwise restart every instance mid-run, and each restart waits for cargo.
 reload=()
 [[ "${CHAT_FUNCTIONS_RELOAD:-1}" == 0 ]] && reload=(--ignore-changes)
-cargo lambda watch -A 127.0.0.1 -P "$FUNCTIONS_PORT" --concurrency "$CHAT_FUNCTIONS_CONCURRENCY" "${reload[@]}" &
+# Run directly (not as `cargo lambda`, which would set CARGO to cargo itself), with a CARGO that
+# starts each instance from the binary just built (infra/cargo-for-watch.sh).
+CARGO="$repo/infra/cargo-for-watch.sh" CHAT_REAL_CARGO="$(command -v cargo)" CHAT_BIN_DIR="$bin" \
+  CHAT_REPO="$repo" cargo-lambda lambda watch -A 127.0.0.1 -P "$FUNCTIONS_PORT" \
+  --concurrency "$CHAT_FUNCTIONS_CONCURRENCY" "${reload[@]}" &
 pids+=($!)
 for _ in $(seq 1 150); do
   (exec 3<>"/dev/tcp/127.0.0.1/$FUNCTIONS_PORT") 2>/dev/null && break

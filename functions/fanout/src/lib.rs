@@ -435,10 +435,16 @@ impl Fanout {
                 return Ok(Some(users.clone()));
             }
         }
-        let Some((version, users)) = self.chat.member_ids(id).await? else {
+        let Some((read_version, users)) = self.chat.member_ids(id).await? else {
             return Ok(None);
         };
         let users = Arc::new(users);
+        if !cacheable(version, read_version) {
+            // A membership change landed between the two reads: the Query (not a snapshot of
+            // the collection) may pair its new version with members of before. Good for this
+            // batch, never kept: the next batch reads again.
+            return Ok(Some(users));
+        }
         let mut cache = self.members.lock().unwrap();
         // Bounded: a warm instance forgets everything now and then rather than growing.
         if cache.len() >= MEMBER_LISTS_CACHED {
@@ -539,5 +545,27 @@ impl Fanout {
                 tracing::warn!(connection = connection.connection_id, error = %e, "deleting a gone connection failed")
             }
         }
+    }
+}
+
+/// Whether a member list read by a Query may be kept under its version: only when the version
+/// read just before it (a strongly consistent GetItem) is the same. A Query reads a collection's
+/// items one after the other, so next to a membership change it may see the conversation item's
+/// new version and members of before; with the version unchanged across both reads, every member
+/// it read is at least as new as that version, and a later change shows as a new version.
+fn cacheable(version_before: u64, version_read: u64) -> bool {
+    version_before == version_read
+}
+
+#[cfg(test)]
+mod cache_tests {
+    #[test]
+    fn a_member_list_is_kept_only_under_an_unchanged_version() {
+        assert!(super::cacheable(7, 7));
+        assert!(
+            !super::cacheable(7, 8),
+            "a change between the reads: not kept"
+        );
+        assert!(!super::cacheable(8, 7));
     }
 }

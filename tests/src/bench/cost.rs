@@ -963,6 +963,7 @@ pub fn emf_metrics() -> std::collections::BTreeSet<(String, String)> {
                 let name = &rest[..end];
                 // `("Name", n)`: the fanout's list of counters (CamelCase names only).
                 let listed = pattern == "(\""
+                    && relative.starts_with("functions/")
                     && text[..at].ends_with(char::is_whitespace)
                     && rest[end..].starts_with("\", ")
                     && name.starts_with(|c: char| c.is_ascii_uppercase());

@@ -4,6 +4,8 @@
 mod auth;
 #[path = "api/conversations.rs"]
 mod conversations;
+#[path = "api/faults.rs"]
+mod faults;
 #[path = "api/identities.rs"]
 mod identities;
 #[path = "api/inbox.rs"]

@@ -1,0 +1,129 @@
+//! DynamoDB's faults where a client meets them (the strictness layer injects them, on the
+//! conversation's partition only, so the other tests of this binary are untouched), and what each
+//! answer promises (docs/api.md §2): a 429 changed nothing; a 503 is an unknown outcome, settled by
+//! the retry with the same `clientMsgId`; never a bare 5xx.
+
+use chat_tests::{new_uuid, server, unique, TestApp};
+use serde_json::json;
+
+/// Whether this binary's DynamoDB has the layer in front (it has unless `CHAT_STRICT=off`).
+fn layered() -> bool {
+    let on = server::dynamodb_partitions().is_some();
+    if !on {
+        eprintln!("skipped: DynamoDB faults need the strictness layer (on unless CHAT_STRICT=off)");
+    }
+    on
+}
+
+fn faults(op: &str, conversation: &str, kind: &str, count: u32) {
+    server::dynamodb_faults(&json!({"op": op, "table": "ChatTable",
+        "key": format!("C#{conversation}"), "kind": kind, "count": count}));
+}
+
+async fn seqs(t: &TestApp, c: &str, user: &str) -> Vec<u64> {
+    let page = t
+        .get(&format!("/conversations/{c}/messages?limit=100"), user)
+        .await;
+    assert_eq!(page.status, 200, "{page:?}");
+    page.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_database_failing_a_send_answers_503_and_its_retry_sends_it_once() {
+    if !layered() {
+        return;
+    }
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    // Past the SDK's 3 attempts.
+    faults("TransactWriteItems", &c, "InternalServerError", 3);
+    let body = json!({"clientMsgId": new_uuid(), "body": "hello"});
+    let path = format!("/conversations/{c}/messages");
+    let r = t.post(&path, &a, body.clone()).await;
+    assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
+    assert_eq!(r.headers.get("retry-after").map(String::as_str), Some("1"));
+    let retry = t.post(&path, &a, body).await;
+    assert_eq!(
+        (retry.status, &retry.body["seq"]),
+        (201, &json!(1)),
+        "{retry:?}"
+    );
+    assert_eq!(seqs(&t, &c, &b).await, [1], "sent once");
+}
+
+#[tokio::test]
+async fn a_commit_whose_answer_is_lost_is_answered_from_its_token_and_stored_once() {
+    if !layered() {
+        return;
+    }
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    // DynamoDB applies it, the answer never arrives: the same request with the same token is
+    // answered as the first would have been.
+    faults("TransactWriteItems", &c, "answerLost", 1);
+    let id = new_uuid();
+    let path = format!("/conversations/{c}/messages");
+    let r = t
+        .post(&path, &a, json!({"clientMsgId": id, "body": "once"}))
+        .await;
+    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
+    let replay = t
+        .post(&path, &a, json!({"clientMsgId": id, "body": "once"}))
+        .await;
+    assert_eq!(replay.status, 200, "{replay:?}");
+    assert_eq!(seqs(&t, &c, &b).await, [1]);
+}
+
+#[tokio::test]
+async fn a_throttled_read_receipt_is_429_and_moves_nothing() {
+    if !layered() {
+        return;
+    }
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    assert_eq!(t.send(&c, &a, "one").await.status, 201);
+    // Past the SDK's 3 attempts.
+    faults(
+        "UpdateItem",
+        &c,
+        "ProvisionedThroughputExceededException",
+        3,
+    );
+    let read = format!("/conversations/{c}/read");
+    let r = t.post(&read, &b, json!({"seq": 1})).await;
+    assert_eq!((r.status, r.code()), (429, "throttled"), "{r:?}");
+    assert_eq!(r.headers.get("retry-after").map(String::as_str), Some("1"));
+    let states = t.get(&format!("/conversations/{c}/reads"), &a).await;
+    let mine = states.body["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["userId"] == b.as_str())
+        .unwrap()["lastReadSeq"]
+        .clone();
+    assert_eq!(mine, json!(0), "nothing moved: {states:?}");
+    let again = t.post(&read, &b, json!({"seq": 1})).await;
+    assert_eq!((again.status, &again.body["advanced"]), (200, &json!(true)));
+}
+
+#[tokio::test]
+async fn a_history_read_the_database_fails_is_503_not_500() {
+    if !layered() {
+        return;
+    }
+    let t = TestApp::new().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    faults("Query", &c, "InternalServerError", 3);
+    let r = t.get(&format!("/conversations/{c}/messages"), &a).await;
+    assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
+    assert_eq!(seqs(&t, &c, &a).await, Vec::<u64>::new());
+}

@@ -205,8 +205,17 @@ where
         ..app
     };
     let started = std::time::Instant::now();
+    // Bounded: a DynamoDB call that does not answer (a brownout) must not hold the request
+    // past its deadline (and Lambda's timeout); what it was doing may still land: 503.
+    let allowed = app.store.time_allowed();
+    let bounded = async move {
+        match tokio::time::timeout(allowed, handler(app, req)).await {
+            Ok(result) => result,
+            Err(_) => Err(ChatError::Unavailable),
+        }
+    };
     // Boxed: a handler's future is deep, and callers nest it further (tests, the bench).
-    let (result, calls) = crate::telemetry::counting_calls(Box::pin(handler(app, req))).await;
+    let (result, calls) = crate::telemetry::counting_calls(Box::pin(bounded)).await;
     let response = respond(result, &id);
     // One line per request: what an operator needs to find it, never a message body.
     tracing::info!(

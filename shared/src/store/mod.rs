@@ -207,6 +207,13 @@ impl ChatStore {
         }
     }
 
+    /// The longest a request of this store may take, from now: its deadline, plus the time an
+    /// ambiguous commit gets to be settled after it. The HTTP edge answers `Unavailable` past it
+    /// (`api::http::handle`), so that no call, however slow, holds a request longer.
+    pub fn time_allowed(&self) -> Duration {
+        self.deadline().remaining() + SETTLE_TIME + Duration::from_millis(500)
+    }
+
     /// The request's deadline (an operation outside a request gets the budget from now).
     fn deadline(&self) -> Deadline {
         self.deadline

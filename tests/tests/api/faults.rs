@@ -127,3 +127,33 @@ async fn a_history_read_the_database_fails_is_503_not_500() {
     assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
     assert_eq!(seqs(&t, &c, &a).await, Vec::<u64>::new());
 }
+
+/// A DynamoDB call that does not answer in time (here: 4 s late) does not hold the request past
+/// its deadline and settle time (0.5 s + 2 s here): it is answered 503, and the retry with the
+/// same `clientMsgId` settles what the slow call did.
+#[tokio::test]
+async fn a_call_that_hangs_does_not_hold_the_request_past_its_deadline() {
+    if !layered() {
+        return;
+    }
+    let t = TestApp::custom(std::time::Duration::from_millis(500), None).await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    server::dynamodb_faults(&json!({"op": "GetItem", "table": "ChatTable",
+        "key": format!("C#{c}"), "kind": "slow", "delayMs": 4000, "count": 1}));
+    let body = json!({"clientMsgId": new_uuid(), "body": "late"});
+    let path = format!("/conversations/{c}/messages");
+    let started = std::time::Instant::now();
+    let r = t.post(&path, &a, body.clone()).await;
+    let took = started.elapsed();
+    assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
+    assert!(took < std::time::Duration::from_millis(3500), "{took:?}");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let retry = t.post(&path, &a, body).await;
+    assert_eq!(
+        (retry.status, &retry.body["seq"]),
+        (201, &json!(1)),
+        "{retry:?}"
+    );
+    assert_eq!(seqs(&t, &c, &b).await, [1]);
+}

@@ -62,22 +62,9 @@ async fn stored(
         .item
 }
 
-/// Puts a queued send whose request has ended (nobody but a take-over commits it), within its
-/// request's lifetime (a crash just now: a take-over may still commit it).
+/// Puts a queued send of a request that has ended (nobody but a take-over commits it), whose
+/// lifetime ends at `expires_at` (unix ms; `in_a_minute()`: a crash just now).
 async fn queue_ended_send(
-    t: &TestApp,
-    conversation: &str,
-    id: &str,
-    sender: &str,
-    body: &str,
-    enqueued_at: u64,
-) {
-    let expires = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
-    queue_send_expiring(t, conversation, id, sender, body, enqueued_at, expires).await
-}
-
-/// Puts a queued send of a request that ended, whose lifetime ends at `expires_at` (unix ms).
-async fn queue_send_expiring(
     t: &TestApp,
     conversation: &str,
     id: &str,
@@ -112,6 +99,11 @@ async fn queue_send_expiring(
         .send()
         .await
         .unwrap();
+}
+
+/// A minute from now (unix ms): the lifetime of a pending send whose request ended just now.
+fn in_a_minute() -> u64 {
+    chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000
 }
 
 /// The `clientMsgId`s still pending in the conversation.
@@ -309,7 +301,7 @@ async fn a_pending_send_past_its_requests_lifetime_is_never_committed() {
     let t = TestApp::new().await;
     let (a, b) = (unique("a"), unique("b"));
     let c = t.group(&a, &[&b]).await;
-    queue_send_expiring(&t, &c, &new_uuid(), &b, "from weeks ago", 1, 1).await;
+    queue_ended_send(&t, &c, &new_uuid(), &b, "from weeks ago", 1, 1).await;
     force_busy(&t, &c).await;
     let r = t.send(&c, &a, "now").await;
     assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
@@ -326,7 +318,17 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
     let (owner, gone, stays) = (unique("o"), unique("gone"), unique("stays"));
     let c = t.group(&owner, &[&gone, &stays]).await;
     // A send of `gone` waiting in the queue (its request ended: nobody else will commit it).
-    queue_ended_send(&t, &c, &new_uuid(), &gone, "sent just before leaving", 1).await;
+    let live = in_a_minute();
+    queue_ended_send(
+        &t,
+        &c,
+        &new_uuid(),
+        &gone,
+        "sent just before leaving",
+        1,
+        live,
+    )
+    .await;
     let r = t
         .call(
             "DELETE",
@@ -364,7 +366,7 @@ async fn a_queued_send_past_the_first_megabyte_of_the_queue_finds_itself() {
     let body = "😀".repeat(4000);
     for i in 0..70 {
         let id = format!("00000000-0000-4000-8000-{i:012}");
-        queue_ended_send(&t, &c, &id, &b, &body, u64::MAX).await;
+        queue_ended_send(&t, &c, &id, &b, &body, u64::MAX, in_a_minute()).await;
     }
     force_busy(&t, &c).await;
     let r = t

@@ -1,7 +1,8 @@
 //! DynamoDB's faults where a client meets them (the strictness layer injects them, on the
 //! conversation's partition only, so the other tests of this binary are untouched), and what each
 //! answer promises (docs/api.md §2): a 429 changed nothing; a 503 is an unknown outcome, settled by
-//! the retry with the same `clientMsgId`; never a bare 5xx.
+//! the retry with the same `clientMsgId`; never a bare 5xx. (A commit whose answer is lost:
+//! `hot.rs`, `a_commit_whose_answer_was_lost_is_settled_with_its_token`.)
 
 use chat_tests::{new_uuid, server, unique, TestApp};
 use serde_json::json;
@@ -55,30 +56,6 @@ async fn a_database_failing_a_send_answers_503_and_its_retry_sends_it_once() {
         "{retry:?}"
     );
     assert_eq!(seqs(&t, &c, &b).await, [1], "sent once");
-}
-
-#[tokio::test]
-async fn a_commit_whose_answer_is_lost_is_answered_from_its_token_and_stored_once() {
-    if !layered() {
-        return;
-    }
-    let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
-    // DynamoDB applies it, the answer never arrives: the same request with the same token is
-    // answered as the first would have been.
-    faults("TransactWriteItems", &c, "answerLost", 1);
-    let id = new_uuid();
-    let path = format!("/conversations/{c}/messages");
-    let r = t
-        .post(&path, &a, json!({"clientMsgId": id, "body": "once"}))
-        .await;
-    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
-    let replay = t
-        .post(&path, &a, json!({"clientMsgId": id, "body": "once"}))
-        .await;
-    assert_eq!(replay.status, 200, "{replay:?}");
-    assert_eq!(seqs(&t, &c, &b).await, [1]);
 }
 
 #[tokio::test]

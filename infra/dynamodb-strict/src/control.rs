@@ -76,6 +76,16 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Resp {
             reply(StatusCode::OK, json!({"faults": []}))
         }
         (Method::GET, "/strict/partitions") => reply(StatusCode::OK, state.record()),
+        (Method::POST, "/strict/freeze") | (Method::POST, "/strict/thaw") => {
+            let was = state.freeze.set(path == "/strict/freeze");
+            reply(
+                StatusCode::OK,
+                json!({"frozen": state.freeze.is_frozen(), "wasFrozen": was}),
+            )
+        }
+        (Method::GET, "/strict/freeze") => {
+            reply(StatusCode::OK, json!({"frozen": state.freeze.is_frozen()}))
+        }
         (Method::POST, "/strict/reset") => {
             state.reset();
             reply(StatusCode::OK, json!({"reset": true}))

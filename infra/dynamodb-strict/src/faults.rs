@@ -21,6 +21,10 @@ pub enum FaultKind {
     /// Forwarded, then answered with a 500 InternalServerError.
     #[serde(rename = "answerLost500")]
     AnswerLost500,
+    /// Forwarded (the write happens, its items are free again), then answered after `delayMs`:
+    /// a client that gives up or dies meanwhile never learns the outcome.
+    #[serde(rename = "answerSlow")]
+    AnswerSlow,
 }
 
 /// A fault rule. `op` is the operation (`PutItem`) or the whole target
@@ -39,7 +43,7 @@ pub struct FaultSpec {
     /// How many matching requests get it.
     #[serde(default = "one")]
     pub count: u32,
-    /// For `slow`.
+    /// For `slow` and `answerSlow`.
     #[serde(default)]
     pub delay_ms: u64,
 }
@@ -166,6 +170,12 @@ mod tests {
         assert_eq!(
             (json.kind, json.delay_ms, json.count),
             (FaultKind::Slow, 50, 1)
+        );
+        let json: FaultSpec =
+            serde_json::from_str(r#"{"kind":"answerSlow","delayMs":9000,"count":2}"#).unwrap();
+        assert_eq!(
+            (json.kind, json.delay_ms, json.count),
+            (FaultKind::AnswerSlow, 9000, 2)
         );
     }
 

@@ -36,6 +36,10 @@
 //!   The SDK's standard retry re-sends ThrottlingException, RequestLimitExceeded,
 //!   ProvisionedThroughputExceededException, 500s and (as a transient I/O error) a closed
 //!   connection: test with `max_attempts` 1 to see each one.
+//! - **Freeze** ([`freeze`]): a DynamoDB brownout, as a stopped server process makes it. While
+//!   frozen, no call to the DynamoDB upstream goes on and no answer from it comes back; at the
+//!   thaw all of them do, and a call that arrived during the freeze is served even if its client
+//!   gave up meanwhile (its write may land after its client was told nothing).
 //!
 //! Not covered: PartiQL (ExecuteStatement, BatchExecuteStatement, ExecuteTransaction) is
 //! forwarded with no rule but faults and latency; BatchWriteItem is never refused for a
@@ -63,13 +67,18 @@
 //!   "kind":"ThrottlingException","count":2}` (kinds: `ProvisionedThroughputExceededException`,
 //!   `ThrottlingException`, `RequestLimitExceeded`, `InternalServerError`, `slow` with
 //!   `delayMs`, `answerLost` (forwarded, then the connection closes unanswered),
-//!   `answerLost500` (forwarded, then a 500)); a list of such objects adds several.
+//!   `answerLost500` (forwarded, then a 500), `answerSlow` with `delayMs` (forwarded, its items
+//!   freed, then answered `delayMs` later: a client that dies meanwhile never learns that its
+//!   write happened)); a list of such objects adds several.
 //!   `GET /strict/faults` lists pending ones, `DELETE /strict/faults` clears them.
 //! - `GET /strict/partitions` → `{"partitions":[{"table":"chat","index":null,"key":"c1",
 //!   "writeUnits":12.0,"readUnits":3.5,"writeRequests":6,"readRequests":3,
 //!   "peakWriteUnitsPerSec":12.0,"peakReadUnitsPerSec":3.5,"throttledWrites":0,
-//!   "throttledReads":0}],"txConflicts":0,"writeConflicts":0,"faultsFired":0}`.
-//! - `POST /strict/reset`: clears the record, faults, buckets, conflict windows, learnt schemas.
+//!   "throttledReads":0}],"txConflicts":0,"writeConflicts":0,"faultsFired":0,"heldByFreeze":0}`.
+//! - `POST /strict/freeze`, `POST /strict/thaw` → `{"frozen":bool,"wasFrozen":bool}`;
+//!   `GET /strict/freeze` → `{"frozen":bool}`.
+//! - `POST /strict/reset`: clears the record, faults, buckets, conflict windows, learnt schemas;
+//!   thaws.
 //!
 //! # Environment ([`StrictConfig::from_env`])
 //! `CHAT_STRICT_LISTEN` (default `127.0.0.1:0`), `CHAT_STRICT_DYNAMODB` (default
@@ -82,6 +91,7 @@
 pub mod conflicts;
 mod control;
 pub mod faults;
+pub mod freeze;
 mod proxy;
 pub mod schema;
 pub mod throughput;
@@ -242,6 +252,11 @@ impl Running {
 
     pub fn add_fault(&self, fault: FaultSpec) {
         self.state.faults.add(fault);
+    }
+
+    /// Freezes (true) or thaws (false) the DynamoDB upstream ([`freeze`]); whether it was frozen.
+    pub fn freeze(&self, frozen: bool) -> bool {
+        self.state.freeze.set(frozen)
     }
 
     /// The record, as `GET /strict/partitions` answers it.

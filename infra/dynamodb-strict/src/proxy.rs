@@ -3,6 +3,7 @@
 
 use crate::conflicts::{Conflicts, Hold};
 use crate::faults::{FaultKind, Faults, Latency};
+use crate::freeze::Freeze;
 use crate::schema::{self, Schema};
 use crate::throughput::{Charge, Dir, Limits, PartitionId, Throughput};
 use crate::wire::{self, Resp};
@@ -27,6 +28,7 @@ type Obj = Map<String, Value>;
 pub(crate) struct State {
     pub rules: RwLock<Rules>,
     pub faults: Faults,
+    pub freeze: Freeze,
     conflicts: Arc<Conflicts>,
     throughput: Throughput,
     latency: Latency,
@@ -65,6 +67,7 @@ impl State {
         Ok(State {
             rules: RwLock::new(config.rules.clone()),
             faults: Faults::default(),
+            freeze: Freeze::default(),
             conflicts: Arc::default(),
             throughput: Throughput::default(),
             latency: Latency::default(),
@@ -99,12 +102,14 @@ impl State {
             "txConflicts": self.tx_conflicts.load(Ordering::Relaxed),
             "writeConflicts": self.write_conflicts.load(Ordering::Relaxed),
             "faultsFired": self.faults_fired.load(Ordering::Relaxed),
+            "heldByFreeze": self.freeze.held(),
         })
     }
 
     pub fn reset(&self) {
         self.throughput.reset();
         self.faults.clear();
+        self.freeze.reset();
         self.conflicts.clear_windows();
         self.schemas.lock().expect("schemas lock").clear();
         self.sizes.lock().expect("sizes lock").clear();
@@ -498,6 +503,30 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> io::Result<Resp> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
+    // A call arriving at a frozen DynamoDB is served at the thaw even if its client has left
+    // by then: in a task of its own, which the connection's end does not cancel.
+    if state.freeze.is_frozen() && to_dynamodb(&state, &target) {
+        let task = tokio::spawn(serve_call(state, parts, body, target));
+        return task.await.map_err(io::Error::other)?;
+    }
+    serve_call(state, parts, body, target).await
+}
+
+/// Whether a call goes to the DynamoDB upstream (DynamoDB or DynamoDB Streams).
+fn to_dynamodb(state: &State, target: &str) -> bool {
+    state.other.is_none() || target.starts_with("DynamoDB")
+}
+
+async fn serve_call(
+    state: Arc<State>,
+    parts: Parts,
+    body: Bytes,
+    target: String,
+) -> io::Result<Resp> {
+    let gated = to_dynamodb(&state, &target);
+    if gated {
+        state.freeze.thawed().await;
+    }
     let op = target.split_once('.').map_or("", |(_, op)| op).to_owned();
     let dynamo = target.starts_with("DynamoDB_20120810.");
     let upstream = match &state.other {
@@ -523,6 +552,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> io::Result<Resp> {
     let mut refused: Option<Resp> = None;
     let mut lost = None;
     let mut delay = Duration::ZERO;
+    let mut answer_delay = Duration::ZERO;
     if dynamo {
         delay = state
             .latency
@@ -544,6 +574,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> io::Result<Resp> {
             }
             FaultKind::AnswerLost | FaultKind::AnswerLost500 => {
                 lost = Some(f.kind);
+                None
+            }
+            FaultKind::AnswerSlow => {
+                answer_delay = Duration::from_millis(f.delay_ms);
                 None
             }
         };
@@ -613,6 +647,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> io::Result<Resp> {
         if let Some(h) = hold.take() {
             h.release_now();
         }
+        if gated {
+            state.freeze.thawed().await;
+        }
         return Ok(r);
     }
 
@@ -643,7 +680,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> io::Result<Resp> {
     let forwarded: Vec<bool> = (0..p.groups.len())
         .map(|i| !throttled.contains(&i))
         .collect();
-    let Ok((status, mut headers, mut bytes)) = state.forward(&upstream, &parts, body).await else {
+    if gated {
+        // A call on its way in when DynamoDB froze (past the first gate) waits here.
+        state.freeze.thawed().await;
+    }
+    let forwarded_call = state.forward(&upstream, &parts, body).await;
+    if gated {
+        // An answer on its way back when DynamoDB froze comes back at the thaw.
+        state.freeze.thawed().await;
+    }
+    let Ok((status, mut headers, mut bytes)) = forwarded_call else {
         settle(&state, &p, &forwarded, &metered, &[]);
         return Ok(wire::internal_server_error());
     };
@@ -699,6 +745,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> io::Result<Resp> {
             let crc = crc32fast::hash(&bytes).to_string();
             headers.insert("x-amz-crc32", crc.parse().expect("digits"));
         }
+    }
+    // The call is done and its items free: only its answer is late.
+    if !answer_delay.is_zero() {
+        tokio::time::sleep(answer_delay).await;
     }
     match lost {
         Some(FaultKind::AnswerLost) => Err(io::Error::other("strict: answer lost (fault)")),

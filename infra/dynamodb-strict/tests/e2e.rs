@@ -791,3 +791,135 @@ async fn control_api_over_http() {
     assert_eq!(http("POST", &url("/strict/reset"), None, "").await.0, 200);
     assert_eq!(http("GET", &url("/strict/nothing"), None, "").await.0, 404);
 }
+
+/// `answerSlow`: the write is applied and its items are free at once; only the answer is late,
+/// so a client that gives up (or dies) meanwhile never learns that its write happened.
+#[tokio::test]
+async fn a_slow_answer_comes_after_the_write_has_happened() {
+    let Some((layer, c)) = layer(Rules::default()).await else {
+        return;
+    };
+    let t = "answer_slow";
+    create_table(&c, t).await;
+    let slow = |op: &str, key: &str| FaultSpec {
+        op: Some(op.into()),
+        table: Some(t.into()),
+        key: Some(key.into()),
+        delay_ms: 1500,
+        ..FaultSpec::new(FaultKind::AnswerSlow)
+    };
+    layer.add_fault(slow("TransactWriteItems", "k1"));
+    let started = Instant::now();
+    let held = tokio::spawn({
+        let c = c.clone();
+        async move {
+            let r = c
+                .transact_write_items()
+                .transact_items(tx_put(t, "k1", "a", "first"));
+            r.send().await.map(drop).map_err(|e| code(&e))
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&c, t, "k1", "a").await.is_none() {
+        assert!(Instant::now() < deadline, "the write never happened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!held.is_finished(), "applied, not yet answered");
+    // Its items are free: another transaction on them is not a conflict.
+    let again = c
+        .transact_write_items()
+        .transact_items(tx_put(t, "k1", "a", "second"));
+    again.send().await.unwrap();
+    assert_eq!(held.await.unwrap(), Ok(()));
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    assert_eq!(get(&c, t, "k1", "a").await.as_deref(), Some("second"));
+
+    // A client that gives up waiting: its write stands all the same.
+    layer.add_fault(slow("PutItem", "k2"));
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(300), put(&c, t, "k2", "a", "x")).await;
+    assert!(gave_up.is_err(), "still waiting for its answer");
+    assert_eq!(get(&c, t, "k2", "a").await.as_deref(), Some("x"));
+}
+
+/// A freeze holds every call (a call arriving, and one already on its way in) until the thaw;
+/// a call whose client gave up during the freeze is still served at the thaw.
+#[tokio::test]
+async fn a_frozen_dynamodb_serves_nothing_until_the_thaw() {
+    let Some((layer, c)) = layer(Rules::default()).await else {
+        return;
+    };
+    // A second layer on the same DynamoDB Local, not frozen: what is stored meanwhile.
+    let (_watch, w) = self::layer(Rules::off()).await.unwrap();
+    let t = "frozen";
+    create_table(&c, t).await;
+    // On its way in (slowed before forwarding) when the freeze comes.
+    layer.add_fault(FaultSpec {
+        op: Some("PutItem".into()),
+        key: Some("k0".into()),
+        delay_ms: 300,
+        ..FaultSpec::new(FaultKind::Slow)
+    });
+    let on_its_way = tokio::spawn({
+        let c = c.clone();
+        async move { put(&c, t, "k0", "a", "x").await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!layer.freeze(true));
+    let arriving = tokio::spawn({
+        let c = c.clone();
+        async move { put(&c, t, "k1", "a", "x").await }
+    });
+    let read = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, t, "k9", "a").await }
+    });
+    // Given up by its client during the freeze.
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(300), put(&c, t, "k2", "a", "late")).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for task in [&on_its_way, &arriving] {
+        assert!(!task.is_finished(), "held while frozen");
+    }
+    assert!(!read.is_finished());
+    for k in ["k0", "k1", "k2"] {
+        assert_eq!(
+            get(&w, t, k, "a").await,
+            None,
+            "{k}: not forwarded while frozen"
+        );
+    }
+    let (status, answer) = http("GET", &format!("{}/strict/freeze", layer.url()), None, "").await;
+    assert_eq!((status, answer), (200, json!({"frozen": true})));
+
+    let (status, answer) = http("POST", &format!("{}/strict/thaw", layer.url()), None, "").await;
+    assert_eq!(
+        (status, answer),
+        (200, json!({"frozen": false, "wasFrozen": true}))
+    );
+    assert_eq!(on_its_way.await.unwrap(), Ok(()));
+    assert_eq!(arriving.await.unwrap(), Ok(()));
+    assert_eq!(read.await.unwrap(), None);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(&w, t, "k2", "a").await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "a call its client gave up on lands at the thaw"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(layer.partitions()["heldByFreeze"].as_u64().unwrap() >= 4);
+    // Control over HTTP.
+    let (status, answer) = http("POST", &format!("{}/strict/freeze", layer.url()), None, "").await;
+    assert_eq!(
+        (status, answer),
+        (200, json!({"frozen": true, "wasFrozen": false}))
+    );
+    layer.reset();
+    assert_eq!(
+        get(&c, t, "k1", "a").await.as_deref(),
+        Some("x"),
+        "reset thaws"
+    );
+}

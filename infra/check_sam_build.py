@@ -3,13 +3,13 @@
 
     .venv/bin/python infra/check_sam_build.py [--arch x86_64|arm64] [--build-dir DIR] [--skip-build]
 
-Runs the deployment's own build (`sam build`, i.e. `cargo lambda build --release` for each
-function's binary, README "Deploy") with the template's Architecture parameter overridden, into
-its own build directory (default `.aws-sam/check-<arch>`, so an operator's `.aws-sam/build` is left
-alone). Then every AWS::Serverless::Function must have `<build dir>/<LogicalId>/bootstrap`: an
-executable ELF file for the architecture. Prints each bootstrap's size and writes them, with the
-build time, to `<build dir>/bootstrap-sizes.json`. Exit status 1 when a bootstrap is missing or
-wrong, or the build fails.
+Runs the deployment's own build (`sam build --language-extensions`, i.e. `cargo lambda build
+--release` for each function's binary, README "Deploy") with the template's Architecture parameter
+overridden, into its own build directory (default `.aws-sam/check-<arch>`, so an operator's
+`.aws-sam/build` is left alone). Then every AWS::Serverless::Function must have
+`<build dir>/<LogicalId>/bootstrap`: an executable ELF file for the architecture. Prints each
+bootstrap's size and writes them, with the build time, to `<build dir>/bootstrap-sizes.json`.
+Exit status 1 when a bootstrap is missing or wrong, or the build fails.
 
 To save time on few cores, the binaries are first built by one `cargo lambda build` (with the
 same flags SAM uses, all `--bin`s at once, so cargo links them in parallel); `sam build` then
@@ -99,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             if subprocess.run(prebuild, cwd=REPO, env=env).returncode != 0:
                 return 1
             print(f"check_sam_build: prebuild took {time.monotonic() - start:.1f} s", flush=True)
-        command = ["sam", "build", "--template-file", args.template, "--build-dir", build_dir,
-                   "--parameter-overrides", f"Architecture={args.arch}"]
+        # --language-extensions: sam build expands the template's Fn::ForEach loops
+        # (AWS::LanguageExtensions) itself; without it, it fails on them.
+        command = ["sam", "build", "--language-extensions", "--template-file", args.template,
+                   "--build-dir", build_dir, "--parameter-overrides", f"Architecture={args.arch}"]
         print("check_sam_build: " + " ".join(command), flush=True)
         result = subprocess.run(command, cwd=REPO, env=env)
         seconds = round(time.monotonic() - start, 1)

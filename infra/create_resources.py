@@ -8,6 +8,10 @@ under its logical id (e.g. `ChatTable`, `RelayFailureQueue`), so local code can 
 as physical names. Other resources are ignored. Existing ones are left alone (idempotent). Only
 documented DynamoDB, Kinesis and SQS API calls are used, so this works against any DynamoDB-API
 endpoint (moto, DynamoDB Local, ...); streams and queues go to the Kinesis endpoint.
+
+`load_template` is the CloudFormation-aware YAML loader the other infra scripts and checks share:
+it writes out the template's `Fn::ForEach` loops as the `AWS::LanguageExtensions` transform does
+(`expand_language_extensions`), so every reader sees the resources the stack has.
 """
 from __future__ import annotations
 
@@ -60,9 +64,138 @@ def _construct_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any
 _CfnLoader.add_multi_constructor("!", _construct_tag)
 
 
-def load_template(path: str) -> dict[str, Any]:
+def load_template(path: str, expand: bool = True) -> dict[str, Any]:
+    """The template as a dict (short-form tags as their long form); with `expand`, after the
+    AWS::LanguageExtensions transform (its Fn::ForEach loops written out)."""
     with open(path, encoding="utf-8") as f:
-        return yaml.load(f, Loader=_CfnLoader) or {}  # noqa: S506 - SafeLoader subclass
+        template = yaml.load(f, Loader=_CfnLoader) or {}  # noqa: S506 - SafeLoader subclass
+    return expand_language_extensions(template) if expand else template
+
+
+# --- AWS::LanguageExtensions: Fn::ForEach ------------------------------------------------------
+
+LANGUAGE_EXTENSIONS = "AWS::LanguageExtensions"
+FOREACH = "Fn::ForEach::"
+# The sections a loop may stand in (at any depth, e.g. inside a resource's properties).
+FOREACH_SECTIONS = ("Conditions", "Resources", "Outputs")
+
+
+def transforms(template: dict[str, Any]) -> list[str]:
+    value = template.get("Transform") or []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _has_foreach(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(str(k).startswith(FOREACH) or _has_foreach(v) for k, v in value.items())
+    return isinstance(value, list) and any(_has_foreach(v) for v in value)
+
+
+def expand_language_extensions(template: dict[str, Any]) -> dict[str, Any]:
+    """The template after the AWS::LanguageExtensions transform, as far as Fn::ForEach goes:
+
+        Fn::ForEach::<LoopName>: [Identifier, [Item, ...], {OutputKey: OutputValue, ...}]
+
+    stands for one copy of the fragment per item, merged into the mapping that holds the loop,
+    each copy with `${Identifier}` replaced by the item and `&{Identifier}` by the item without
+    its non-alphanumeric characters (in keys and strings, Fn::Sub strings included), and
+    `{"Ref": Identifier}` by the item itself. Every OutputKey names the identifier; keys must not
+    collide. The collection is a list, a Ref to a CommaDelimitedList parameter (its Default) or
+    an Fn::FindInMap. Loops may nest. A Ref or Fn::GetAtt whose logical id is an Fn::Sub with
+    nothing left to substitute (`Ref: !Sub "${Fn}Function"`) gets the plain logical id, as the
+    transform resolves it. Any other language extension is left as it is. The transform is
+    removed from `Transform`, which keeps the ones after it (AWS::Serverless-2016-10-31)."""
+    if LANGUAGE_EXTENSIONS not in transforms(template):
+        if any(_has_foreach(template.get(s)) for s in FOREACH_SECTIONS):
+            raise ValueError(f"Fn::ForEach needs the {LANGUAGE_EXTENSIONS} transform in Transform")
+        return template
+    out = dict(template)
+    for section in FOREACH_SECTIONS:
+        if section in out:
+            out[section] = _expand(out[section], template)
+    rest = [t for t in transforms(template) if t != LANGUAGE_EXTENSIONS]
+    if rest:
+        out["Transform"] = rest[0] if len(rest) == 1 else rest
+    else:
+        out.pop("Transform", None)
+    return out
+
+
+def _expand(value: Any, template: dict[str, Any]) -> Any:
+    if isinstance(value, list):
+        return [_expand(v, template) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        (fn, arg), = value.items()
+        if fn in ("Ref", "Fn::GetAtt"):
+            return {fn: _plain_logical_id(fn, _expand(arg, template))}
+    out: dict[str, Any] = {}
+
+    def put(key: str, item: Any, loop: str) -> None:
+        if key in out:
+            raise ValueError(f"{loop}: {key!r} is defined twice")
+        out[key] = item
+
+    for key, item in value.items():
+        if not str(key).startswith(FOREACH):
+            put(key, _expand(item, template), key)
+            continue
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                and isinstance(item[2], dict)):
+            raise ValueError(f"{key}: expected [Identifier, Collection, {{OutputKey: OutputValue}}]")
+        identifier, collection, fragment = item
+        placeholders = ("${" + identifier + "}", "&{" + identifier + "}")
+        for output_key in fragment:
+            if not str(output_key).startswith(FOREACH) and not any(p in str(output_key) for p in placeholders):
+                raise ValueError(f"{key}: OutputKey {output_key!r} must contain ${{{identifier}}} or &{{{identifier}}}")
+        for element in _collection(key, collection, template):
+            copy = _expand(_substitute(fragment, identifier, element), template)
+            for output_key, output_value in copy.items():
+                put(output_key, output_value, key)
+    return out
+
+
+def _plain_logical_id(fn: str, arg: Any) -> Any:
+    """`Fn::Sub` of a string with no `${...}` left, where a Ref or GetAtt names a logical id."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, dict) and list(v) == ["Fn::Sub"] and isinstance(v["Fn::Sub"], str) \
+                and "${" not in v["Fn::Sub"]:
+            return v["Fn::Sub"]
+        return v
+
+    if fn == "Fn::GetAtt" and isinstance(arg, list):
+        return [plain(arg[0]), *arg[1:]]
+    return plain(arg)
+
+
+def _collection(loop: str, collection: Any, template: dict[str, Any]) -> list[str]:
+    if isinstance(collection, dict) and list(collection) == ["Ref"]:
+        spec = (template.get("Parameters") or {}).get(collection["Ref"]) or {}
+        if spec.get("Type") != "CommaDelimitedList" or "Default" not in spec:
+            raise ValueError(f"{loop}: the collection must Ref a CommaDelimitedList parameter with a Default")
+        collection = [v.strip() for v in str(spec["Default"]).split(",")]
+    elif isinstance(collection, dict) and list(collection) == ["Fn::FindInMap"]:
+        name, top, second = collection["Fn::FindInMap"][:3]
+        collection = template["Mappings"][name][top][second]
+    if not isinstance(collection, list) or not all(isinstance(v, (str, int, float)) for v in collection):
+        raise ValueError(f"{loop}: the collection must be a list of strings, not {collection!r}")
+    return [str(v) for v in collection]
+
+
+def _substitute(value: Any, identifier: str, element: str) -> Any:
+    if isinstance(value, str):
+        stripped = re.sub(r"[^A-Za-z0-9]", "", element)
+        return value.replace("${" + identifier + "}", element).replace("&{" + identifier + "}", stripped)
+    if isinstance(value, list):
+        return [_substitute(v, identifier, element) for v in value]
+    if isinstance(value, dict):
+        if value == {"Ref": identifier}:
+            return element
+        return {_substitute(k, identifier, element): _substitute(v, identifier, element)
+                for k, v in value.items()}
+    return value
 
 
 class _NoValue:
@@ -71,7 +204,8 @@ class _NoValue:
 
 class Resolver:
     """Evaluates the few intrinsic functions that make sense for local table/stream properties
-    (Ref to parameters and pseudo parameters, Sub, Join, Select, If and the condition functions).
+    (Ref to parameters and pseudo parameters, Sub, Join, Select, FindInMap, If and the condition
+    functions).
     Parameters take their Default unless given in `parameters`."""
 
     def __init__(self, template: dict[str, Any], region: str, parameters: dict[str, str] | None = None):
@@ -132,6 +266,10 @@ class Resolver:
     def _Fn_Join(self, arg: Any) -> str:
         sep, parts = arg
         return str(sep).join(str(p) for p in self.resolve(parts))
+
+    def _Fn_FindInMap(self, arg: Any) -> Any:
+        name, top, second = self.resolve(arg)[:3]
+        return (self.template.get("Mappings") or {})[name][top][second]
 
     def _Fn_Select(self, arg: Any) -> Any:
         index, items = self.resolve(arg)

@@ -25,7 +25,7 @@ import unittest
 from typing import Any, Iterable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import create_resources  # noqa: E402  (the CloudFormation-aware YAML loader)
+import create_resources  # noqa: E402  (the CloudFormation-aware YAML loader, Fn::ForEach expanded)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,8 +53,8 @@ UNUSED_WITH_REASON: dict[tuple[str, str], str] = {
 # --- template → policies -----------------------------------------------------------------------
 
 def load_template(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        return create_resources.yaml.load(f, Loader=create_resources._CfnLoader)  # noqa: SLF001
+    """The template as the stack has it (its Fn::ForEach loops written out)."""
+    return create_resources.load_template(path)
 
 
 def _sam_policy_templates() -> dict[str, Any]:

@@ -320,7 +320,7 @@ async fn member_query_units(t: &TestApp, conversation: &str) -> u64 {
                 .table_name(&t.table)
                 .consistent_read(true)
                 .key_condition_expression("pk = :pk AND begins_with(sk, :m)")
-                .expression_attribute_values(":pk", AttributeValue::S(format!("C#{conversation}")))
+                .expression_attribute_values(":pk", AttributeValue::S(format!("M#{conversation}")))
                 .expression_attribute_values(":m", AttributeValue::S("M#".into()))
                 .set_exclusive_start_key(start.take())
                 .send()

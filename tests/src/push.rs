@@ -233,7 +233,7 @@ pub fn first_seqs(events: &[Value], conversation: &str) -> Vec<u64> {
 pub fn read_record(sequence: &str, conversation: &str, user: &str, from: u64, to: u64) -> Value {
     let image = |seq: u64| {
         json!({
-            "pk": {"S": format!("C#{conversation}")}, "sk": {"S": format!("M#{user}")},
+            "pk": {"S": format!("M#{conversation}")}, "sk": {"S": format!("M#{user}")},
             "conversationId": {"S": conversation}, "memberId": {"S": user},
             "lastReadSeq": {"N": seq.to_string()},
         })

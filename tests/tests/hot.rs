@@ -453,6 +453,92 @@ async fn another_body_under_a_queued_clientmsgid_is_a_conflict() {
     assert_eq!(all[0]["body"], winner.body["body"]);
 }
 
+/// A member is added while sends keep the conversation busy. Its read of the members is slowed
+/// (the layer's `slow` fault on the member partition's Query), so commits land between that read
+/// and its transaction every time: the lost attempt learns the conversation as it now is from the
+/// cancellation and tries again at once, instead of reading again and losing to the next commit
+/// until its deadline. The new member starts at a `lastSeq` the conversation had meanwhile.
+#[tokio::test]
+async fn members_are_added_while_sends_keep_the_conversation_busy() {
+    let _exclusive = SETTINGS.write().await;
+    if server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: DynamoDB faults need the strictness layer (on unless CHAT_STRICT=off)");
+        return;
+    }
+    let t = Arc::new(TestApp::new().await);
+    let owner = unique("o");
+    let senders: Vec<String> = (0..8).map(|i| format!("{owner}-s{i}")).collect();
+    let refs: Vec<&str> = senders.iter().map(String::as_str).collect();
+    let c = t.group(&owner, &refs).await;
+    let adding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let tasks = senders.iter().cloned().map(|user| {
+        let (t, c, adding) = (t.clone(), c.clone(), adding.clone());
+        tokio::spawn(async move {
+            let mut sent = 0;
+            while adding.load(Ordering::SeqCst) {
+                let r = send_like_a_client(&t, &c, &user, &format!("{user} #{sent}")).await;
+                assert_eq!(r.status, 201, "{r:?}");
+                sent += 1;
+            }
+        })
+    });
+    let senders = futures::future::join_all(tasks);
+    let adds = async {
+        let last_seq = || async {
+            let r = t
+                .get(&format!("/conversations/{c}/messages?limit=1"), &owner)
+                .await;
+            r.body["lastSeq"].as_u64().unwrap()
+        };
+        while last_seq().await < 5 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server::dynamodb_faults(&json!({"op": "Query", "table": "ChatTable",
+            "key": format!("M#{c}"), "kind": "slow", "delayMs": 300, "count": 100_000}));
+        let mut joined = vec![];
+        for i in 0..3 {
+            let joining = format!("{owner}-new{i}");
+            let before = last_seq().await;
+            let r = t
+                .post(
+                    &format!("/conversations/{c}/members"),
+                    &owner,
+                    json!({"userIds": [joining]}),
+                )
+                .await;
+            assert_eq!(r.status, 200, "added while busy: {r:?}");
+            joined.push((joining, before, last_seq().await));
+        }
+        server::clear_dynamodb_faults();
+        adding.store(false, Ordering::SeqCst);
+        joined
+    };
+    let (joined, senders) = futures::join!(adds, senders);
+    assert!(senders.into_iter().all(|r| r.is_ok()));
+    let reads = t.get(&format!("/conversations/{c}/reads"), &owner).await;
+    let watermark = |user: &str| {
+        reads.body["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["userId"] == user)
+            .expect("a new member")["lastReadSeq"]
+            .as_u64()
+            .unwrap()
+    };
+    for (user, before, after) in &joined {
+        assert!(
+            after > before,
+            "sends were committed during the addition of {user}"
+        );
+        let at = watermark(user);
+        assert!(
+            (before..=after).contains(&&at),
+            "{before} <= {at} <= {after}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn read_receipts_go_through_while_the_conversation_is_busy() {
     let _shared = SETTINGS.read().await;

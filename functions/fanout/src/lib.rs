@@ -424,8 +424,8 @@ impl Fanout {
         })
     }
 
-    /// The current members (None: no such conversation). DynamoDB: 1 GetItem, + 1 Query when the
-    /// membership changed since this instance last read it.
+    /// The current members (None: no such conversation). DynamoDB: 1 GetItem, + 1 Query and 1
+    /// GetItem when the membership changed since this instance last read it.
     async fn members(&self, id: &ConversationId) -> Result<Option<Arc<Vec<UserId>>>, ChatError> {
         let Some(version) = self.chat.members_version(id).await? else {
             return Ok(None);
@@ -440,9 +440,9 @@ impl Fanout {
         };
         let users = Arc::new(users);
         if !cacheable(version, read_version) {
-            // A membership change landed between the two reads: the Query (not a snapshot of
-            // the collection) may pair its new version with members of before. Good for this
-            // batch, never kept: the next batch reads again.
+            // A membership change landed between the versions read before and after the
+            // Query: its members may be of either. Good for this batch, never kept: the next
+            // batch reads again.
             return Ok(Some(users));
         }
         let mut cache = self.members.lock().unwrap();

@@ -60,27 +60,30 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
-    /// A conversation and all its members. DynamoDB: 1 strongly consistent Query (`sk BETWEEN
-    /// "C" AND "M$"`); 1,000 members are about 0.5 MB, within one page.
+    /// A conversation and all its members. DynamoDB: 1 strongly consistent GetItem of the
+    /// conversation and, at the same time, 1 strongly consistent Query of its member partition
+    /// (1,000 members are about 0.5 MB, one page).
     pub async fn load_conversation(
         &self,
         id: &ConversationId,
     ) -> Result<Option<(ConversationItem, Vec<MemberItem>)>, ChatError> {
-        let mut conversation = None;
-        let mut members = Vec::new();
-        for item in self.conversation_range(id, members_range(), None).await? {
-            if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
-                conversation = Some(from_item(item)?);
-            } else {
-                members.push(from_item(item)?);
-            }
-        }
-        Ok(conversation.map(|c| (c, members)))
+        let (conversation, members) = tokio::try_join!(
+            self.conversation_fields(id, None),
+            self.member_items(id, None)
+        )?;
+        let Some(conversation) = conversation else {
+            return Ok(None);
+        };
+        let members = members
+            .into_iter()
+            .map(from_item)
+            .collect::<Result<_, _>>()?;
+        Ok(Some((from_item(conversation)?, members)))
     }
 
     /// The conversation's `lastSeq` (None: no such conversation). 1 strongly consistent GetItem.
     pub(super) async fn last_seq(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {
-        let item = self.conversation_fields(id, "lastSeq").await?;
+        let item = self.conversation_fields(id, Some("lastSeq")).await?;
         let last_seq = item.and_then(|i| super::attrs::get_n(&i, "lastSeq"));
         if let Some(n) = last_seq {
             self.seen.saw(id, n);
@@ -92,29 +95,27 @@ impl ChatStore {
     /// membership change bumps in the same transaction (None: no such conversation).
     /// 1 strongly consistent GetItem.
     pub async fn members_version(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {
-        let item = self.conversation_fields(id, "membersVersion, pk").await?;
+        let item = self
+            .conversation_fields(id, Some("membersVersion, pk"))
+            .await?;
         Ok(item.map(|i| super::attrs::get_n(&i, "membersVersion").unwrap_or(0)))
     }
 
-    /// The member ids and the `membersVersion` they are the members of (None: no such
-    /// conversation). 1 strongly consistent Query (more past 1 MB), only the ids projected.
+    /// The member ids, and the `membersVersion` read right after them (None: no such
+    /// conversation): the ids are exactly that version's members if the version read before them
+    /// is the same, since every membership change bumps it. DynamoDB: 1 strongly consistent Query
+    /// of the member partition (more past 1 MB), only the ids projected, then `members_version`.
     pub async fn member_ids(
         &self,
         id: &ConversationId,
     ) -> Result<Option<(u64, Vec<UserId>)>, ChatError> {
-        let (mut version, mut members) = (None, Vec::new());
-        let projection = Some("sk, memberId, membersVersion");
-        for item in self
-            .conversation_range(id, members_range(), projection)
+        let members = self
+            .member_items(id, Some("memberId"))
             .await?
-        {
-            if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
-                version = Some(super::attrs::get_n(&item, "membersVersion").unwrap_or(0));
-            } else if let Some(member) = get_s(&item, "memberId").and_then(UserId::parse) {
-                members.push(member);
-            }
-        }
-        Ok(version.map(|v| (v, members)))
+            .iter()
+            .filter_map(|item| get_s(item, "memberId").and_then(UserId::parse))
+            .collect();
+        Ok(self.members_version(id).await?.map(|v| (v, members)))
     }
 
     /// A conversation and its members, if `caller` is one of them; otherwise `NotFound` (no hint
@@ -268,8 +269,11 @@ impl ChatStore {
     /// `addMembers`. Each transaction of up to 49 new members raises `memberCount` on condition
     /// that it and `lastSeq` are what was read, so the 1,000 bound holds under concurrent adds and
     /// each new member starts exactly at `lastSeq`; the same condition makes the activity key read
-    /// the current one, under which the new members' inbox entries are filed. DynamoDB per round:
-    /// 1 Query + 1 TransactWriteItems.
+    /// the current one, under which the new members' inbox entries are filed. A transaction that
+    /// loses to a send gets the conversation as it now is from its cancellation and is tried again
+    /// at once from it, so a busy conversation (a commit every few ms) is joined too. DynamoDB per
+    /// round: `load_conversation` + 1 TransactWriteItems; after a lost race, the transaction alone
+    /// (membership unchanged) or the whole round again.
     pub async fn add_members(
         &self,
         caller: &UserId,
@@ -277,8 +281,13 @@ impl ChatStore {
         users: &[UserId],
     ) -> Result<Conversation, ChatError> {
         let mut retry = self.retry();
-        while retry.next().await {
-            let (conversation, members) = self.load_for_member(caller, id).await?;
+        let mut known = None;
+        let mut attempt = retry.next().await;
+        while attempt {
+            let (conversation, members) = match known.take() {
+                Some(read) => read,
+                None => self.load_for_member(caller, id).await?,
+            };
             check_membership_change(conversation.kind)?;
             let existing: Vec<&str> = members.iter().map(|m| m.member_id.as_str()).collect();
             let new = members_to_add(&existing, users)?;
@@ -287,44 +296,8 @@ impl ChatStore {
                 return Ok(conversation.to_conversation(ids));
             }
             let chunk = &new[..new.len().min(MEMBERS_PER_TX)];
-            let now = crate::time::now_rfc3339();
-            let mut expression = "SET memberCount = memberCount + :k, membersVersion = membersVersion + :one, membersChange = :change".to_owned();
-            let mut values = vec![
-                (":k", n(chunk.len() as u64)),
-                (":one", n(1)),
-                (":change", members_change(MembersChangeKind::Added, chunk)?),
-                (":seen", n(conversation.last_seq)),
-                (":count", n(members.len() as u64)),
-            ];
-            let mut grown = conversation.clone();
-            if grown.bucketed_since.is_none() && bucketed(members.len() + chunk.len()) {
-                // From now on its entries move in 5-second steps, starting from today's key
-                // (so nothing moves now; docs/data-model.md §2.5).
-                let since = grown.activity_key();
-                expression.push_str(", bucketedSince = :since");
-                values.push((":since", s(&since)));
-                grown.bucketed_since = Some(since);
-            }
-            let filed = filed_at(&grown);
-            let mut parts = vec![tx::update(
-                &self.table,
-                keys::conversation_key(id),
-                &expression,
-                Some("lastSeq = :seen AND memberCount = :count"),
-                &values,
-            )?];
-            let watermark = joining_watermark(conversation.last_seq);
-            for user in chunk {
-                let member = MemberItem::new(id, user, watermark, &now, &filed.key);
-                parts.push(tx::put(
-                    &self.table,
-                    member.to_item()?,
-                    Some("attribute_not_exists(pk)"),
-                    &[],
-                )?);
-                parts.push(self.put_inbox_entry(user, &filed)?);
-            }
-            match self.transact(parts).await? {
+            let parts = self.add_members_parts(&conversation, members.len(), chunk)?;
+            attempt = match self.transact(parts).await? {
                 TxOutcome::Committed if chunk.len() == new.len() => {
                     ids.extend(chunk.iter().map(|u| (*u).clone()));
                     ids.sort();
@@ -333,12 +306,77 @@ impl ChatStore {
                     return Ok(done);
                 }
                 // Progress: on to the next chunk.
-                TxOutcome::Committed => {}
-                // Lost to a send, another add or a removal: read again and retry.
-                TxOutcome::Cancelled(_) | TxOutcome::Conflict => {}
-            }
+                TxOutcome::Committed => retry.next_now(),
+                TxOutcome::Cancelled(reasons) => {
+                    let now = reason_failed(&reasons, 0).and_then(|r| r.item.clone());
+                    match now.map(from_item::<ConversationItem, _>).transpose()? {
+                        // Only lastSeq moved (a send): the members read still are the members.
+                        Some(now) if now.members_version == conversation.members_version => {
+                            known = Some((now, members));
+                            retry.next_now()
+                        }
+                        // Another add or a removal: read again.
+                        _ => retry.next().await,
+                    }
+                }
+                // A commit is in flight on the conversation item: wait, then try what was read
+                // (if the commit landed, the cancellation says so).
+                TxOutcome::Conflict => {
+                    known = Some((conversation, members));
+                    retry.next().await
+                }
+            };
         }
         Err(ChatError::Throttled)
+    }
+
+    /// One round of `add_members`: the conversation item's update, conditioned on what was read,
+    /// then each new member's item and inbox entry.
+    fn add_members_parts(
+        &self,
+        conversation: &ConversationItem,
+        count: usize,
+        chunk: &[&UserId],
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        let id = &conversation.conversation_id;
+        let now = crate::time::now_rfc3339();
+        let mut expression = "SET memberCount = memberCount + :k, membersVersion = membersVersion + :one, membersChange = :change".to_owned();
+        let mut values = vec![
+            (":k", n(chunk.len() as u64)),
+            (":one", n(1)),
+            (":change", members_change(MembersChangeKind::Added, chunk)?),
+            (":seen", n(conversation.last_seq)),
+            (":count", n(count as u64)),
+        ];
+        let mut grown = conversation.clone();
+        if grown.bucketed_since.is_none() && bucketed(count + chunk.len()) {
+            // From now on its entries move in 5-second steps, starting from today's key
+            // (so nothing moves now; docs/data-model.md §2.5).
+            let since = grown.activity_key();
+            expression.push_str(", bucketedSince = :since");
+            values.push((":since", s(&since)));
+            grown.bucketed_since = Some(since);
+        }
+        let filed = filed_at(&grown);
+        let mut parts = vec![tx::update(
+            &self.table,
+            keys::conversation_key(id),
+            &expression,
+            Some("lastSeq = :seen AND memberCount = :count"),
+            &values,
+        )?];
+        let watermark = joining_watermark(conversation.last_seq);
+        for user in chunk {
+            let member = MemberItem::new(id, user, watermark, &now, &filed.key);
+            parts.push(tx::put(
+                &self.table,
+                member.to_item()?,
+                Some("attribute_not_exists(pk)"),
+                &[],
+            )?);
+            parts.push(self.put_inbox_entry(user, &filed)?);
+        }
+        Ok(parts)
     }
 
     /// `removeMember`: a member may remove itself, the owner anyone. The target's inbox entry is
@@ -399,12 +437,4 @@ impl ChatStore {
             _ => Err(ChatError::NotFound),
         }
     }
-}
-
-/// The conversation item and its member items: `sk` from `C` to past the last `M#`.
-fn members_range() -> (String, String) {
-    (
-        keys::CONVERSATION_SK.to_owned(),
-        keys::MEMBERS_END_SK.to_owned(),
-    )
 }

@@ -210,14 +210,13 @@ impl ChatStore {
     }
 
     /// The current members of a conversation, each with the key its inbox entry was filed under
-    /// when it joined. DynamoDB: 1 strongly consistent Query (more pages only past 1 MB, about
-    /// 3,000 members).
+    /// when it joined. DynamoDB: 1 strongly consistent Query of the member partition (more pages
+    /// only past 1 MB, about 2,000 members).
     pub async fn member_inbox_keys(
         &self,
         id: &ConversationId,
     ) -> Result<Vec<(UserId, Option<String>)>, ChatError> {
-        let range = (keys::MEMBER_SK_PREFIX.into(), keys::MEMBERS_END_SK.into());
-        self.conversation_range(id, range, Some("memberId, inboxKey"))
+        self.member_items(id, Some("memberId, inboxKey"))
             .await?
             .iter()
             .map(|item| {

@@ -129,7 +129,8 @@ impl ConversationItem {
     }
 }
 
-/// `sk = M#<userId>`: a member and its read watermark.
+/// `pk = M#<conversationId>, sk = M#<userId>`: a member and its read watermark, in the
+/// conversation's member partition (`keys`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberItem {
@@ -176,7 +177,7 @@ impl MemberItem {
     pub fn to_item(&self) -> Result<Item, ChatError> {
         to_item(
             self,
-            keys::conversation_pk(&self.conversation_id),
+            keys::members_pk(&self.conversation_id),
             keys::member_sk(&self.member_id),
         )
     }

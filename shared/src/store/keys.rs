@@ -1,17 +1,19 @@
-//! Item keys (docs/data-model.md). All items of a conversation share `pk = C#<conversationId>`;
-//! the sort key says what the item is:
+//! Item keys (docs/data-model.md). A conversation has two partitions, both keyed by its id: its
+//! log, `pk = C#<conversationId>`, which its sends write, and its members, `pk = M#<conversationId>`,
+//! which read receipts write, so receipts never take a hot conversation's write throughput. The
+//! sort key says what an item is:
 //!
-//! | sk | item |
-//! |---|---|
-//! | `C` | the conversation (lastSeq, memberCount, last message, membership change) |
-//! | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
-//! | `S#<seq, 20 digits>` | a message |
-//! | `P!` | the last group commit: which sends it committed, at which seqs |
-//! | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
-//! | `X#<clientMsgId>` | the idempotency key of a send, kept forever |
+//! | pk | sk | item |
+//! |---|---|---|
+//! | `C#` | `C` | the conversation (lastSeq, memberCount, last message, membership change) |
+//! | `C#` | `S#<seq, 20 digits>` | a message |
+//! | `C#` | `P!` | the last group commit: which sends it committed, at which seqs |
+//! | `C#` | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
+//! | `C#` | `X#<clientMsgId>` | the idempotency key of a send, kept forever |
+//! | `M#` | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
 //!
-//! `C` sorts just before `M#…`, so one Query `sk BETWEEN "C" AND "M$"` reads a conversation and all
-//! its members.
+//! Sort keys stay distinct across the two partitions, so a BatchGetItem of both tells its items
+//! apart by `sk` alone.
 //!
 //! Each user's inbox index is the item collection `pk = I#<userId>`: one entry per membership,
 //! `sk = A#<activityKey>#<conversationId>`, so a descending Query walks the user's conversations
@@ -30,7 +32,6 @@ pub const PK: &str = "pk";
 pub const SK: &str = "sk";
 pub const CONVERSATION_SK: &str = "C";
 pub const MEMBER_SK_PREFIX: &str = "M#";
-pub const MEMBERS_END_SK: &str = "M$";
 pub const FIRST_MESSAGE_SK: &str = "S#00000000000000000000";
 pub const LAST_MESSAGE_SK: &str = "S#99999999999999999999";
 
@@ -57,8 +58,13 @@ pub fn member_sk(user: &UserId) -> String {
     format!("{MEMBER_SK_PREFIX}{user}")
 }
 
+/// The partition of a conversation's member items.
+pub fn members_pk(id: &ConversationId) -> String {
+    format!("M#{id}")
+}
+
 pub fn member_key(id: &ConversationId, user: &UserId) -> Item {
-    key(conversation_pk(id), member_sk(user))
+    key(members_pk(id), member_sk(user))
 }
 
 pub fn message_sk(seq: u64) -> String {
@@ -127,16 +133,18 @@ mod tests {
     }
 
     #[test]
-    fn conversation_item_sorts_next_to_members() {
+    fn each_kind_of_item_has_its_own_sort_key_range() {
         let lowest = UserId::parse("-").unwrap();
         // `|` sorts after every other character a user id may have.
         let highest = UserId::parse(&"|".repeat(128)).unwrap();
+        let id = ConversationId::parse("d-0123456789abcdef0123456789abcdef").unwrap();
+        assert_ne!(members_pk(&id), conversation_pk(&id));
+        assert_eq!(conversation_id_of_pk(&conversation_pk(&id)), Some(id));
+        // Member sort keys never collide with the log's, whichever partition a batch read names.
         assert!(CONVERSATION_SK < member_sk(&lowest).as_str());
-        assert!(member_sk(&highest).as_str() < MEMBERS_END_SK);
-        assert!(MEMBERS_END_SK < FIRST_MESSAGE_SK);
+        assert!(member_sk(&highest).as_str() < COMMIT_RECORD_SK);
         assert!(send_key_sk("0").as_str() > LAST_MESSAGE_SK);
-        // Pending sends sort between members and messages: one Query reads just them.
-        assert!(MEMBERS_END_SK < COMMIT_RECORD_SK);
+        // Pending sends sort before messages: one Query reads just them.
         assert!(COMMIT_RECORD_SK < pending_sk("").as_str());
         assert!(pending_sk("ffffffff-ffff-ffff-ffff-ffffffffffff").as_str() < PENDING_END_SK);
         assert!(PENDING_END_SK < FIRST_MESSAGE_SK);

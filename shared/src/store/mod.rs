@@ -290,12 +290,12 @@ impl ChatStore {
             .map(|_| ())
     }
 
-    /// Some attributes of a conversation's item (None: no such conversation). 1 strongly
+    /// A conversation's item, or some of its attributes (None: no such conversation). 1 strongly
     /// consistent GetItem.
     async fn conversation_fields(
         &self,
         id: &ConversationId,
-        projection: &str,
+        projection: Option<&str>,
     ) -> Result<Option<Item>, ChatError> {
         let out = self
             .db
@@ -303,34 +303,63 @@ impl ChatStore {
             .table_name(&self.table)
             .set_key(Some(keys::conversation_key(id)))
             .consistent_read(true)
-            .projection_expression(projection)
+            .set_projection_expression(projection.map(str::to_owned))
             .send()
             .await
             .map_err(|e| sdk_error("GetItem", e))?;
         Ok(out.item)
     }
 
-    /// The items of a conversation's collection with `sk` in `from..=to`, in `sk` order: 1 strongly
+    /// The items of a conversation's log with `sk` in `from..=to`, in `sk` order: 1 strongly
     /// consistent Query, more pages past 1 MB.
     async fn conversation_range(
         &self,
         id: &ConversationId,
-        (from, to): (String, String),
+        range: (String, String),
         projection: Option<&str>,
     ) -> Result<Vec<Item>, ChatError> {
+        self.query_partition(keys::conversation_pk(id), Some(range), projection)
+            .await
+    }
+
+    /// A conversation's member items, in `sk` order: 1 strongly consistent Query, more pages past
+    /// 1 MB (about 2,000 members).
+    async fn member_items(
+        &self,
+        id: &ConversationId,
+        projection: Option<&str>,
+    ) -> Result<Vec<Item>, ChatError> {
+        self.query_partition(keys::members_pk(id), None, projection)
+            .await
+    }
+
+    async fn query_partition(
+        &self,
+        pk: String,
+        range: Option<(String, String)>,
+        projection: Option<&str>,
+    ) -> Result<Vec<Item>, ChatError> {
+        let condition = match range {
+            Some(_) => "pk = :pk AND sk BETWEEN :from AND :to",
+            None => "pk = :pk",
+        };
         let mut items = Vec::new();
         let mut start = None;
         loop {
-            let resp = self
+            let mut query = self
                 .db
                 .query()
                 .table_name(&self.table)
                 .consistent_read(true)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+                .key_condition_expression(condition)
                 .set_projection_expression(projection.map(str::to_owned))
-                .expression_attribute_values(":pk", attrs::s(keys::conversation_pk(id)))
-                .expression_attribute_values(":from", attrs::s(from.clone()))
-                .expression_attribute_values(":to", attrs::s(to.clone()))
+                .expression_attribute_values(":pk", attrs::s(pk.clone()));
+            if let Some((from, to)) = &range {
+                query = query
+                    .expression_attribute_values(":from", attrs::s(from.clone()))
+                    .expression_attribute_values(":to", attrs::s(to.clone()));
+            }
+            let resp = query
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await

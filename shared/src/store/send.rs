@@ -260,7 +260,7 @@ impl ChatStore {
     /// consistent GetItem.
     async fn head(&self, id: &ConversationId) -> Result<Option<Head>, ChatError> {
         let item = self
-            .conversation_fields(id, "lastSeq, lastMessageAt, busyUntil")
+            .conversation_fields(id, Some("lastSeq, lastMessageAt, busyUntil"))
             .await?;
         let head = item.as_ref().and_then(Head::of);
         if let Some(h) = &head {

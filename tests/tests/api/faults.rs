@@ -16,9 +16,10 @@ fn layered() -> bool {
     on
 }
 
-fn faults(op: &str, conversation: &str, kind: &str, count: u32) {
+/// `count` faults of `kind` for `op` on the chat table's partition `pk`.
+fn faults(op: &str, pk: &str, kind: &str, count: u32) {
     server::dynamodb_faults(&json!({"op": op, "table": "ChatTable",
-        "key": format!("C#{conversation}"), "kind": kind, "count": count}));
+        "key": pk, "kind": kind, "count": count}));
 }
 
 async fn seqs(t: &TestApp, c: &str, user: &str) -> Vec<u64> {
@@ -43,7 +44,12 @@ async fn a_database_failing_a_send_answers_503_and_its_retry_sends_it_once() {
     let (a, b) = (unique("a"), unique("b"));
     let c = t.direct(&a, &b).await;
     // Past the SDK's 3 attempts.
-    faults("TransactWriteItems", &c, "InternalServerError", 3);
+    faults(
+        "TransactWriteItems",
+        &format!("C#{c}"),
+        "InternalServerError",
+        3,
+    );
     let body = json!({"clientMsgId": new_uuid(), "body": "hello"});
     let path = format!("/conversations/{c}/messages");
     let r = t.post(&path, &a, body.clone()).await;
@@ -67,10 +73,10 @@ async fn a_throttled_read_receipt_is_429_and_moves_nothing() {
     let (a, b) = (unique("a"), unique("b"));
     let c = t.direct(&a, &b).await;
     assert_eq!(t.send(&c, &a, "one").await.status, 201);
-    // Past the SDK's 3 attempts.
+    // Past the SDK's 3 attempts, on the member partition a receipt writes.
     faults(
         "UpdateItem",
-        &c,
+        &format!("M#{c}"),
         "ProvisionedThroughputExceededException",
         3,
     );
@@ -99,7 +105,7 @@ async fn a_history_read_the_database_fails_is_503_not_500() {
     let t = TestApp::new().await;
     let (a, b) = (unique("a"), unique("b"));
     let c = t.direct(&a, &b).await;
-    faults("Query", &c, "InternalServerError", 3);
+    faults("Query", &format!("C#{c}"), "InternalServerError", 3);
     let r = t.get(&format!("/conversations/{c}/messages"), &a).await;
     assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
     assert_eq!(seqs(&t, &c, &a).await, Vec::<u64>::new());

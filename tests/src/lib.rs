@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bench_inbox;
 pub mod bench_push;
 pub mod capacity;
+pub mod function_process;
 pub mod indexer;
 pub mod push;
 pub mod server;
@@ -17,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::api::http::{self, App};
 use chat_shared::auth::{mint_hs256, Authenticator};
@@ -644,5 +646,65 @@ impl TestApp {
             json!({"clientMsgId": new_uuid(), "body": body}),
         )
         .await
+    }
+
+    /// Marks the conversation busy for a minute, as a group commit does: every send queues.
+    pub async fn mark_busy(&self, conversation: &str) {
+        let until = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
+        let id = chat_shared::ConversationId::parse(conversation).unwrap();
+        self.db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(chat_shared::store::keys::conversation_key(&id)))
+            .update_expression("SET busyUntil = :u")
+            .expression_attribute_values(":u", AttributeValue::N(until.to_string()))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// The item `sk` of the conversation's partition (`C#<id>`), read strongly consistent.
+    pub async fn conversation_item(
+        &self,
+        conversation: &str,
+        sk: &str,
+    ) -> Option<HashMap<String, AttributeValue>> {
+        let id = chat_shared::ConversationId::parse(conversation).unwrap();
+        let pk = chat_shared::store::keys::conversation_pk(&id);
+        self.db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(chat_shared::store::keys::key(pk, sk.to_owned())))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+    }
+
+    /// The `clientMsgId`s (lower-cased) of the sends still queued in the conversation.
+    pub async fn queued_sends(&self, conversation: &str) -> Vec<String> {
+        let id = chat_shared::ConversationId::parse(conversation).unwrap();
+        let out = self
+            .db
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
+            .expression_attribute_values(
+                ":pk",
+                AttributeValue::S(chat_shared::store::keys::conversation_pk(&id)),
+            )
+            .expression_attribute_values(
+                ":p",
+                AttributeValue::S(chat_shared::store::keys::PENDING_PREFIX.into()),
+            )
+            .send()
+            .await
+            .unwrap();
+        out.items()
+            .iter()
+            .filter_map(|i| i.get("clientMsgKey")?.as_s().ok().cloned())
+            .collect()
     }
 }

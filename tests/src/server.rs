@@ -193,6 +193,31 @@ pub fn dynamodb_faults(faults: &serde_json::Value) {
     post(&control, "/strict/faults", JSON, &faults.to_string());
 }
 
+/// The DynamoDB faults not yet fired (`GET /strict/faults`); empty without the layer.
+pub fn pending_dynamodb_faults() -> Vec<serde_json::Value> {
+    let Some(control) = services().strict_control.clone() else {
+        return Vec::new();
+    };
+    let listed = request("GET", &control, "/strict/faults", "", "");
+    listed["faults"].as_array().cloned().unwrap_or_default()
+}
+
+/// Freezes (true) or thaws (false) DynamoDB behind the strictness layer (`POST /strict/freeze`,
+/// `/strict/thaw`): a brownout without a process of its own to stop (moto serves Kinesis too).
+/// False when there is no layer (`CHAT_STRICT=off`).
+pub fn freeze_dynamodb(frozen: bool) -> bool {
+    let Some(control) = services().strict_control.clone() else {
+        return false;
+    };
+    let path = if frozen {
+        "/strict/freeze"
+    } else {
+        "/strict/thaw"
+    };
+    post(&control, path, JSON, "");
+    true
+}
+
 /// Clears the DynamoDB faults not yet fired (`DELETE /strict/faults`).
 pub fn clear_dynamodb_faults() {
     if let Some(control) = services().strict_control.clone() {

@@ -24,7 +24,7 @@ pub struct Outcome {
 }
 
 /// Read receipts during a row: none; from 50 members of the hot conversation itself (they write
-/// to its partition: their member items share its key); or the same receipts to another
+/// its member partition, not the one its sends write); or the same receipts to another
 /// conversation (the baseline of what receipts cost wherever they go).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Receipts {
@@ -33,16 +33,15 @@ pub enum Receipts {
     Elsewhere,
 }
 
-/// Write units the strictness layer recorded on the partition of conversation `c` so far (it
-/// sits in front of DynamoDB Local in this process: `server::dynamodb_partitions`).
-fn partition_write_units(target: &Target, c: &str) -> Option<f64> {
+/// Write units the strictness layer recorded on the chat table's partition `key` so far (it sits
+/// in front of DynamoDB Local in this process: `server::dynamodb_partitions`).
+fn partition_write_units(target: &Target, key: &str) -> Option<f64> {
     target.app()?;
     let record = crate::server::dynamodb_partitions()?;
-    let key = format!("C#{c}");
     let units = record["partitions"]
         .as_array()?
         .iter()
-        .filter(|p| p["table"] == "ChatTable" && p["index"].is_null() && p["key"] == key.as_str())
+        .filter(|p| p["table"] == "ChatTable" && p["index"].is_null() && p["key"] == key)
         .filter_map(|p| p["writeUnits"].as_f64())
         .sum();
     Some(units)
@@ -62,6 +61,7 @@ pub fn table() -> Table {
         "DynamoDB calls/send",
         "write units/send",
         "partition write units/send",
+        "member partition write units/send",
         "DynamoDB ceiling, sends/s",
         "1..N, acks at their seq",
     ])
@@ -115,7 +115,9 @@ pub async fn row(
     if let Some(t) = target.app() {
         t.calls.take_calls();
     }
-    let units_before = partition_write_units(target, &c);
+    let (log, members) = (format!("C#{c}"), format!("M#{c}"));
+    let units_before =
+        partition_write_units(target, &log).zip(partition_write_units(target, &members));
 
     let sent = Arc::new(AtomicU64::new(0));
     let give_ups = Arc::new(AtomicUsize::new(0));
@@ -195,9 +197,8 @@ pub async fn row(
                         .await;
                     match status {
                         200 => {}
-                        // The partition's write units ran out (receipts share the
-                        // conversation's partition): nothing happened, and the next receipt
-                        // carries a higher seq anyway (clients debounce).
+                        // The member partition's write units ran out: nothing happened, and
+                        // the next receipt carries a higher seq anyway (clients debounce).
                         429 => {
                             receipts_throttled.fetch_add(1, Ordering::SeqCst);
                             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -238,14 +239,17 @@ pub async fn row(
         }
     }
 
-    let units_after = partition_write_units(target, &c);
+    let units_after =
+        partition_write_units(target, &log).zip(partition_write_units(target, &members));
     let ok = verify(target, &owner, &c, &acked).await;
     let n = acked.len();
-    // The hottest partition is the conversation's: its units per send say how many sends a
-    // second DynamoDB's 1,000 write units per partition allow.
+    // Sends write the conversation's log partition: its units per send say how many sends a
+    // second DynamoDB's 1,000 write units per partition allow. Receipts write the member
+    // partition, whose limit throttles receipts only.
+    let per_send = |(before, after): (f64, f64)| (after - before) / n.max(1) as f64;
     let partition_units = units_before
         .zip(units_after)
-        .map(|(b, a)| (a - b) / n.max(1) as f64);
+        .map(|((log0, m0), (log1, m1))| (per_send((log0, log1)), per_send((m0, m1))));
     let rate = n as f64 / elapsed.as_secs_f64();
     let latencies: Vec<Duration> = acked.iter().map(|(d, _)| *d).collect();
     let (calls_per_send, units_per_send) = match (&calls, target.app()) {
@@ -291,8 +295,9 @@ pub async fn row(
         },
         calls_per_send,
         units_per_send,
-        partition_units.map_or("–".into(), |u| format!("{u:.1}")),
-        partition_units.map_or("–".into(), |u| {
+        partition_units.map_or("–".into(), |(u, _)| format!("{u:.1}")),
+        partition_units.map_or("–".into(), |(_, m)| format!("{m:.1}")),
+        partition_units.map_or("–".into(), |(u, _)| {
             format!("{:.0}", PARTITION_WRITE_UNITS / u.max(f64::MIN_POSITIVE))
         }),
         if ok { "yes".into() } else { "**NO**".into() },

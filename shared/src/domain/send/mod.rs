@@ -1,0 +1,154 @@
+//! Sending a message (docs/api.md §10), pure: what a send alone and a queued send decide, and the
+//! layout of the transaction that commits them. The algorithm is docs/data-model.md §3 "Send";
+//! its items §2.4–§2.4b; why `seq` stays gap-free §4.1. `store/send.rs` makes the DynamoDB calls
+//! in the order decided here and passes the clock in: nothing here reads it.
+//!
+//! - `group_commit`: which queued sends a commit takes, the parts of its transaction (or of a
+//!   send alone), and what a cancellation of it means.
+//! - `queued`: the step function of a queued send waiting for its commit.
+
+pub mod group_commit;
+pub mod queued;
+
+use std::time::Duration;
+
+use super::ids::UserId;
+
+/// How long after a group commit of several sends new sends queue up rather than try alone.
+pub const BUSY_FOR: Duration = Duration::from_secs(5);
+
+/// The least time a queued send waits before it looks again whether it was committed: about one
+/// commit, during which more sends queue up for the next.
+pub const GATHER: Duration = Duration::from_millis(20);
+
+/// How long the oldest queued send may sit still before the next request in the queue commits
+/// it (the one after that waits twice as long, and so on). Its own request normally commits it:
+/// this is for a request that ended (a crash, a timeout).
+pub const TAKE_OVER_AFTER: Duration = Duration::from_millis(1000);
+
+/// Sends per group commit, and items per transaction (DynamoDB's limit).
+pub const MAX_BATCH: usize = 24;
+pub const MAX_TX_ITEMS: usize = 100;
+
+/// The conversation item as the next commit needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub last_seq: u64,
+    pub last_message_at: Option<String>,
+    /// Until when (unix ms) sends queue up (`busyUntil`; 0: never said).
+    pub busy_until: u64,
+}
+
+impl Head {
+    /// The conversation item as the last group commit left it, while that commit is recent:
+    /// exact while the conversation is busy (sends alone are refused then, so only group commits
+    /// move `lastSeq`). After a quiet spell a send alone may have moved on, and a commit from this
+    /// head fails on its condition, which returns the current head.
+    pub fn after(commit: &LastCommit<'_>, now_ms: u64) -> Option<Head> {
+        (commit.committed_at + millis(BUSY_FOR) > now_ms).then(|| Head {
+            last_seq: commit.last_seq,
+            last_message_at: Some(commit.created_at.to_owned()),
+            busy_until: 0,
+        })
+    }
+
+    /// Sends are queued: a new one joins the queue rather than racing it.
+    pub fn busy(&self, now_ms: u64) -> bool {
+        self.busy_until > now_ms
+    }
+}
+
+/// `busyUntil` for a conversation found contended at `now_ms`.
+pub fn busy_until(now_ms: u64) -> u64 {
+    now_ms + millis(BUSY_FOR)
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// A queued send (`P#`, docs/data-model.md §2.4a) as the decisions see it: the store keeps the
+/// rest (the body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// The lower-case `clientMsgId`.
+    pub key: &'a str,
+    /// The request that queued it.
+    pub request_id: &'a str,
+    pub sender: &'a UserId,
+    /// Microseconds since the epoch: the oldest is committed first.
+    pub enqueued_at: u64,
+    /// Milliseconds since the epoch: its request's deadline, after which no commit takes it.
+    pub expires_at: u64,
+}
+
+/// The record of the last group commit (`P!`, docs/data-model.md §2.4b).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastCommit<'a> {
+    pub last_seq: u64,
+    /// The time of its messages.
+    pub created_at: &'a str,
+    /// Unix ms, the committer's clock.
+    pub committed_at: u64,
+    /// What it committed: `(key, requestId, seq)` per send.
+    pub sends: Vec<(&'a str, &'a str, u64)>,
+}
+
+impl LastCommit<'_> {
+    /// The seq this commit gave the send `key` of the request `request_id`, if it did: a replay
+    /// queued after the commit (another request) is not answered from it.
+    pub fn seq_of(&self, key: &str, request_id: &str) -> Option<u64> {
+        self.sends
+            .iter()
+            .find(|(k, r, _)| *k == key && *r == request_id)
+            .map(|(_, _, seq)| *seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(committed_at: u64) -> LastCommit<'static> {
+        LastCommit {
+            last_seq: 8,
+            created_at: "2026-01-01T00:00:00.000Z",
+            committed_at,
+            sends: vec![("k1", "r1", 7), ("k2", "r2", 8)],
+        }
+    }
+
+    #[test]
+    fn a_recent_commit_says_where_the_conversation_is() {
+        let head = Head::after(&record(10_000), 14_999).expect("recent");
+        assert_eq!(head.last_seq, 8);
+        assert_eq!(
+            head.last_message_at.as_deref(),
+            Some("2026-01-01T00:00:00.000Z")
+        );
+    }
+
+    #[test]
+    fn a_commit_older_than_the_busy_spell_says_nothing() {
+        assert_eq!(Head::after(&record(10_000), 15_000), None);
+    }
+
+    #[test]
+    fn a_conversation_is_busy_until_its_mark_runs_out() {
+        let head = Head {
+            last_seq: 1,
+            last_message_at: None,
+            busy_until: busy_until(1_000),
+        };
+        assert!(head.busy(5_999));
+        assert!(!head.busy(6_000));
+    }
+
+    #[test]
+    fn a_commit_record_answers_only_the_request_it_committed() {
+        let r = record(0);
+        assert_eq!(r.seq_of("k2", "r2"), Some(8));
+        assert_eq!(r.seq_of("k1", "r9"), None, "a replay by another request");
+        assert_eq!(r.seq_of("k3", "r1"), None);
+    }
+}

@@ -380,6 +380,19 @@ pub struct TestApp {
     routes: Vec<(String, String, String)>,
 }
 
+/// Runs the requests at once, each on its own task (as concurrent clients do), and gives their
+/// answers in order.
+pub async fn at_once<T: Send + 'static>(
+    requests: impl IntoIterator<Item = impl std::future::Future<Output = T> + Send + 'static>,
+) -> Vec<T> {
+    let tasks: Vec<_> = requests.into_iter().map(tokio::spawn).collect();
+    futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.expect("a request task"))
+        .collect()
+}
+
 pub fn unique(prefix: &str) -> String {
     format!(
         "{prefix}-{}",
@@ -644,6 +657,16 @@ impl TestApp {
             &format!("/conversations/{conversation}/messages"),
             user,
             json!({"clientMsgId": new_uuid(), "body": body}),
+        )
+        .await
+    }
+
+    /// `addMembers`: `by` adds `users` (a JSON array of ids) to `conversation`.
+    pub async fn add_members(&self, conversation: &str, by: &str, users: Value) -> Resp {
+        self.post(
+            &format!("/conversations/{conversation}/members"),
+            by,
+            json!({ "userIds": users }),
         )
         .await
     }

@@ -499,13 +499,7 @@ async fn members_are_added_while_sends_keep_the_conversation_busy() {
         for i in 0..3 {
             let joining = format!("{owner}-new{i}");
             let before = last_seq().await;
-            let r = t
-                .post(
-                    &format!("/conversations/{c}/members"),
-                    &owner,
-                    json!({"userIds": [joining]}),
-                )
-                .await;
+            let r = t.add_members(&c, &owner, json!([joining])).await;
             assert_eq!(r.status, 200, "added while busy: {r:?}");
             joined.push((joining, before, last_seq().await));
         }

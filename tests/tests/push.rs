@@ -228,13 +228,7 @@ async fn membership_changes_reach_the_fanout_at_once() {
             )
             .await;
         assert_eq!(removed.status, 204, "{removed:?}");
-        let added = t
-            .post(
-                &format!("/conversations/{conv}/members"),
-                &owner,
-                json!({ "userIds": [joins] }),
-            )
-            .await;
+        let added = t.add_members(&conv, &owner, json!([joins])).await;
         assert_eq!(added.status, 200, "{added:?}");
         t.send(&conv, &owner, "two").await;
         ws.until(EVENT, |e| has(e, "message.new", &conv, Some(2)))

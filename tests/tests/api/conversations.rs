@@ -1,6 +1,6 @@
 //! Conversations and membership.
 
-use chat_tests::{new_uuid, unique, TestApp};
+use chat_tests::{at_once, new_uuid, unique, TestApp};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -49,7 +49,7 @@ async fn simultaneous_direct_creation_makes_one() {
         let (a, b) = (unique("a"), unique("b"));
         let tasks = (0..8).map(|i| {
             let (t, a, b) = (t.clone(), a.clone(), b.clone());
-            tokio::spawn(async move {
+            async move {
                 let (me, peer) = if i % 2 == 0 { (a, b) } else { (b, a) };
                 t.post(
                     "/conversations",
@@ -57,13 +57,9 @@ async fn simultaneous_direct_creation_makes_one() {
                     json!({"type": "direct", "peerId": peer}),
                 )
                 .await
-            })
+            }
         });
-        let results: Vec<_> = futures::future::join_all(tasks)
-            .await
-            .into_iter()
-            .map(|r| r.unwrap())
-            .collect();
+        let results = at_once(tasks).await;
         assert_eq!(
             results.iter().filter(|r| r.status == 201).count(),
             1,
@@ -162,13 +158,7 @@ async fn members_bound_of_1000_on_create_and_add() {
     assert_eq!(full.body["memberCount"], 1000);
     assert_eq!(full.body["memberIds"].as_array().unwrap().len(), 1000);
     let c = full.body["conversationId"].as_str().unwrap().to_owned();
-    let add = t
-        .post(
-            &format!("/conversations/{c}/members"),
-            &o,
-            json!({"userIds": [unique("late")]}),
-        )
-        .await;
+    let add = t.add_members(&c, &o, json!([unique("late")])).await;
     assert_eq!((add.status, add.code()), (409, "conflict"));
 
     let mut too_many: Vec<String> = (0..1000).map(|i| format!("{prefix}-{i}")).collect();
@@ -193,13 +183,7 @@ async fn adding_members_starts_them_at_last_seq() {
     for i in 0..3 {
         t.send(&c, &o, &format!("{i}")).await;
     }
-    let r = t
-        .post(
-            &format!("/conversations/{c}/members"),
-            &m,
-            json!({"userIds": [n, m]}),
-        )
-        .await;
+    let r = t.add_members(&c, &m, json!([n, m])).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.body["memberCount"], 3);
     assert!(r.body["memberIds"].as_array().unwrap().contains(&json!(n)));
@@ -214,13 +198,7 @@ async fn adding_members_starts_them_at_last_seq() {
         (Some(3), Some(3), Some(0))
     );
     // Adding an existing member changes nothing.
-    let same = t
-        .post(
-            &format!("/conversations/{c}/members"),
-            &o,
-            json!({"userIds": [n]}),
-        )
-        .await;
+    let same = t.add_members(&c, &o, json!([n])).await;
     assert_eq!((same.status, &same.body["memberCount"]), (200, &json!(3)));
     for bad in [
         json!({"userIds": []}),
@@ -311,12 +289,6 @@ async fn removing_members_follows_roles() {
         )
         .await;
     assert_eq!((r.status, r.code()), (409, "conflict"));
-    let r = t
-        .post(
-            &format!("/conversations/{d}/members"),
-            &a,
-            json!({"userIds": [unique("c")]}),
-        )
-        .await;
+    let r = t.add_members(&d, &a, json!([unique("c")])).await;
     assert_eq!((r.status, r.code()), (409, "conflict"));
 }

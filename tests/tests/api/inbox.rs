@@ -261,13 +261,7 @@ async fn a_new_or_joined_conversation_is_listed_at_once() {
     assert_eq!(ids(&t.get("/inbox", &c).await), vec![g.clone()]);
     assert_eq!(ids(&t.get("/inbox", &a).await), [g.clone(), direct.clone()]);
     t.send(&g, &c, "before d joins").await;
-    let added = t
-        .post(
-            &format!("/conversations/{g}/members"),
-            &a,
-            json!({"userIds": [d]}),
-        )
-        .await;
+    let added = t.add_members(&g, &a, json!([d])).await;
     assert_eq!(added.status, 200, "{added:?}");
     let page = t.get("/inbox", &d).await;
     assert_eq!(ids(&page), vec![g.clone()]);
@@ -332,13 +326,7 @@ async fn a_removed_member_never_sees_the_conversation_again() {
     assert!(!index_entries(&t, &me).await.iter().any(|(_, id)| id == &g));
 
     // Added again: listed once, starting from the lastSeq of that moment.
-    let back = t
-        .post(
-            &format!("/conversations/{g}/members"),
-            &owner,
-            json!({"userIds": [me]}),
-        )
-        .await;
+    let back = t.add_members(&g, &owner, json!([me])).await;
     assert_eq!(back.status, 200);
     let page = t.get("/inbox", &me).await;
     assert_eq!(ids(&page), [g.clone(), keep.clone()]);
@@ -366,12 +354,7 @@ async fn an_entry_left_from_an_earlier_membership_is_never_shown() {
     )
     .await;
     t.send(&g, &owner, "two").await;
-    t.post(
-        &format!("/conversations/{g}/members"),
-        &owner,
-        json!({"userIds": [me]}),
-    )
-    .await;
+    t.add_members(&g, &owner, json!([me])).await;
     let filed = index_entries(&t, &me).await;
     assert_eq!(filed.len(), 2, "{filed:?}");
     let page = t.get("/inbox?limit=1", &me).await;
@@ -600,13 +583,7 @@ async fn a_group_past_200_members_moves_in_five_second_steps() {
     let c = item(&t).await;
     assert!(!c.contains_key("bucketedSince"), "200 members: exact keys");
     let newcomer = unique("newcomer");
-    let r = t
-        .post(
-            &format!("/conversations/{g}/members"),
-            &owner,
-            json!({"userIds": [newcomer]}),
-        )
-        .await;
+    let r = t.add_members(&g, &owner, json!([newcomer])).await;
     assert_eq!(r.body["memberCount"], 201);
     let c = item(&t).await;
     let created = c["createdAt"].as_s().unwrap().clone();

@@ -1,6 +1,6 @@
 //! Sending and history: gap-free seq, idempotency, bounds, paging.
 
-use chat_tests::{new_uuid, unique, TestApp};
+use chat_tests::{at_once, new_uuid, unique, TestApp};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -144,16 +144,12 @@ async fn concurrent_replays_create_one_message() {
     let body = json!({"clientMsgId": new_uuid(), "body": "once"});
     let tasks = (0..10).map(|_| {
         let (t, a, c, body) = (t.clone(), a.clone(), c.clone(), body.clone());
-        tokio::spawn(async move {
+        async move {
             t.post(&format!("/conversations/{c}/messages"), &a, body)
                 .await
-        })
+        }
     });
-    let results: Vec<_> = futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let results = at_once(tasks).await;
     assert!(results.iter().all(|r| r.body["seq"] == 2), "{results:?}");
     assert_eq!(results.iter().filter(|r| r.status == 201).count(), 1);
     assert_eq!(results.iter().filter(|r| r.status == 200).count(), 9);

@@ -1,6 +1,6 @@
 //! Read state: the monotonic, clamped watermark.
 
-use chat_tests::{unique, TestApp};
+use chat_tests::{at_once, unique, TestApp};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -98,16 +98,12 @@ async fn concurrent_out_of_order_reads_end_at_the_maximum() {
     seqs.rotate_left(7);
     let tasks = seqs.into_iter().map(|s| {
         let (t, b, c) = (t.clone(), b.clone(), c.clone());
-        tokio::spawn(async move {
+        async move {
             t.post(&format!("/conversations/{c}/read"), &b, json!({ "seq": s }))
                 .await
-        })
+        }
     });
-    let results: Vec<_> = futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let results = at_once(tasks).await;
     assert!(results.iter().all(|r| r.status == 200));
     // Every answer is a watermark that existed, and the advancing ones are strictly increasing.
     let mut advanced: Vec<u64> = results

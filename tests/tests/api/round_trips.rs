@@ -67,12 +67,7 @@ async fn operations_stay_within_their_round_trip_budget() {
         ["TransactWriteItems"],
         "create a small group"
     );
-    t.post(
-        &format!("/conversations/{g}/members"),
-        &a,
-        json!({"userIds": [format!("{a}-new")]}),
-    )
-    .await;
+    t.add_members(&g, &a, json!([format!("{a}-new")])).await;
     let mut calls = t.calls.take();
     calls[..2].sort();
     assert_eq!(

@@ -29,7 +29,7 @@ use aws_sdk_apigatewaymanagement::config::timeout::TimeoutConfig;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
 use chat_shared::events::plan::{frames_for, group_by_conversation, BatchFailures};
 use chat_shared::events::policy::{
-    may_forget, push_backoff, PushResult, PUSH_ATTEMPTS, PUSH_ATTEMPT_TIMEOUT,
+    may_forget, PushResult, PUSH_ATTEMPTS, PUSH_ATTEMPT_TIMEOUT, PUSH_BACKOFF,
 };
 use chat_shared::events::redelivery::{due_for, Connections, Redeliveries};
 use chat_shared::events::{Event, EventBatch};
@@ -491,7 +491,7 @@ impl Fanout {
         for attempt in 1..=attempts {
             if attempt > 1 {
                 self.stats.add(&self.stats.retries);
-                tokio::time::sleep(push_backoff(attempt - 1)).await;
+                tokio::time::sleep(PUSH_BACKOFF.wait(attempt - 1)).await;
             }
             let _slot = slots.acquire().await.expect("never closed");
             result = self.post(connection, frame).await;

@@ -29,6 +29,7 @@ use chat_shared::events::plan::{
 };
 use chat_shared::events::stream::events_from_change;
 use chat_shared::events::Event;
+use chat_shared::retry::Backoff;
 use chat_shared::{ChatStore, Config, ConversationId};
 
 /// Stay well under Kinesis' 1 MiB per record.
@@ -43,10 +44,7 @@ pub const PUT_RETRY_BUDGET: Duration = Duration::from_secs(20);
 
 /// Wait before putting refused entries again (`retry` is 1-based): random in 1 ms ..=
 /// 50 ms · 2^(retry−1), at most 2 s. Full jitter spreads the retries of concurrent relays.
-pub fn put_backoff(retry: u32) -> Duration {
-    let cap_ms = (50u64 << retry.saturating_sub(1).min(6)).min(2_000);
-    chat_shared::retry::jitter(Duration::from_millis(1), Duration::from_millis(cap_ms))
-}
+pub const PUT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
 #[derive(Clone, Debug)]
 pub struct Relay {
@@ -157,7 +155,7 @@ impl Relay {
                     break;
                 }
                 retry += 1;
-                let wait = put_backoff(retry);
+                let wait = PUT_BACKOFF.wait(retry);
                 if started.elapsed() + wait > self.retry_budget {
                     for o in &refused {
                         tracing::error!(conversation = %o.batch.conversation_id, retries = retry - 1, "Kinesis keeps refusing the record; reporting it for redelivery");
@@ -288,17 +286,15 @@ mod tests {
     #[test]
     fn put_backoff_is_jittered_and_bounded() {
         for retry in 1..40 {
-            let d = put_backoff(retry);
+            let d = PUT_BACKOFF.wait(retry);
             assert!(
                 d >= Duration::from_millis(1) && d <= Duration::from_secs(2),
                 "{d:?}"
             );
         }
-        assert!(put_backoff(1) <= Duration::from_millis(50));
+        assert!(PUT_BACKOFF.wait(1) <= Duration::from_millis(50));
         // Enough retries fit the budget to ride out a throttle of several seconds.
-        let worst: Duration = (1..=12)
-            .map(|r| Duration::from_millis((50u64 << (r - 1).min(6)).min(2_000)))
-            .sum();
+        let worst: Duration = (1..=12).map(|r| PUT_BACKOFF.ceiling(r)).sum();
         assert!(worst < PUT_RETRY_BUDGET, "{worst:?}");
     }
 }

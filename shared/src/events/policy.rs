@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use crate::retry::Backoff;
+
 /// What one PostToConnection answer means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PushResult {
@@ -53,10 +55,8 @@ pub const PUSH_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// the retries of one frame wait at most 1.15 s (~0.6 s on average) before the record is
 /// reported failed, and at most ~7 s if API Gateway never answers ([`PUSH_ATTEMPT_TIMEOUT`]),
 /// while the other connections are served concurrently.
-pub fn push_backoff(retry: u32) -> Duration {
-    let cap_ms = (50u64 << retry.saturating_sub(1).min(3)).min(400);
-    crate::retry::jitter(Duration::from_millis(1), Duration::from_millis(cap_ms))
-}
+pub const PUSH_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(50), Duration::from_millis(400));
 
 /// A connection record younger than this is never deleted by the fanout. `$connect` records the
 /// connection before API Gateway completes the handshake, and a push in that moment is answered
@@ -95,17 +95,15 @@ mod tests {
     #[test]
     fn backoff_is_jittered_and_bounded() {
         for retry in 1..20 {
-            let d = push_backoff(retry);
+            let d = PUSH_BACKOFF.wait(retry);
             assert!(d >= Duration::from_millis(1), "{retry}: {d:?}");
             assert!(d <= Duration::from_millis(400), "{retry}: {d:?}");
         }
-        assert!(push_backoff(1) <= Duration::from_millis(50));
-        let spread: std::collections::HashSet<_> = (0..50).map(|_| push_backoff(4)).collect();
+        assert!(PUSH_BACKOFF.wait(1) <= Duration::from_millis(50));
+        let spread: std::collections::HashSet<_> = (0..50).map(|_| PUSH_BACKOFF.wait(4)).collect();
         assert!(spread.len() > 5, "jittered: {spread:?}");
         // The whole budget of one frame stays small next to the fanout's 60 s timeout.
-        let waits: Duration = (1..PUSH_ATTEMPTS)
-            .map(|r| Duration::from_millis((50u64 << (r - 1).min(3)).min(400)))
-            .sum();
+        let waits: Duration = (1..PUSH_ATTEMPTS).map(|r| PUSH_BACKOFF.ceiling(r)).sum();
         assert_eq!(waits, Duration::from_millis(1150));
         assert!(PUSH_ATTEMPT_TIMEOUT * PUSH_ATTEMPTS + waits < Duration::from_secs(8));
     }

@@ -130,9 +130,9 @@ impl QueuedSend {
         self.enqueued = wrote;
     }
 
-    /// The read of the queue was throttled: look again shortly.
-    pub fn read_throttled(&self) -> Step {
-        Step::Wait(GATHER)
+    /// How long to wait when the read of the queue was throttled: shortly, about one commit.
+    pub fn read_throttled(&self) -> Duration {
+        GATHER
     }
 
     /// The step after a look at the queue.
@@ -545,10 +545,7 @@ mod tests {
 
     #[test]
     fn a_throttled_read_of_the_queue_looks_again_shortly() {
-        assert_eq!(
-            QueuedSend::new("k", "k", true).read_throttled(),
-            Step::Wait(GATHER)
-        );
+        assert_eq!(QueuedSend::new("k", "k", true).read_throttled(), GATHER);
     }
 
     #[test]

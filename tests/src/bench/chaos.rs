@@ -1,6 +1,9 @@
 //! The chaos soak (docs/benchmarks.md, "Chaos soak"): mixed traffic from 8 users, no client
-//! retries, and in its middle a DynamoDB brownout: DynamoDB Local's process frozen (SIGSTOP) for
-//! 25 s. Afterwards every invariant the API promises is checked:
+//! retries, and in its middle a DynamoDB brownout of 25 s: DynamoDB Local's process frozen
+//! (SIGSTOP); on a backend without a DynamoDB-only process to stop (moto, which serves Kinesis
+//! too), DynamoDB frozen by the strictness layer (`/strict/freeze`: no call goes on and no answer
+//! comes back until the thaw, and a call that came meanwhile is served then even if its client
+//! left). Afterwards every invariant the API promises is checked:
 //!
 //! - no acknowledged message is lost, and each conversation's seqs are exactly 1..N;
 //! - a watermark never goes back, and unread counts are exact;
@@ -134,7 +137,65 @@ async fn all_messages(t: &TestApp, user: &str, c: &str) -> (Vec<Value>, u64) {
     }
 }
 
-fn freeze(pid: u32, signal: &str) {
+/// How the brownout is made.
+enum Brownout {
+    /// DynamoDB Local's process, stopped.
+    Process(u32),
+    /// The strictness layer holds every DynamoDB call.
+    Layer,
+    /// Neither is there (another endpoint without the layer).
+    None,
+}
+
+impl Brownout {
+    /// Stops DynamoDB Local's process `local` when there is one, else freezes the layer.
+    fn start(local: Option<u32>) -> Brownout {
+        if let Some(pid) = local {
+            signal(pid, "-STOP");
+            Brownout::Process(pid)
+        } else if crate::server::freeze_dynamodb(true) {
+            Brownout::Layer
+        } else {
+            Brownout::None
+        }
+    }
+
+    fn end(&self) {
+        match self {
+            Brownout::Process(pid) => signal(*pid, "-CONT"),
+            Brownout::Layer => {
+                crate::server::freeze_dynamodb(false);
+            }
+            Brownout::None => {}
+        }
+    }
+
+    fn describe(&self) -> String {
+        let how = match self {
+            Brownout::Process(_) => "DynamoDB Local's process stopped (SIGSTOP)".to_owned(),
+            Brownout::Layer => {
+                let held = crate::server::dynamodb_partitions()
+                    .and_then(|r| r["heldByFreeze"].as_u64())
+                    .unwrap_or(0);
+                let what = match crate::server::dynamodb_kind() {
+                    crate::server::DynamoDb::Moto => "moto's DynamoDB",
+                    crate::server::DynamoDb::Local => "DynamoDB Local",
+                    crate::server::DynamoDb::Given => "DYNAMODB_ENDPOINT",
+                };
+                format!("{what} frozen by the strictness layer ({held} calls held)")
+            }
+            Brownout::None => return "none (no DynamoDB process, no strictness layer)".into(),
+        };
+        format!(
+            "{how} {} s at {} s of {} s",
+            FREEZE_FOR.as_secs(),
+            FREEZE_AT.as_secs(),
+            TRAFFIC_FOR.as_secs()
+        )
+    }
+}
+
+fn signal(pid: u32, signal: &str) {
     let ok = std::process::Command::new("kill")
         .args([signal, &pid.to_string()])
         .status()
@@ -164,13 +225,12 @@ pub async fn run() -> Table {
         .enumerate()
         .map(|(i, (u, cs))| tokio::spawn(worker(t.clone(), u.clone(), cs, until, i as u64 + 7)))
         .collect();
-    let pid = crate::server::dynamodb_local_pid();
+    // Found before the traffic: its /proc walk is no part of the brownout.
+    let local = crate::server::dynamodb_local_pid();
     tokio::time::sleep(FREEZE_AT).await;
-    let froze = pid.inspect(|p| freeze(*p, "-STOP"));
+    let brownout = Brownout::start(local);
     tokio::time::sleep(FREEZE_FOR).await;
-    if let Some(p) = froze {
-        freeze(p, "-CONT");
-    }
+    brownout.end();
     let mut tally = Tally::default();
     for w in workers {
         let one = w.await.unwrap();
@@ -289,15 +349,7 @@ pub async fn run() -> Table {
         "503s that had landed / not (all settled by the retry)",
     ]);
     table.rows.push(vec![
-        match froze {
-            Some(_) => format!(
-                "DynamoDB Local frozen {} s at {} s of {} s",
-                FREEZE_FOR.as_secs(),
-                FREEZE_AT.as_secs(),
-                TRAFFIC_FOR.as_secs()
-            ),
-            None => "none (no DynamoDB Local process)".into(),
-        },
+        brownout.describe(),
         tally.ops.to_string(),
         count(&|s| (200..300).contains(&s)).to_string(),
         count(&|s| s == 429).to_string(),

@@ -1,5 +1,7 @@
-//! A hot conversation (docs/data-model.md §4): sends that lose the race for the conversation item
-//! are committed together (group commit), with the emulator's DynamoDB transaction conflicts on.
+//! A hot conversation (docs/data-model.md §3 "Send", §4.1): sends that lose the race for the
+//! conversation item queue (queued sends) and are committed together (group commit), with the
+//! emulator's DynamoDB transaction conflicts on. The decisions alone are unit-tested in
+//! `chat_shared::domain::send`; these tests are the proof of their DynamoDB semantics.
 //! This binary has its own emulator, so one test may change its settings (under `SETTINGS`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,7 +35,7 @@ fn key(conversation: &str, sk: &str) -> HashMap<String, AttributeValue> {
 }
 
 /// Marks the conversation as busy with queued sends (what a group commit does), so that every
-/// send queues up: the combined path, deterministically.
+/// send queues up: the queued path, deterministically.
 async fn force_busy(t: &TestApp, conversation: &str) {
     let until = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
     t.db.update_item()
@@ -101,13 +103,13 @@ async fn queue_ended_send(
         .unwrap();
 }
 
-/// A minute from now (unix ms): the lifetime of a pending send whose request ended just now.
+/// A minute from now (unix ms): the lifetime of a queued send whose request ended just now.
 fn in_a_minute() -> u64 {
     chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000
 }
 
-/// The `clientMsgId`s still pending in the conversation.
-async fn pending(t: &TestApp, conversation: &str) -> Vec<String> {
+/// The `clientMsgId`s still queued in the conversation.
+async fn queued(t: &TestApp, conversation: &str) -> Vec<String> {
     let out =
         t.db.query()
             .table_name("ChatTable")
@@ -230,7 +232,7 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
         let user = m["userId"].as_str().unwrap();
         assert!(m["lastReadSeq"].as_u64().unwrap() >= newest[user], "{m}");
     }
-    assert!(pending(&t, &c).await.is_empty(), "nothing left queued");
+    assert!(queued(&t, &c).await.is_empty(), "nothing left queued");
 
     // The last group commit's record (what queued sends learn their seq from) says what that
     // commit stored: the last seqs, each at its clientMsgId, at their time.
@@ -257,7 +259,7 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
 }
 
 /// A 429 means nothing happened, then or later: a queued send whose request ends without its
-/// message (here: its reads of the queue throttled until its deadline) withdraws its pending
+/// message (here: its reads of the queue throttled until its deadline) withdraws its queued
 /// send, so the next group commit does not commit it as a new message.
 #[tokio::test]
 async fn a_queued_send_answered_429_is_never_committed_later() {
@@ -278,8 +280,8 @@ async fn a_queued_send_answered_429_is_never_committed_later() {
     server::clear_dynamodb_faults();
     assert_eq!((r.status, r.code()), (429, "throttled"), "{r:?}");
     assert!(
-        pending(&t, &c).await.is_empty(),
-        "its pending send was withdrawn"
+        queued(&t, &c).await.is_empty(),
+        "its queued send was withdrawn"
     );
 
     let next = t.send(&c, &b, "the next group commit").await;
@@ -293,10 +295,10 @@ async fn a_queued_send_answered_429_is_never_committed_later() {
     assert_eq!(bodies, ["the next group commit"], "no ghost of the 429");
 }
 
-/// A pending send whose request's lifetime is over (it crashed, or answered without it) is never
+/// A queued send whose request's lifetime is over (it crashed, or answered without it) is never
 /// committed, however long it stayed: the commit's condition refuses it, and the commit removes it.
 #[tokio::test]
-async fn a_pending_send_past_its_requests_lifetime_is_never_committed() {
+async fn a_queued_send_past_its_requests_lifetime_is_never_committed() {
     let _shared = SETTINGS.read().await;
     let t = TestApp::new().await;
     let (a, b) = (unique("a"), unique("b"));
@@ -308,7 +310,7 @@ async fn a_pending_send_past_its_requests_lifetime_is_never_committed() {
     let all = history(&t, &c, &a).await;
     assert_eq!(all.len(), 1, "only the live send: {all:?}");
     assert_eq!(all[0]["body"], "now");
-    assert!(pending(&t, &c).await.is_empty(), "the dead one was removed");
+    assert!(queued(&t, &c).await.is_empty(), "the dead one was removed");
 }
 
 #[tokio::test]
@@ -350,7 +352,7 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
     );
     assert_eq!(all[0]["senderId"], stays.as_str());
     assert!(
-        pending(&t, &c).await.is_empty(),
+        queued(&t, &c).await.is_empty(),
         "its queued send was dropped"
     );
 }
@@ -610,7 +612,7 @@ async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
         "answered near its deadline: {took:?}"
     );
     assert!(
-        pending(&t, &c).await.is_empty(),
+        queued(&t, &c).await.is_empty(),
         "its queued send was withdrawn"
     );
     let all = history(&t, &c, &a).await;

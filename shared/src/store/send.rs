@@ -196,6 +196,7 @@ impl ChatStore {
     /// TransactWriteItems.
     async fn send_alone(&self, send: &SendRequest<'_>, head: &Head) -> Result<Alone, ChatError> {
         let layout = group_commit::alone(head, send.caller, crate::time::now());
+        // Never queued: no queue times.
         let content = send.content(0, 0);
         let mut commit = Commit::new(send.id, &layout, vec![&content]);
         let reasons = match self.transact(self.transact_items(&commit)?).await? {
@@ -239,6 +240,8 @@ impl ChatStore {
         parts.map(|part| self.transact_item(commit, part)).collect()
     }
 
+    /// One part: the key and content of its item from the commit, its condition as an
+    /// expression.
     fn transact_item(
         &self,
         commit: &Commit<'_>,

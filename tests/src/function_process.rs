@@ -87,7 +87,8 @@ impl Invocation {
 /// anything that is timed.
 pub fn function_binary(name: &str) -> PathBuf {
     static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap();
+    // A failed build panics with the lock held: the next test tries again and says why.
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, bin)) = built.iter().find(|(n, _)| n == name) {
         return bin.clone();
     }

@@ -25,7 +25,7 @@ use crate::domain::send::group_commit::{
 use crate::domain::send::queued::{
     AfterCommit, Attempt, Ending, KeyMissing, Look, QueuedSend, Step,
 };
-use crate::domain::send::{busy_until, Entry, Head, LastCommit};
+use crate::domain::send::{after_lost, busy_until, Entry, Head, LastCommit, Sent, Verdict};
 use crate::domain::{ConversationId, UserId};
 use crate::error::ChatError;
 use crate::retry::{jitter, Deadline};
@@ -123,10 +123,11 @@ impl ChatStore {
         match self.send_alone(&send, &head).await? {
             Alone::Done(message, created) => Ok((message, created)),
             Alone::Lost { head, member } => {
-                if !member {
+                let before = after_lost(&head, member, now_ms());
+                if before.check_member {
                     self.require_member(&send).await?;
                 }
-                if !head.busy(now_ms()) {
+                if before.mark_busy {
                     self.mark_busy(id).await;
                 }
                 self.send_queued(&send).await
@@ -449,12 +450,16 @@ impl ChatStore {
             match err.as_service_error() {
                 Some(PutItemError::ConditionalCheckFailedException(e)) => {
                     let existing: PendingItem = from_item(e.item().cloned().unwrap_or_default())?;
-                    if existing.sender_id != *send.caller
-                        || existing.fingerprint != send.fingerprint
-                    {
-                        return Err(conflict());
-                    }
-                    return Ok(false);
+                    let queued = sent(
+                        &existing.sender_id,
+                        &existing.fingerprint,
+                        &existing.request_id,
+                    );
+                    return match send.sent().against(&queued) {
+                        // This request waits for that one.
+                        Verdict::Same { .. } => Ok(false),
+                        Verdict::Conflict => Err(conflict()),
+                    };
                 }
                 // A replay of this send is being committed right now (its queued send is in the
                 // transaction): a moment later it is either committed (its key answers) or
@@ -649,6 +654,10 @@ impl SendRequest<'_> {
         }
     }
 
+    fn sent(&self) -> Sent<'_> {
+        sent(self.caller, &self.fingerprint, &self.request_id)
+    }
+
     /// Its message, committed at `seq` at `created_at`.
     fn message(&self, seq: u64, created_at: String) -> Message {
         Message {
@@ -728,6 +737,14 @@ fn head_of(item: &Item) -> Option<Head> {
         last_message_at: get_s(item, "lastMessageAt").map(str::to_owned),
         busy_until: get_n(item, "busyUntil").unwrap_or(0),
     })
+}
+
+fn sent<'a>(sender: &'a UserId, fingerprint: &'a str, request_id: &'a str) -> Sent<'a> {
+    Sent {
+        sender,
+        fingerprint,
+        request_id,
+    }
 }
 
 fn entry(p: &PendingItem) -> Entry<'_> {
@@ -813,10 +830,10 @@ fn committed_metrics(messages: usize) {
 /// The answer for a send whose key exists: the original message when sender and body match (and
 /// `created` only for the request that created it), otherwise a conflict.
 fn answer(key: SendKeyItem, send: &SendRequest<'_>) -> Result<(Message, bool), ChatError> {
-    if key.sender_id != *send.caller || key.fingerprint != send.fingerprint {
+    let original = sent(&key.sender_id, &key.fingerprint, &key.request_id);
+    let Verdict::Same { created } = send.sent().against(&original) else {
         return Err(conflict());
-    }
-    let created = key.request_id == send.request_id;
+    };
     Ok((
         Message {
             conversation_id: key.conversation_id,

@@ -58,6 +58,56 @@ impl Head {
     }
 }
 
+/// What a send whose transaction alone lost the race does before it queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BeforeQueueing {
+    /// Read its member item first: only a member queues. Not needed when the cancellation
+    /// showed its member condition holding.
+    pub check_member: bool,
+    /// Mark the conversation busy: the first send to lose the race, so that new sends queue
+    /// behind it instead of racing the group commit.
+    pub mark_busy: bool,
+}
+
+/// `head`: the conversation as the lost attempt left it known; `member_shown`: whether its
+/// cancellation showed the sender a member.
+pub fn after_lost(head: &Head, member_shown: bool, now_ms: u64) -> BeforeQueueing {
+    BeforeQueueing {
+        check_member: !member_shown,
+        mark_busy: !head.busy(now_ms),
+    }
+}
+
+/// A send as its key item `X#` or its queued send `P#` records it, or as a request makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent<'a> {
+    pub sender: &'a UserId,
+    /// `message_fingerprint(sender, body)`.
+    pub fingerprint: &'a str,
+    pub request_id: &'a str,
+}
+
+/// What an existing send under the same `clientMsgId` means for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The same send: the original answers (`created` only for the request that made it).
+    Same { created: bool },
+    /// Another sender or another body: `409`.
+    Conflict,
+}
+
+impl Sent<'_> {
+    /// What `existing` (under the same `clientMsgId`) means for this send.
+    pub fn against(&self, existing: &Sent<'_>) -> Verdict {
+        if existing.sender != self.sender || existing.fingerprint != self.fingerprint {
+            return Verdict::Conflict;
+        }
+        Verdict::Same {
+            created: existing.request_id == self.request_id,
+        }
+    }
+}
+
 /// `busyUntil` for a conversation found contended at `now_ms`.
 pub fn busy_until(now_ms: u64) -> u64 {
     now_ms + millis(BUSY_FOR)
@@ -135,13 +185,64 @@ mod tests {
 
     #[test]
     fn a_conversation_is_busy_until_its_mark_runs_out() {
-        let head = Head {
-            last_seq: 1,
-            last_message_at: None,
-            busy_until: busy_until(1_000),
-        };
+        let head = idle(busy_until(1_000));
         assert!(head.busy(5_999));
         assert!(!head.busy(6_000));
+    }
+
+    fn idle(busy_until: u64) -> Head {
+        Head {
+            last_seq: 1,
+            last_message_at: None,
+            busy_until,
+        }
+    }
+
+    #[test]
+    fn the_first_send_to_lose_the_race_marks_the_conversation_busy() {
+        let first = after_lost(&idle(0), true, 1_000);
+        assert!(first.mark_busy && !first.check_member);
+        let behind = after_lost(&idle(1_001), true, 1_000);
+        assert!(!behind.mark_busy, "marked already");
+    }
+
+    #[test]
+    fn a_send_lost_to_a_conflict_checks_its_membership_before_it_queues() {
+        assert!(after_lost(&idle(0), false, 1_000).check_member);
+    }
+
+    #[test]
+    fn the_same_send_again_is_the_original_and_created_only_by_its_request() {
+        let u = UserId::parse("u").unwrap();
+        let sent = |request_id| Sent {
+            sender: &u,
+            fingerprint: "f",
+            request_id,
+        };
+        let created = Verdict::Same { created: true };
+        assert_eq!(sent("r1").against(&sent("r1")), created);
+        let replay = Verdict::Same { created: false };
+        assert_eq!(sent("r2").against(&sent("r1")), replay);
+    }
+
+    #[test]
+    fn another_body_or_sender_under_a_clientmsgid_is_a_conflict() {
+        let (a, b) = (UserId::parse("a").unwrap(), UserId::parse("b").unwrap());
+        let original = Sent {
+            sender: &a,
+            fingerprint: "f",
+            request_id: "r",
+        };
+        let body = Sent {
+            fingerprint: "g",
+            ..original
+        };
+        let sender = Sent {
+            sender: &b,
+            ..original
+        };
+        assert_eq!(body.against(&original), Verdict::Conflict);
+        assert_eq!(sender.against(&original), Verdict::Conflict);
     }
 
     #[test]

@@ -234,6 +234,14 @@ impl Config {
             .with_budget(self.timeouts.request_budget)
     }
 
+    /// The connections table.
+    pub fn connection_store(&self, sdk: &SdkConfig) -> crate::store::ConnectionStore {
+        crate::store::ConnectionStore::new(
+            self.dynamodb_client(sdk),
+            self.connections_table.clone(),
+        )
+    }
+
     pub fn kinesis_client(&self, sdk: &SdkConfig) -> aws_sdk_kinesis::Client {
         let mut b = aws_sdk_kinesis::config::Builder::from(sdk);
         if let Some(url) = &self.kinesis_endpoint {

@@ -9,8 +9,9 @@
 //! | `events` | push events, how they come from the table's stream, relay and fanout planning |
 //! | `config`, `error`, `retry`, `telemetry`, `time` | configuration read once at init, the one error type, bounded retries, logs and metrics, clocks |
 //! | `iam_log` | the IAM actions each function's calls need, recorded for the tests' IAM check |
+//! | `lambda` | the Lambda scaffold: init, the event functions' `run`, the partial batch response |
 //!
-//! Only `api` speaks `lambda_http`; `domain` does no I/O.
+//! Only `api` speaks `lambda_http`, and `lambda` `lambda_runtime`; `domain` does no I/O.
 
 pub mod api;
 pub mod auth;
@@ -19,6 +20,7 @@ pub mod domain;
 pub mod error;
 pub mod events;
 pub mod iam_log;
+pub mod lambda;
 pub mod retry;
 pub mod store;
 pub mod telemetry;

@@ -18,12 +18,13 @@
 //! what each record of such a batch reached (`events::redelivery`) and pushes only the rest.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
+use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_apigatewaymanagement::config::retry::RetryConfig;
 use aws_sdk_apigatewaymanagement::config::timeout::TimeoutConfig;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
@@ -33,6 +34,7 @@ use chat_shared::events::policy::{
 };
 use chat_shared::events::redelivery::{due_for, Connections, Redeliveries};
 use chat_shared::events::{Event, EventBatch};
+use chat_shared::lambda::{batch_response, Error, EventHandler, SdkConfig};
 use chat_shared::store::connections::LiveConnection;
 use chat_shared::{ChatError, ChatStore, Config, ConnectionStore, ConversationId, UserId};
 use futures::stream::{self, StreamExt};
@@ -169,21 +171,6 @@ impl Fanout {
         }
     }
 
-    pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
-        let config = Config::from_env()?;
-        config.init_telemetry();
-        let sdk = config.sdk_config().await;
-        let db = config.dynamodb_client(&sdk);
-        let management = config
-            .management_client(&sdk)
-            .ok_or("WS_MANAGEMENT_ENDPOINT is not set")?;
-        Ok(Fanout::new(
-            config.chat_store(&sdk),
-            ConnectionStore::new(db, config.connections_table.clone()),
-            management,
-        ))
-    }
-
     pub fn stats(&self) -> Arc<FanoutStats> {
         self.stats.clone()
     }
@@ -302,13 +289,7 @@ impl Fanout {
             ms = started.elapsed().as_millis() as u64,
             "fanout batch"
         );
-        let mut response = KinesisEventResponse::default();
-        if let Some(i) = failures.earliest() {
-            let mut failure = KinesisBatchItemFailure::default();
-            failure.item_identifier = Some(records[i].kinesis.sequence_number.clone());
-            response.batch_item_failures.push(failure);
-        }
-        response
+        batch_response(records, failures.earliest())
     }
 
     /// Pushes one conversation's events (each with the index of its record; `ids` are the
@@ -545,6 +526,23 @@ impl Fanout {
                 tracing::warn!(connection = connection.connection_id, error = %e, "deleting a gone connection failed")
             }
         }
+    }
+}
+
+impl EventHandler for Fanout {
+    type Event = KinesisEvent;
+    type Response = KinesisEventResponse;
+
+    async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
+        let management = config
+            .management_client(sdk)
+            .ok_or("WS_MANAGEMENT_ENDPOINT is not set")?;
+        let chat = config.chat_store(sdk);
+        Ok(Fanout::new(chat, config.connection_store(sdk), management))
+    }
+
+    fn handle(&self, event: KinesisEvent) -> impl Future<Output = KinesisEventResponse> + Send {
+        Fanout::handle(self, event)
     }
 }
 

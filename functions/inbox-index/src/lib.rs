@@ -12,12 +12,14 @@
 //! A big group's key moves in 5-second steps, so its entries move at most once per 5 s however
 //! busy it is.
 
+use std::future::Future;
 use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
-use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use chat_shared::domain::inbox::{coalesce, KeyChange};
 use chat_shared::events::plan::BatchFailures;
+use chat_shared::lambda::{batch_response, Error, EventHandler, SdkConfig};
 use chat_shared::store::items::{from_item, ConversationItem};
 use chat_shared::store::keys;
 use chat_shared::{telemetry, ChatError, ChatStore, Config};
@@ -36,13 +38,6 @@ pub struct InboxIndex {
 impl InboxIndex {
     pub fn new(chat: ChatStore) -> Self {
         InboxIndex { chat }
-    }
-
-    pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
-        let config = Config::from_env()?;
-        config.init_telemetry();
-        let sdk = config.sdk_config().await;
-        Ok(InboxIndex::new(config.chat_store(&sdk).with_budget(BUDGET)))
     }
 
     pub async fn handle(&self, event: StreamEvent) -> DynamoDbEventResponse {
@@ -93,13 +88,20 @@ impl InboxIndex {
         telemetry::count("InboxEntryWrites", writes);
         telemetry::count("InboxMovesFailed", failed);
 
-        let mut response = DynamoDbEventResponse::default();
-        if let Some(i) = failures.earliest() {
-            let mut failure = DynamoDbBatchItemFailure::default();
-            failure.item_identifier = records[i].change.sequence_number.clone();
-            response.batch_item_failures.push(failure);
-        }
-        response
+        batch_response(records, failures.earliest())
+    }
+}
+
+impl EventHandler for InboxIndex {
+    type Event = StreamEvent;
+    type Response = DynamoDbEventResponse;
+
+    async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
+        Ok(InboxIndex::new(config.chat_store(sdk).with_budget(BUDGET)))
+    }
+
+    fn handle(&self, event: StreamEvent) -> impl Future<Output = DynamoDbEventResponse> + Send {
+        InboxIndex::handle(self, event)
     }
 }
 

@@ -18,10 +18,11 @@
 //! expires from the stream, template.yaml), nothing is lost and nothing before it is repeated.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
-use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use chat_shared::events::plan::{
@@ -29,6 +30,7 @@ use chat_shared::events::plan::{
 };
 use chat_shared::events::stream::events_from_change;
 use chat_shared::events::Event;
+use chat_shared::lambda::{batch_response, Error, EventHandler, SdkConfig};
 use chat_shared::retry::Backoff;
 use chat_shared::{ChatStore, Config, ConversationId};
 
@@ -80,18 +82,6 @@ impl Relay {
     pub fn with_retry_budget(mut self, budget: Duration) -> Self {
         self.retry_budget = budget;
         self
-    }
-
-    pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
-        let config = Config::from_env()?;
-        config.init_telemetry();
-        let sdk = config.sdk_config().await;
-        let chat = config.chat_store(&sdk);
-        Ok(Relay::new(
-            config.kinesis_client(&sdk),
-            config.event_stream,
-            chat,
-        ))
     }
 
     pub async fn handle(&self, event: StreamEvent) -> DynamoDbEventResponse {
@@ -186,13 +176,7 @@ impl Relay {
             "relay batch"
         );
 
-        let mut response = DynamoDbEventResponse::default();
-        if let Some(i) = failures.earliest() {
-            let mut failure = DynamoDbBatchItemFailure::default();
-            failure.item_identifier = records[i].change.sequence_number.clone();
-            response.batch_item_failures.push(failure);
-        }
-        response
+        batch_response(records, failures.earliest())
     }
 
     /// Gives light `message.new` events their content, read from the table (1 Query).
@@ -276,6 +260,24 @@ impl Relay {
                 (0..call.len()).collect()
             }
         }
+    }
+}
+
+impl EventHandler for Relay {
+    type Event = StreamEvent;
+    type Response = DynamoDbEventResponse;
+
+    async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
+        let kinesis = config.kinesis_client(sdk);
+        Ok(Relay::new(
+            kinesis,
+            &config.event_stream,
+            config.chat_store(sdk),
+        ))
+    }
+
+    fn handle(&self, event: StreamEvent) -> impl Future<Output = DynamoDbEventResponse> + Send {
+        Relay::handle(self, event)
     }
 }
 

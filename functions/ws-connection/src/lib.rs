@@ -6,7 +6,9 @@
 
 use aws_lambda_events::event::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use chat_shared::auth::TokenVerifier;
+use chat_shared::lambda::{Error, EventHandler, SdkConfig};
 use chat_shared::{ChatError, Config, ConnectionStore};
+use std::future::Future;
 
 #[derive(Clone, Debug)]
 pub struct WsConnection {
@@ -26,20 +28,6 @@ impl WsConnection {
             connections,
             verifier,
         }
-    }
-
-    pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
-        let config = Config::from_env()?;
-        config.init_telemetry();
-        let sdk = config.sdk_config().await;
-        let verifier = TokenVerifier::from_config(&config.auth).await?;
-        Ok(WsConnection::new(
-            ConnectionStore::new(
-                config.dynamodb_client(&sdk),
-                config.connections_table.clone(),
-            ),
-            verifier,
-        ))
     }
 
     pub async fn handle(&self, event: ApiGatewayWebsocketProxyRequest) -> ApiGatewayProxyResponse {
@@ -81,5 +69,19 @@ impl WsConnection {
         let now = chat_shared::time::unix_seconds(chat_shared::time::now());
         let user = self.verifier.verify(token, now).await?;
         self.connections.register(&user, connection, now).await
+    }
+}
+
+impl EventHandler for WsConnection {
+    type Event = ApiGatewayWebsocketProxyRequest;
+    type Response = ApiGatewayProxyResponse;
+
+    async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
+        let verifier = TokenVerifier::from_config(&config.auth).await?;
+        Ok(WsConnection::new(config.connection_store(sdk), verifier))
+    }
+
+    fn handle(&self, event: Self::Event) -> impl Future<Output = Self::Response> + Send {
+        WsConnection::handle(self, event)
     }
 }

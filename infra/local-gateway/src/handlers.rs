@@ -6,8 +6,8 @@ use aws_config::SdkConfig;
 use aws_lambda_events::event::apigw::ApiGatewayWebsocketProxyRequest;
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use chat_shared::auth::TokenVerifier;
-use chat_shared::{Config, ConnectionStore};
+use chat_shared::lambda::EventHandler;
+use chat_shared::Config;
 use fanout::Fanout;
 use inbox_index::InboxIndex;
 use relay::Relay;
@@ -25,40 +25,16 @@ pub(crate) struct Handlers {
 }
 
 impl Handlers {
-    /// Builds the handlers like their `from_env`, from `config` (with its endpoints filled in).
+    /// Builds the handlers as `chat_shared::lambda::run` does, from `config` (with its endpoints
+    /// filled in), each with its own function's clients (its IAM role: `Config::for_function`).
     pub(crate) async fn new(config: &Config, sdk: &SdkConfig) -> Result<Handlers, Error> {
-        let verifier = TokenVerifier::from_config(&config.auth)
-            .await
-            .map_err(|e| {
-                format!("{e} (set CHAT_AUTH_MODE=local to verify HS256 tokens locally)")
-            })?;
-        // Each function's clients as its own (its IAM role: `Config::for_function`).
-        let connections = |config: &Config| {
-            ConnectionStore::new(
-                config.dynamodb_client(sdk),
-                config.connections_table.clone(),
-            )
-        };
-        let (ws, relay) = (
-            config.for_function("ws-connection"),
-            config.for_function("relay"),
-        );
-        let (fanout, index) = (
-            config.for_function("fanout"),
-            config.for_function("inbox-index"),
-        );
-        let management = fanout
-            .management_client(sdk)
-            .ok_or("no Management API endpoint")?;
         Ok(Handlers {
-            ws: WsConnection::new(connections(&ws), verifier),
-            relay: Relay::new(
-                relay.kinesis_client(sdk),
-                relay.event_stream.clone(),
-                relay.chat_store(sdk),
-            ),
-            fanout: Fanout::new(fanout.chat_store(sdk), connections(&fanout), management),
-            inbox_index: InboxIndex::new(index.chat_store(sdk).with_budget(inbox_index::BUDGET)),
+            ws: build(config, sdk, "ws-connection").await.map_err(|e| {
+                format!("{e} (set CHAT_AUTH_MODE=local to verify HS256 tokens locally)")
+            })?,
+            relay: build(config, sdk, "relay").await?,
+            fanout: build(config, sdk, "fanout").await?,
+            inbox_index: build(config, sdk, "inbox-index").await?,
         })
     }
 
@@ -90,4 +66,13 @@ impl Handlers {
         let event: KinesisEvent = serde_json::from_value(json!({ "Records": records }))?;
         Ok(serde_json::to_value(self.fanout.handle(event).await)?)
     }
+}
+
+/// One function's handler, built with its own configuration.
+async fn build<H: EventHandler>(
+    config: &Config,
+    sdk: &SdkConfig,
+    function: &str,
+) -> Result<H, chat_shared::lambda::Error> {
+    H::from_config(&config.for_function(function), sdk).await
 }

@@ -9,7 +9,6 @@ use std::future::Future;
 
 use super::requests::{QueryParams, MAX_REQUEST_BYTES};
 use crate::auth::{user_from_sub, verify_hs256, Authenticator};
-use crate::config::Config;
 use crate::domain::UserId;
 use crate::error::ChatError;
 use crate::store::ChatStore;
@@ -23,9 +22,7 @@ pub struct App {
 
 impl App {
     pub async fn from_env() -> Result<App, lambda_http::Error> {
-        let config = Config::from_env()?;
-        config.init_telemetry();
-        let sdk = config.sdk_config().await;
+        let (config, sdk) = crate::lambda::init().await?;
         Ok(App {
             store: config.chat_store(&sdk),
             auth: Authenticator::from(&config.auth),

@@ -21,6 +21,7 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedIn
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::api::http::{self, App};
+use chat_shared::api::routes::{self, percent_decode};
 use chat_shared::auth::{mint_hs256, Authenticator};
 use chat_shared::config::Timeouts;
 use chat_shared::{ChatStore, Config};
@@ -281,66 +282,6 @@ impl Function {
     }
 }
 
-/// `(method, path template, function)` from `[workspace.metadata.lambda.watch.router]`.
-pub fn router() -> Vec<(String, String, String)> {
-    let text = std::fs::read_to_string(server::workspace_root().join("Cargo.toml")).unwrap();
-    let doc: toml::Value = toml::from_str(&text).unwrap();
-    let routes = doc["workspace"]["metadata"]["lambda"]["watch"]["router"]
-        .as_table()
-        .unwrap();
-    let mut out = Vec::new();
-    for (path, targets) in routes {
-        for t in targets.as_array().unwrap() {
-            out.push((
-                t["method"].as_str().unwrap().to_owned(),
-                path.clone(),
-                t["function"].as_str().unwrap().to_owned(),
-            ));
-        }
-    }
-    out
-}
-
-fn match_route(template: &str, path: &str) -> Option<HashMap<String, String>> {
-    let t: Vec<&str> = template.trim_matches('/').split('/').collect();
-    let p: Vec<&str> = path.trim_matches('/').split('/').collect();
-    if t.len() != p.len() {
-        return None;
-    }
-    let mut params = HashMap::new();
-    for (a, b) in t.iter().zip(&p) {
-        if let Some(name) = a.strip_prefix('{').and_then(|n| n.strip_suffix('}')) {
-            params.insert(name.to_owned(), decode(b));
-        } else if a != b {
-            return None;
-        }
-    }
-    Some(params)
-}
-
-fn decode(s: &str) -> String {
-    let mut out = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap_or(b'?'));
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap()
-}
-
 #[derive(Debug, Clone)]
 pub struct Resp {
     pub status: u16,
@@ -377,7 +318,6 @@ pub struct TestApp {
     /// The chat table's name.
     pub table: String,
     streams: aws_sdk_dynamodbstreams::Client,
-    routes: Vec<(String, String, String)>,
 }
 
 /// Runs the requests at once, each on its own task (as concurrent clients do), and gives their
@@ -487,7 +427,6 @@ impl TestApp {
             db,
             table: config.chat_table,
             streams,
-            routes: router(),
         }
     }
 
@@ -532,22 +471,21 @@ impl TestApp {
             headers["authorization"] = json!(format!("Bearer {}", token(u)));
         }
         let mut qs = serde_json::Map::new();
+        let decode = |s: &str| percent_decode(&s.replace('+', " "));
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             qs.entry(decode(k)).or_insert(json!(decode(v)));
         }
-        let mut function = None;
-        let mut path_params = HashMap::new();
-        let mut route_key = "$default".to_owned();
-        for (m, template, f) in &self.routes {
-            if m.eq_ignore_ascii_case(method) {
-                if let Some(p) = match_route(template, path) {
-                    function = Function::by_name(f);
-                    path_params = p;
-                    route_key = format!("{m} {template}");
-                }
-            }
-        }
+        // Routed by the route table, as the local router and API Gateway route by the same.
+        let route = routes::find(method, path);
+        let function = route
+            .as_ref()
+            .and_then(|(r, _)| Function::by_name(r.function));
+        let route_key = route.as_ref().map_or("$default".into(), |(r, _)| r.key());
+        let path_params: HashMap<&str, String> = route
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|(name, v)| (name, percent_decode(v))))
+            .collect();
         let event = json!({
             "version": "2.0",
             "routeKey": route_key,

@@ -20,9 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use chat_shared::api::routes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -183,27 +184,11 @@ fn in_api_shape(body: &[u8]) -> bool {
         .is_some_and(|v| v["error"]["code"].is_string())
 }
 
-/// The API route a request is for, as a bounded set of keys whatever the path: `GET
-/// /conversations/{}/messages`; anything else of the API's shape by its segments' names; every
-/// other path or method `other`.
+/// The API route a request is for (`chat_shared::api::routes`), as a bounded set of keys
+/// whatever the path: `GET /conversations/{conversationId}/messages`; every other path or method
+/// `other`.
 fn route_key(method: &Method, path: &str) -> String {
-    let method = match *method {
-        Method::GET | Method::POST | Method::DELETE => method.as_str(),
-        _ => return "other".into(),
-    };
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let route = match segments.as_slice() {
-        ["inbox"] => "/inbox",
-        ["conversations"] => "/conversations",
-        ["conversations", _] => "/conversations/{}",
-        ["conversations", _, "members"] => "/conversations/{}/members",
-        ["conversations", _, "members", _] => "/conversations/{}/members/{}",
-        ["conversations", _, "messages"] => "/conversations/{}/messages",
-        ["conversations", _, "read"] => "/conversations/{}/read",
-        ["conversations", _, "reads"] => "/conversations/{}/reads",
-        _ => return "other".into(),
-    };
-    format!("{method} {route}")
+    routes::find(method.as_str(), path).map_or_else(|| "other".into(), |(route, _)| route.key())
 }
 
 fn is_preflight(req: &Request<Incoming>) -> bool {
@@ -229,35 +214,36 @@ fn with_cors(mut answer: Response<Body>, origin: bool, forwarded: bool) -> Respo
         }
     }
     if origin {
-        let h = answer.headers_mut();
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_ORIGIN,
-            HeaderValue::from_static("*"),
-        );
-        h.insert(
-            header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("retry-after"),
-        );
+        let cors = [
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+            (header::ACCESS_CONTROL_EXPOSE_HEADERS, "retry-after"),
+        ];
+        insert_all(answer.headers_mut(), cors);
     }
     answer
+}
+
+fn insert_all<const N: usize>(headers: &mut HeaderMap, values: [(HeaderName, &'static str); N]) {
+    for (name, value) in values {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
 }
 
 /// template.yaml's CorsConfiguration.
 fn preflight() -> Response<Body> {
     let mut r = response(StatusCode::NO_CONTENT, Bytes::new());
-    let h = r.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET,POST,DELETE,OPTIONS"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization,content-type"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_MAX_AGE,
-        HeaderValue::from_static("600"),
-    );
+    let allowed = [
+        (
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            "GET,POST,DELETE,OPTIONS",
+        ),
+        (
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            "authorization,content-type",
+        ),
+        (header::ACCESS_CONTROL_MAX_AGE, "600"),
+    ];
+    insert_all(r.headers_mut(), allowed);
     r
 }
 
@@ -308,19 +294,24 @@ mod tests {
             (
                 Method::POST,
                 "/conversations/g-1/messages",
-                "POST /conversations/{}/messages",
+                "POST /conversations/{conversationId}/messages",
             ),
             (
                 Method::GET,
                 "/conversations/g-2/messages",
-                "GET /conversations/{}/messages",
+                "GET /conversations/{conversationId}/messages",
             ),
             (
                 Method::DELETE,
                 "/conversations/g/members/u1",
-                "DELETE /conversations/{}/members/{}",
+                "DELETE /conversations/{conversationId}/members/{userId}",
             ),
-            (Method::GET, "/conversations/x", "GET /conversations/{}"),
+            (
+                Method::GET,
+                "/conversations/x",
+                "GET /conversations/{conversationId}",
+            ),
+            (Method::GET, "/conversations/x/members", "other"),
             // Whatever a client sends, the keys stay few.
             (Method::GET, "/conversations/x/y/z/w", "other"),
             (Method::GET, "/random-1234", "other"),

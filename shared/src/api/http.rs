@@ -8,6 +8,7 @@ use serde::Serialize;
 use std::future::Future;
 
 use super::requests::{QueryParams, MAX_REQUEST_BYTES};
+use super::routes::{self, percent_decode, Operation, PathParams, Route};
 use crate::auth::{user_from_sub, verify_hs256, Authenticator};
 use crate::domain::UserId;
 use crate::error::ChatError;
@@ -82,45 +83,25 @@ pub fn body(req: &Request) -> Result<&[u8], ChatError> {
     Ok(bytes)
 }
 
-/// A path parameter, from API Gateway's `pathParameters` or, failing that, from the path itself
-/// (`/conversations/{conversationId}/members/{userId}`). Percent-escapes are decoded either way:
-/// a client that encodes `@` or `:` (as `encodeURIComponent` does) names the same id, and no
-/// valid id contains `%`.
+/// The route a request is for (`routes::locate`: behind a stage prefix too), with its path
+/// parameters as they stand in the path.
+pub fn route_of(req: &Request) -> Option<(&'static Route, PathParams)> {
+    routes::locate(req.method().as_str(), req.uri().path())
+}
+
+/// The operation a request is for, by the route table.
+pub fn operation(req: &Request) -> Option<Operation> {
+    route_of(req).map(|(route, _)| route.operation)
+}
+
+/// A path parameter, from API Gateway's `pathParameters` or, failing that, from the path by its
+/// route's template. Percent-escapes are decoded either way (`routes::percent_decode`).
 pub fn path_param(req: &Request, name: &str) -> Option<String> {
     if let Some(v) = req.path_parameters_ref().and_then(|p| p.first(name)) {
         return Some(percent_decode(v));
     }
-    let segments: Vec<&str> = req
-        .uri()
-        .path()
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    let index = match name {
-        "conversationId" => 1,
-        "userId" => 3,
-        _ => return None,
-    };
-    segments.get(index).map(|s| percent_decode(s))
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let (_, params) = route_of(req)?;
+    params.get(name).map(percent_decode)
 }
 
 /// Query-string parameters of a request.
@@ -259,15 +240,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn decodes_percent_escapes() {
-        assert_eq!(percent_decode("a%40b%3Ac"), "a@b:c");
-        assert_eq!(percent_decode("a%40"), "a@");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%4"), "%4");
-        assert_eq!(percent_decode("%zz"), "%zz");
-    }
 
     #[test]
     fn errors_have_the_documented_shape() {

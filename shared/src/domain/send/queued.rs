@@ -157,7 +157,7 @@ impl QueuedSend {
             let ahead = ((position / MAX_BATCH) as u32).max(1);
             return Step::Wait(self.commit_time * ahead);
         }
-        let batch = first_batch(look.queue, &live);
+        let batch = first_batch(&live);
         self.position = position;
         self.created = batch
             .get(position)
@@ -486,7 +486,8 @@ mod tests {
 
     #[test]
     fn a_take_over_beyond_the_first_batch_commits_the_batch_and_waits() {
-        let (mut s, batch) = takes_over_after(30, "k025", 25_000);
+        // The 25th: just past the first batch.
+        let (mut s, batch) = takes_over_after(30, "k024", 24_000);
         assert_eq!(batch, MAX_BATCH);
         let committed = Attempt::Committed { sends: MAX_BATCH };
         assert_eq!(s.after_commit(committed), AfterCommit::Wait(GATHER));

@@ -12,10 +12,10 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
-use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
+use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use chat_shared::ChatStore;
 use inbox_index::InboxIndex;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Records per handler invocation (template.yaml: BatchSize 100).
@@ -140,54 +140,9 @@ async fn deliver(indexer: &InboxIndex, records: &[(String, Value)]) -> usize {
     panic!("the inbox indexer failed the same batch 10 times");
 }
 
-/// `(sequence number, the record as the Lambda DynamoDB event carries it)`.
+/// `(sequence number, the record as the Lambda DynamoDB event carries it)`, as the local
+/// gateway's stream mapping makes it.
 fn lambda_record(r: &aws_sdk_dynamodbstreams::types::Record) -> (String, Value) {
-    let change = r.dynamodb().expect("a stream record");
-    let sequence = change.sequence_number().unwrap_or_default().to_owned();
-    let mut dynamodb = Map::new();
-    for (name, image) in [
-        ("Keys", change.keys()),
-        ("NewImage", change.new_image()),
-        ("OldImage", change.old_image()),
-    ] {
-        if let Some(image) = image {
-            dynamodb.insert(name.into(), item(image));
-        }
-    }
-    dynamodb.insert("SequenceNumber".into(), json!(sequence));
-    dynamodb.insert("SizeBytes".into(), json!(change.size_bytes().unwrap_or(0)));
-    dynamodb.insert("StreamViewType".into(), json!("NEW_AND_OLD_IMAGES"));
-    let record = json!({
-        "eventID": r.event_id(),
-        "eventName": r.event_name().map(|n| n.as_str()),
-        "eventVersion": "1.1",
-        "eventSource": "aws:dynamodb",
-        "awsRegion": "us-east-1",
-        "dynamodb": dynamodb,
-    });
-    (sequence, record)
-}
-
-fn item(attributes: &HashMap<String, AttributeValue>) -> Value {
-    Value::Object(
-        attributes
-            .iter()
-            .map(|(k, v)| (k.clone(), attribute(v)))
-            .collect(),
-    )
-}
-
-/// DynamoDB JSON (the chat table holds strings, numbers, maps, lists and booleans only).
-fn attribute(v: &AttributeValue) -> Value {
-    match v {
-        AttributeValue::S(s) => json!({ "S": s }),
-        AttributeValue::N(n) => json!({ "N": n }),
-        AttributeValue::Ss(v) => json!({ "SS": v }),
-        AttributeValue::Ns(v) => json!({ "NS": v }),
-        AttributeValue::M(m) => json!({ "M": item(m) }),
-        AttributeValue::L(l) => json!({ "L": l.iter().map(attribute).collect::<Vec<_>>() }),
-        AttributeValue::Null(b) => json!({ "NULL": b }),
-        AttributeValue::Bool(b) => json!({ "BOOL": b }),
-        other => panic!("an attribute type the chat table does not use: {other:?}"),
-    }
+    let arn = "arn:aws:dynamodb:us-east-1:000000000000:table/chat/stream/local";
+    local_gateway::lambda_event_record(r, arn, "us-east-1").expect("a stream record")
 }

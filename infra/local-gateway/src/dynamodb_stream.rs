@@ -127,6 +127,16 @@ impl Source for TableStream {
     }
 }
 
+/// A DynamoDB Streams record as the Lambda DynamoDB event carries it, with its sequence number
+/// (the tests' own inbox indexer feeds the same records as the gateway's mapping).
+pub fn lambda_event_record(
+    r: &StreamRecord,
+    arn: &str,
+    region: &str,
+) -> Result<(String, Value), Error> {
+    lambda_record(r, arn, region).map(|r| (r.id, r.event))
+}
+
 /// A stream record as the Lambda DynamoDB event carries it.
 fn lambda_record(r: &StreamRecord, arn: &str, region: &str) -> Result<Record, Error> {
     let change = r.dynamodb().ok_or("stream record without dynamodb")?;

@@ -36,6 +36,7 @@ use std::time::Duration;
 use chat_shared::Config;
 use tokio::net::TcpListener;
 
+pub use dynamodb_stream::lambda_event_record;
 pub use mapping::{MappingStats, StartingPosition, Stats};
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;

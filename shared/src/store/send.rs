@@ -291,7 +291,8 @@ impl ChatStore {
 
     /// The queued send: queues, then waits for its message to be committed, by another request
     /// or by this one. Every way out without the message withdraws this request's queued send
-    /// first (`withdraw`): a `429` must mean that nothing happens later either.
+    /// first (`withdraw`): a `429` must mean that nothing happens later either. DynamoDB: 1
+    /// PutItem, then `await_commit`'s calls (+ `withdraw`'s when it ends without its message).
     async fn send_queued(&self, send: &SendRequest<'_>) -> Result<(Message, bool), ChatError> {
         let deadline = self.deadline();
         let enqueued = self.enqueue(send, deadline).await?;
@@ -310,7 +311,8 @@ impl ChatStore {
     }
 
     /// Looks at the queue and does what `queued` decides, until its message is committed or
-    /// the deadline passes (`Throttled`). DynamoDB: per look 1 Query (+ what the step asks).
+    /// the deadline passes (`Throttled`). DynamoDB: per look 1 strongly consistent Query (+ the
+    /// step's calls, `take_step`).
     async fn await_commit(
         &self,
         send: &SendRequest<'_>,
@@ -359,6 +361,9 @@ impl ChatStore {
     }
 
     /// Does what one step of a queued send says, with `queue` the queued sends it looked at.
+    /// DynamoDB: none to wait or to answer from the record; 1 GetItem of its key (+ 1 PutItem
+    /// when it sends the message itself); 1 DeleteItem + 1 PutItem to take over a replay's
+    /// ended send; a commit's calls (`commit_queued`).
     async fn take_step(
         &self,
         send: &SendRequest<'_>,
@@ -407,6 +412,7 @@ impl ChatStore {
     }
 
     /// Queues this request's send again (a replay whose original is gone) and looks at once.
+    /// DynamoDB: 1 PutItem (`enqueue`).
     async fn requeue(
         &self,
         send: &SendRequest<'_>,
@@ -553,6 +559,8 @@ impl ChatStore {
             .await
     }
 
+    /// Deletes the queued send `client_msg_key` if `request_id` queued it. DynamoDB: 1
+    /// DeleteItem.
     async fn delete_queued(
         &self,
         id: &ConversationId,

@@ -315,8 +315,9 @@ impl ChatStore {
                             known = Some((now, members));
                             retry.next_now()
                         }
-                        // Another add or a removal: read again.
-                        _ => retry.next().await,
+                        // Another add or a removal (or the new user joined meanwhile): someone
+                        // made progress, so read again at once.
+                        _ => retry.next_now(),
                     }
                 }
                 // A commit is in flight on the conversation item: wait, then try what was read

@@ -34,36 +34,6 @@ fn key(conversation: &str, sk: &str) -> HashMap<String, AttributeValue> {
     ])
 }
 
-/// Marks the conversation as busy with queued sends (what a group commit does), so that every
-/// send queues up: the queued path, deterministically.
-async fn force_busy(t: &TestApp, conversation: &str) {
-    let until = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
-    t.db.update_item()
-        .table_name("ChatTable")
-        .set_key(Some(key(conversation, "C")))
-        .update_expression("SET busyUntil = :u")
-        .expression_attribute_values(":u", AttributeValue::N(until.to_string()))
-        .send()
-        .await
-        .unwrap();
-}
-
-/// An item of the conversation's collection as stored (strongly consistent).
-async fn stored(
-    t: &TestApp,
-    conversation: &str,
-    sk: &str,
-) -> Option<HashMap<String, AttributeValue>> {
-    t.db.get_item()
-        .table_name("ChatTable")
-        .set_key(Some(key(conversation, sk)))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
-}
-
 /// Puts a queued send of a request that has ended (nobody but a take-over commits it), whose
 /// lifetime ends at `expires_at` (unix ms; `in_a_minute()`: a crash just now).
 async fn queue_ended_send(
@@ -109,24 +79,6 @@ fn in_a_minute() -> u64 {
 }
 
 /// The `clientMsgId`s still queued in the conversation.
-async fn queued(t: &TestApp, conversation: &str) -> Vec<String> {
-    let out =
-        t.db.query()
-            .table_name("ChatTable")
-            .consistent_read(true)
-            .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
-            .expression_attribute_values(":pk", s(&format!("C#{conversation}")))
-            .expression_attribute_values(":p", s("P#"))
-            .send()
-            .await
-            .unwrap();
-    out.items()
-        .iter()
-        .map(|i| i["clientMsgKey"].as_s().unwrap().clone())
-        .collect()
-}
-
-/// Every message of the conversation, in order (walking `afterSeq`).
 async fn history(t: &TestApp, conversation: &str, user: &str) -> Vec<Value> {
     let mut out = Vec::new();
     loop {
@@ -232,11 +184,14 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
         let user = m["userId"].as_str().unwrap();
         assert!(m["lastReadSeq"].as_u64().unwrap() >= newest[user], "{m}");
     }
-    assert!(queued(&t, &c).await.is_empty(), "nothing left queued");
+    assert!(t.queued_sends(&c).await.is_empty(), "nothing left queued");
 
     // The last group commit's record (what queued sends learn their seq from) says what that
     // commit stored: the last seqs, each at its clientMsgId, at their time.
-    let record = stored(&t, &c, "P!").await.expect("a commit record");
+    let record = t
+        .conversation_item(&c, "P!")
+        .await
+        .expect("a commit record");
     let n = |v: &AttributeValue| v.as_n().unwrap().parse::<u64>().unwrap();
     let sends = record["sends"].as_l().unwrap();
     assert!(!sends.is_empty());
@@ -271,7 +226,7 @@ async fn a_queued_send_answered_429_is_never_committed_later() {
     let t = TestApp::custom(Duration::from_millis(700), None).await;
     let (a, b) = (unique("a"), unique("b"));
     let c = t.group(&a, &[&b]).await;
-    force_busy(&t, &c).await;
+    t.mark_busy(&c).await;
     server::dynamodb_faults(
         &json!({"op": "Query", "table": "ChatTable", "key": format!("C#{c}"),
                                     "kind": "ThrottlingException", "count": 100_000}),
@@ -280,7 +235,7 @@ async fn a_queued_send_answered_429_is_never_committed_later() {
     server::clear_dynamodb_faults();
     assert_eq!((r.status, r.code()), (429, "throttled"), "{r:?}");
     assert!(
-        queued(&t, &c).await.is_empty(),
+        t.queued_sends(&c).await.is_empty(),
         "its queued send was withdrawn"
     );
 
@@ -304,13 +259,16 @@ async fn a_queued_send_past_its_requests_lifetime_is_never_committed() {
     let (a, b) = (unique("a"), unique("b"));
     let c = t.group(&a, &[&b]).await;
     queue_ended_send(&t, &c, &new_uuid(), &b, "from weeks ago", 1, 1).await;
-    force_busy(&t, &c).await;
+    t.mark_busy(&c).await;
     let r = t.send(&c, &a, "now").await;
     assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
     let all = history(&t, &c, &a).await;
     assert_eq!(all.len(), 1, "only the live send: {all:?}");
     assert_eq!(all[0]["body"], "now");
-    assert!(queued(&t, &c).await.is_empty(), "the dead one was removed");
+    assert!(
+        t.queued_sends(&c).await.is_empty(),
+        "the dead one was removed"
+    );
 }
 
 #[tokio::test]
@@ -341,7 +299,7 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
         .await;
     assert_eq!(r.status, 204);
 
-    force_busy(&t, &c).await;
+    t.mark_busy(&c).await;
     let r = t.send(&c, &stays, "still here").await;
     assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
     let all = history(&t, &c, &owner).await;
@@ -352,7 +310,7 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
     );
     assert_eq!(all[0]["senderId"], stays.as_str());
     assert!(
-        queued(&t, &c).await.is_empty(),
+        t.queued_sends(&c).await.is_empty(),
         "its queued send was dropped"
     );
 }
@@ -370,7 +328,7 @@ async fn a_queued_send_past_the_first_megabyte_of_the_queue_finds_itself() {
         let id = format!("00000000-0000-4000-8000-{i:012}");
         queue_ended_send(&t, &c, &id, &b, &body, u64::MAX, in_a_minute()).await;
     }
-    force_busy(&t, &c).await;
+    t.mark_busy(&c).await;
     let r = t
         .post(
             &format!("/conversations/{c}/messages"),
@@ -388,7 +346,7 @@ async fn replays_of_a_queued_send_create_one_message() {
     let (a, b) = (unique("a"), unique("b"));
     let c = t.group(&a, &[&b]).await;
     t.send(&c, &b, "before").await;
-    force_busy(&t, &c).await;
+    t.mark_busy(&c).await;
     let id = new_uuid();
     let tasks = (0..6).map(|_| {
         let (t, c, a, id) = (t.clone(), c.clone(), a.clone(), id.clone());
@@ -428,7 +386,7 @@ async fn another_body_under_a_queued_clientmsgid_is_a_conflict() {
     let t = Arc::new(TestApp::new().await);
     let (a, b) = (unique("a"), unique("b"));
     let c = t.group(&a, &[&b]).await;
-    force_busy(&t, &c).await;
+    t.mark_busy(&c).await;
     let id = new_uuid();
     let tasks = ["first body", "second body"].map(|body| {
         let (t, c, a, id) = (t.clone(), c.clone(), a.clone(), id.clone());
@@ -612,7 +570,7 @@ async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
         "answered near its deadline: {took:?}"
     );
     assert!(
-        queued(&t, &c).await.is_empty(),
+        t.queued_sends(&c).await.is_empty(),
         "its queued send was withdrawn"
     );
     let all = history(&t, &c, &a).await;
@@ -735,7 +693,7 @@ impl Intercept for StaleFirstRead {
 
 /// The conversation item's `busyUntil` (unix ms), if any.
 async fn busy_until(t: &TestApp, conversation: &str) -> Option<u64> {
-    stored(t, conversation, "C")
+    t.conversation_item(conversation, "C")
         .await?
         .get("busyUntil")?
         .as_n()

@@ -1,6 +1,5 @@
 //! A user who is not a member gets 404 for everything about a conversation and sees nothing of it.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_sdk_dynamodb::config::interceptors::{
@@ -8,7 +7,6 @@ use aws_sdk_dynamodb::config::interceptors::{
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use aws_sdk_dynamodb::error::BoxError;
-use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
@@ -94,43 +92,13 @@ fn writes(calls: &[String]) -> Vec<&String> {
         .collect()
 }
 
-/// Marks a conversation busy as a group commit does: new sends queue instead of trying alone.
-async fn mark_busy(t: &TestApp, conversation: &str) {
-    let until = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
-    let id = chat_shared::ConversationId::parse(conversation).unwrap();
-    t.db.update_item()
-        .table_name(&t.table)
-        .set_key(Some(chat_shared::store::keys::conversation_key(&id)))
-        .update_expression("SET busyUntil = :u")
-        .expression_attribute_values(":u", AttributeValue::N(until.to_string()))
-        .send()
-        .await
-        .unwrap();
-}
-
-async fn stored(
-    t: &TestApp,
-    conversation: &str,
-    sk: &str,
-) -> Option<HashMap<String, AttributeValue>> {
-    t.db.get_item()
-        .table_name(&t.table)
-        .key("pk", AttributeValue::S(format!("C#{conversation}")))
-        .key("sk", AttributeValue::S(sk.into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
-}
-
 #[tokio::test]
 async fn a_non_member_cannot_join_a_busy_conversations_queue() {
     let t = TestApp::new().await;
     let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
     let g = t.group(&a, &[&b]).await;
     assert_eq!(t.send(&g, &a, "secret").await.status, 201);
-    mark_busy(&t, &g).await;
+    t.mark_busy(&g).await;
     t.calls.take();
     // The first send reads the conversation (busy: queue up); the next one knows it is busy
     // and queues at once. Neither gets further than the membership check (a GetItem; the call
@@ -234,7 +202,7 @@ async fn a_non_member_losing_a_race_marks_nothing_busy() {
         !calls.iter().any(|c| c == "Query"),
         "no queue read: {calls:?}"
     );
-    let c = stored(&setup, &g, "C").await.unwrap();
+    let c = setup.conversation_item(&g, "C").await.unwrap();
     assert!(!c.contains_key("busyUntil"), "not marked busy: {c:?}");
 }
 
@@ -277,7 +245,7 @@ async fn a_removed_members_replay_is_not_found() {
     assert_eq!(removed.status, 204);
     let r = t.post(&path, &b, sent.clone()).await;
     assert_eq!((r.status, r.code()), (404, "not_found"), "alone: {r:?}");
-    mark_busy(&t, &g).await;
+    t.mark_busy(&g).await;
     let r = t.post(&path, &b, sent).await;
     assert_eq!((r.status, r.code()), (404, "not_found"), "queued: {r:?}");
 }

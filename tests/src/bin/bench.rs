@@ -12,11 +12,13 @@
 //! Against the emulator the absolute rates measure moto, which answers one request at a time;
 //! ratios, round trips and behaviour under contention are what carry over.
 //!
-//! Each hot row also reports the conversation partition's write units per send, as the DynamoDB
-//! strictness layer in front of DynamoDB Local recorded them, and the DynamoDB ceiling they imply:
-//! the sends a second at which that partition reaches DynamoDB's 1,000 write units a second.
-//! `chaos` is the chaos soak (tests/src/bench/chaos.rs): DynamoDB Local frozen for 25 s in the
-//! middle of mixed traffic, then every invariant checked.
+//! Each hot row also reports the write units per send of the conversation's two partitions (its
+//! log, which sends write, and its members, which receipts write), as the DynamoDB strictness
+//! layer in front of DynamoDB Local recorded them, and the DynamoDB ceiling they imply: the sends a
+//! second at which the log partition reaches DynamoDB's 1,000 write units a second.
+//! `chaos` is the chaos soak (tests/src/bench/chaos.rs): DynamoDB frozen for 25 s in the middle of
+//! mixed traffic (DynamoDB Local's process stopped, or on moto the layer's freeze), then every
+//! invariant checked.
 //! `scaled` runs hot rows with the layer's per-partition limits at 1/10 (throttling on), so that
 //! the design is shown holding its partition's ceiling: no give-up, no gap.
 //!

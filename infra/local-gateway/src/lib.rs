@@ -265,26 +265,14 @@ impl Gateway {
                 }
             }
         });
-        let mut rest_url = None;
-        if let Some((addr, upstream, per_route)) = &config.rest {
-            let listener = TcpListener::bind(addr).await?;
-            rest_url = Some(format!("http://{}", listener.local_addr()?));
-            let edge = rest_edge::RestEdge::new(upstream.clone(), *per_route);
-            http::serve(listener, shutdown.clone(), move |req, _| {
-                let edge = edge.clone();
-                async move { edge.handle(req).await }
-            });
-        }
-        let mut demo_url = None;
-        if let Some((addr, dir)) = &config.demo {
-            let listener = TcpListener::bind(addr).await?;
-            demo_url = Some(format!("http://{}/", listener.local_addr()?));
-            let dir = Arc::new(dir.clone());
-            http::serve(listener, shutdown.clone(), move |req, _| {
-                let dir = dir.clone();
-                async move { static_files::serve(&dir, req.method(), req.uri().path()).await }
-            });
-        }
+        let rest_url = match &config.rest {
+            Some(rest) => Some(serve_rest(rest, &shutdown).await?),
+            None => None,
+        };
+        let demo_url = match &config.demo {
+            Some(demo) => Some(serve_demo(demo, &shutdown).await?),
+            None => None,
+        };
         Ok(RunningGateway {
             ws_url: format!("ws://{ws_addr}/"),
             management_url,
@@ -297,6 +285,36 @@ impl Gateway {
             trigger,
         })
     }
+}
+
+/// The REST edge in front of the REST API's upstream; returns its URL.
+async fn serve_rest(
+    (addr, upstream, per_route): &(SocketAddr, String, usize),
+    shutdown: &shutdown::Shutdown,
+) -> Result<String, Error> {
+    let listener = TcpListener::bind(addr).await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let edge = rest_edge::RestEdge::new(upstream.clone(), *per_route);
+    http::serve(listener, shutdown.clone(), move |req, _| {
+        let edge = edge.clone();
+        async move { edge.handle(req).await }
+    });
+    Ok(url)
+}
+
+/// The demo's static files; returns its URL.
+async fn serve_demo(
+    (addr, dir): &(SocketAddr, std::path::PathBuf),
+    shutdown: &shutdown::Shutdown,
+) -> Result<String, Error> {
+    let listener = TcpListener::bind(addr).await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let dir = Arc::new(dir.clone());
+    http::serve(listener, shutdown.clone(), move |req, _| {
+        let dir = dir.clone();
+        async move { static_files::serve(&dir, req.method(), req.uri().path()).await }
+    });
+    Ok(url)
 }
 
 impl RunningGateway {

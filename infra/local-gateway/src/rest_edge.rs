@@ -86,23 +86,10 @@ impl RestEdge {
 
     async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
         let (parts, body) = req.into_parts();
-        let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(_) => {
-                return error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    "request body is too large",
-                )
-            }
+        let body = match request_body(body).await {
+            Ok(body) => body,
+            Err(refused) => return refused,
         };
-        if std::str::from_utf8(&body).is_err() {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                "request body is not valid JSON: it is not UTF-8 text",
-            );
-        }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let slots = self.slots(&parts.method, parts.uri.path());
         let _slot = slots.acquire().await;
@@ -112,31 +99,9 @@ impl RestEdge {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut upstream = Request::builder()
-                .method(parts.method.clone())
-                .uri(format!("{}{path}", self.upstream));
-            for (name, value) in &parts.headers {
-                if name != header::HOST {
-                    upstream = upstream.header(name, value);
-                }
-            }
-            let Ok(upstream) = upstream.body(Full::new(body.clone())) else {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request",
-                    "malformed request",
-                );
-            };
-            let answer = match self.client.request(upstream).await {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "REST functions unreachable");
-                    return unavailable();
-                }
-            };
-            let (answer, answer_body) = answer.into_parts();
-            let Ok(answer_body) = answer_body.collect().await.map(|b| b.to_bytes()) else {
-                return unavailable();
+            let (answer, answer_body) = match self.send_upstream(&parts, path, &body).await {
+                Ok(answered) => answered,
+                Err(failed) => return failed,
             };
             let status = answer.status;
             if status.is_server_error() && !in_api_shape(&answer_body) {
@@ -160,6 +125,65 @@ impl RestEdge {
             return out;
         }
     }
+
+    /// One attempt: the request as received (but for its Host) to the upstream, and its
+    /// answer read whole; or the answer to give when that fails.
+    async fn send_upstream(
+        &self,
+        parts: &hyper::http::request::Parts,
+        path: &str,
+        body: &Bytes,
+    ) -> Result<(hyper::http::response::Parts, Bytes), Response<Body>> {
+        let mut upstream = Request::builder()
+            .method(parts.method.clone())
+            .uri(format!("{}{path}", self.upstream));
+        for (name, value) in &parts.headers {
+            if name != header::HOST {
+                upstream = upstream.header(name, value);
+            }
+        }
+        let Ok(upstream) = upstream.body(Full::new(body.clone())) else {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "malformed request",
+            ));
+        };
+        let answer = match self.client.request(upstream).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "REST functions unreachable");
+                return Err(unavailable());
+            }
+        };
+        let (answer, answer_body) = answer.into_parts();
+        let Ok(answer_body) = answer_body.collect().await.map(|b| b.to_bytes()) else {
+            return Err(unavailable());
+        };
+        Ok((answer, answer_body))
+    }
+}
+
+/// A request's body, read whole; or the answer refusing it (too large, not UTF-8).
+async fn request_body(body: Incoming) -> Result<Bytes, Response<Body>> {
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "request body is too large",
+            ))
+        }
+    };
+    if std::str::from_utf8(&body).is_err() {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "request body is not valid JSON: it is not UTF-8 text",
+        ));
+    }
+    Ok(body)
 }
 
 /// Attempts of a read that the function runner itself fails.

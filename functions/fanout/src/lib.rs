@@ -23,12 +23,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_apigatewaymanagement::config::retry::RetryConfig;
 use aws_sdk_apigatewaymanagement::config::timeout::TimeoutConfig;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
-use chat_shared::events::plan::{frames_for, group_by_conversation, BatchFailures};
+use chat_shared::events::plan::{
+    frames_for, group_by_conversation, BatchFailures, ConversationEvents,
+};
 use chat_shared::events::policy::{
     may_forget, PushResult, PUSH_ATTEMPTS, PUSH_ATTEMPT_TIMEOUT, PUSH_BACKOFF,
 };
@@ -142,6 +144,79 @@ impl Pushed {
     }
 }
 
+/// A conversation's records (their indexes in the batch) and what delivering them did.
+type ConversationOutcome = (Vec<usize>, Result<Pushed, ChatError>);
+
+/// Reports the earliest record of each conversation that was not delivered (its reads failed,
+/// or a connection gave up); returns how many conversations failed each way.
+fn report_undelivered(
+    outcomes: &[ConversationOutcome],
+    failures: &mut BatchFailures,
+) -> (u64, u64) {
+    let (mut read_failures, mut push_failures) = (0u64, 0u64);
+    for (in_group, pushed) in outcomes {
+        let failed = match pushed {
+            Err(_) => {
+                read_failures += 1;
+                true
+            }
+            Ok(p) if p.gave_up => {
+                push_failures += 1;
+                true
+            }
+            Ok(_) => false,
+        };
+        if let (true, Some(first)) = (failed, in_group.iter().min()) {
+            failures.fail(*first);
+        }
+    }
+    (read_failures, push_failures)
+}
+
+/// The frames of a set of a conversation's records, planned once per set (most connections
+/// need all of them).
+struct FramePlans<'a> {
+    events: &'a [(Event, usize)],
+    members: usize,
+    plans: HashMap<Vec<usize>, Arc<Vec<String>>>,
+}
+
+impl<'a> FramePlans<'a> {
+    fn new(events: &'a [(Event, usize)], members: usize) -> Self {
+        FramePlans {
+            events,
+            members,
+            plans: HashMap::new(),
+        }
+    }
+
+    /// The frames of the records `due` (indexes in the batch).
+    fn frames(&mut self, due: &[usize]) -> Result<Arc<Vec<String>>, ChatError> {
+        if let Some(frames) = self.plans.get(due) {
+            return Ok(frames.clone());
+        }
+        let chosen = self
+            .events
+            .iter()
+            .filter(|(_, i)| due.contains(i))
+            .map(|(e, _)| e.clone())
+            .collect();
+        let frames: Vec<String> = frames_for(chosen, self.members)
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<_, _>>()
+            .map_err(ChatError::internal)?;
+        let frames = Arc::new(frames);
+        self.plans.insert(due.to_vec(), frames.clone());
+        Ok(frames)
+    }
+
+    /// How many sets were planned.
+    fn len(&self) -> usize {
+        self.plans.len()
+    }
+}
+
 impl Fanout {
     /// `management` gets the fanout's own retry policy: the SDK's retries off (they would retry
     /// inside ours, and its retry quota would stop retries for every connection after a burst of
@@ -186,28 +261,61 @@ impl Fanout {
             .map(|r| r.event_id.as_deref().unwrap_or(&r.kinesis.sequence_number))
             .collect();
         let mut failures = BatchFailures::default();
+        let events = self.events_to_push(records, &ids, started, &mut failures);
+        let groups = group_by_conversation(events);
+        let conversations = groups.len();
+        let outcomes = self.deliver_all(groups, &ids).await;
+        let read_and_push_failures = report_undelivered(&outcomes, &mut failures);
+        if let Some(earliest) = failures.earliest() {
+            // Lambda delivers the records from `earliest` on again: remember whom they reached.
+            self.remember_reached(&outcomes, earliest, &ids, started);
+        }
+        self.log_batch(
+            before,
+            records.len(),
+            conversations,
+            read_and_push_failures,
+            started,
+        );
+        batch_response(records, failures.earliest())
+    }
+
+    /// The events of the records this instance has not already got through to everyone, each
+    /// with its record's index; an undecodable record is reported failed.
+    fn events_to_push(
+        &self,
+        records: &[KinesisEventRecord],
+        ids: &[&str],
+        started: Instant,
+        failures: &mut BatchFailures,
+    ) -> Vec<(Event, usize)> {
         let mut events = Vec::new();
-        {
-            let memory = self.redeliveries.lock().unwrap();
-            for (i, record) in records.iter().enumerate() {
-                if memory.reached_everyone(ids[i], started) {
-                    self.stats.add(&self.stats.already_delivered);
-                    continue;
-                }
-                match serde_json::from_slice::<EventBatch>(&record.kinesis.data) {
-                    Ok(batch) => events.extend(batch.events.into_iter().map(|e| (e, i))),
-                    Err(e) => {
-                        tracing::error!(error = %e, sequence = record.kinesis.sequence_number, "undecodable Kinesis record");
-                        failures.fail(i);
-                    }
+        let memory = self.redeliveries.lock().unwrap();
+        for (i, record) in records.iter().enumerate() {
+            if memory.reached_everyone(ids[i], started) {
+                self.stats.add(&self.stats.already_delivered);
+                continue;
+            }
+            match serde_json::from_slice::<EventBatch>(&record.kinesis.data) {
+                Ok(batch) => events.extend(batch.events.into_iter().map(|e| (e, i))),
+                Err(e) => {
+                    tracing::error!(error = %e, sequence = record.kinesis.sequence_number, "undecodable Kinesis record");
+                    failures.fail(i);
                 }
             }
         }
-        let groups = group_by_conversation(events);
-        let conversations = groups.len();
+        events
+    }
+
+    /// Delivers the conversations, [`CONVERSATIONS_AT_ONCE`] at a time, sharing the
+    /// invocation's [`PUSH_CONCURRENCY`] push slots.
+    async fn deliver_all(
+        &self,
+        groups: Vec<ConversationEvents>,
+        ids: &[&str],
+    ) -> Vec<ConversationOutcome> {
         let slots = Arc::new(Semaphore::new(PUSH_CONCURRENCY));
-        let ids = &ids;
-        let outcomes = stream::iter(groups)
+        stream::iter(groups)
             .map(|group| {
                 let slots = slots.clone();
                 async move {
@@ -223,38 +331,39 @@ impl Fanout {
             })
             .buffer_unordered(CONVERSATIONS_AT_ONCE)
             .collect::<Vec<_>>()
-            .await;
-        let (mut read_failures, mut push_failures) = (0u64, 0u64);
-        for (in_group, pushed) in &outcomes {
-            let failed = match pushed {
-                Err(_) => {
-                    read_failures += 1;
-                    true
-                }
-                Ok(p) if p.gave_up => {
-                    push_failures += 1;
-                    true
-                }
-                Ok(_) => false,
-            };
-            if let (true, Some(first)) = (failed, in_group.iter().min()) {
-                failures.fail(*first);
-            }
-        }
-        if let Some(earliest) = failures.earliest() {
-            // Lambda delivers the records from `earliest` on again: remember whom they reached.
-            let mut memory = self.redeliveries.lock().unwrap();
-            for (in_group, pushed) in &outcomes {
-                let Ok(pushed) = pushed else { continue };
-                for &i in in_group.iter().filter(|&&i| i >= earliest) {
-                    if pushed.gave_up {
-                        memory.some(ids[i], &pushed.reached, started);
-                    } else {
-                        memory.everyone(ids[i], started);
-                    }
+            .await
+    }
+
+    /// Remembers whom the records from `earliest` on reached, for their redelivery.
+    fn remember_reached(
+        &self,
+        outcomes: &[ConversationOutcome],
+        earliest: usize,
+        ids: &[&str],
+        started: Instant,
+    ) {
+        let mut memory = self.redeliveries.lock().unwrap();
+        for (in_group, pushed) in outcomes {
+            let Ok(pushed) = pushed else { continue };
+            for &i in in_group.iter().filter(|&&i| i >= earliest) {
+                if pushed.gave_up {
+                    memory.some(ids[i], &pushed.reached, started);
+                } else {
+                    memory.everyone(ids[i], started);
                 }
             }
         }
+    }
+
+    /// The batch's metrics and its log line, from the counters' change since `before`.
+    fn log_batch(
+        &self,
+        before: [u64; 7],
+        records: usize,
+        conversations: usize,
+        (read_failures, push_failures): (u64, u64),
+        started: Instant,
+    ) {
         let after = self.stats.snapshot();
         let d = |k: usize| after[k] - before[k];
         // CloudWatch metrics (EMF, with CHAT_METRICS=emf); the zeros of the rare ones are left out.
@@ -275,7 +384,7 @@ impl Fanout {
         }
         // The per-invocation figures (one line, the metrics to chart).
         tracing::info!(
-            records = records.len(),
+            records,
             conversations,
             delivered = d(0),
             retries = d(1),
@@ -289,7 +398,6 @@ impl Fanout {
             ms = started.elapsed().as_millis() as u64,
             "fanout batch"
         );
-        batch_response(records, failures.earliest())
     }
 
     /// Pushes one conversation's events (each with the index of its record; `ids` are the
@@ -308,27 +416,8 @@ impl Fanout {
         };
         let mut records: Vec<usize> = events.iter().map(|(_, i)| *i).collect();
         records.dedup();
-        // The frames of a set of the records (most connections need all of them).
-        let mut plans: HashMap<Vec<usize>, Arc<Vec<String>>> = HashMap::new();
-        let mut plan = |due: &[usize]| -> Result<Arc<Vec<String>>, ChatError> {
-            if let Some(frames) = plans.get(due) {
-                return Ok(frames.clone());
-            }
-            let chosen = events
-                .iter()
-                .filter(|(_, i)| due.contains(i))
-                .map(|(e, _)| e.clone())
-                .collect();
-            let frames: Vec<String> = frames_for(chosen, users.len())
-                .iter()
-                .map(serde_json::to_string)
-                .collect::<Result<_, _>>()
-                .map_err(ChatError::internal)?;
-            let frames = Arc::new(frames);
-            plans.insert(due.to_vec(), frames.clone());
-            Ok(frames)
-        };
-        if plan(&records)?.is_empty() {
+        let mut plans = FramePlans::new(&events, users.len());
+        if plans.frames(&records)?.is_empty() {
             return Ok(Pushed::everyone());
         }
         let now = chat_shared::time::unix_seconds(chat_shared::time::now());
@@ -337,19 +426,9 @@ impl Fanout {
         let reads = started.elapsed();
         let online = connections.len();
         let mut reached: HashSet<String> = HashSet::new();
-        let mut work = Vec::with_capacity(connections.len());
-        {
-            let memory = self.redeliveries.lock().unwrap();
-            let at = Instant::now();
-            for connection in connections {
-                let all = records.iter().map(|&i| (i, ids[i]));
-                let due = due_for(&memory, all, &connection.connection_id, at);
-                work.push((connection, due));
-            }
-        }
-        let mut jobs = Vec::with_capacity(work.len());
-        for (connection, due) in work {
-            let frames = plan(&due)?;
+        let mut jobs = Vec::with_capacity(connections.len());
+        for (connection, due) in self.due_per_connection(connections, &records, ids) {
+            let frames = plans.frames(&due)?;
             if frames.is_empty() {
                 reached.insert(connection.connection_id);
             } else {
@@ -357,27 +436,7 @@ impl Fanout {
             }
         }
         let outcomes = stream::iter(jobs)
-            .map(|(connection, frames)| async move {
-                let outcome = match self.push_frames(&connection, &frames, slots).await {
-                    Outcome::Done => true,
-                    Outcome::Forget => {
-                        self.forget(&connection).await;
-                        true
-                    }
-                    Outcome::GiveUp => {
-                        let n = self.stats.add(&self.stats.gave_up);
-                        tracing::warn!(
-                            connection = connection.connection_id,
-                            user = %connection.user,
-                            %conversation,
-                            gave_up_total = n,
-                            "push still failing after retries; its records will be delivered again"
-                        );
-                        false
-                    }
-                };
-                (connection.connection_id, outcome)
-            })
+            .map(|(connection, frames)| self.push_to(connection, frames, conversation, slots))
             .buffer_unordered(PUSH_CONCURRENCY)
             .collect::<Vec<_>>()
             .await;
@@ -403,6 +462,56 @@ impl Fanout {
             gave_up,
             reached: Arc::new(reached),
         })
+    }
+
+    /// Each connection with the records (indexes) it still needs: those an earlier invocation
+    /// did not get through to it.
+    fn due_per_connection(
+        &self,
+        connections: Vec<LiveConnection>,
+        records: &[usize],
+        ids: &[&str],
+    ) -> Vec<(LiveConnection, Vec<usize>)> {
+        let memory = self.redeliveries.lock().unwrap();
+        let at = Instant::now();
+        connections
+            .into_iter()
+            .map(|connection| {
+                let all = records.iter().map(|&i| (i, ids[i]));
+                let due = due_for(&memory, all, &connection.connection_id, at);
+                (connection, due)
+            })
+            .collect()
+    }
+
+    /// Pushes one connection its frames and acts on the outcome; returns the connection's id
+    /// and whether it got through (a forgotten connection counts as reached).
+    async fn push_to(
+        &self,
+        connection: LiveConnection,
+        frames: Arc<Vec<String>>,
+        conversation: &ConversationId,
+        slots: &Semaphore,
+    ) -> (String, bool) {
+        let outcome = match self.push_frames(&connection, &frames, slots).await {
+            Outcome::Done => true,
+            Outcome::Forget => {
+                self.forget(&connection).await;
+                true
+            }
+            Outcome::GiveUp => {
+                let n = self.stats.add(&self.stats.gave_up);
+                tracing::warn!(
+                    connection = connection.connection_id,
+                    user = %connection.user,
+                    %conversation,
+                    gave_up_total = n,
+                    "push still failing after retries; its records will be delivered again"
+                );
+                false
+            }
+        };
+        (connection.connection_id, outcome)
     }
 
     /// The current members (None: no such conversation). DynamoDB: 1 GetItem, + 1 Query and 1

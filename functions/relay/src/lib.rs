@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::dynamodb::Event as StreamEvent;
+use aws_lambda_events::event::dynamodb::{Event as StreamEvent, EventRecord as StreamRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
@@ -47,6 +47,35 @@ pub const PUT_RETRY_BUDGET: Duration = Duration::from_secs(20);
 /// Wait before putting refused entries again (`retry` is 1-based): random in 1 ms ..=
 /// 50 ms · 2^(retry−1), at most 2 s. Full jitter spreads the retries of concurrent relays.
 pub const PUT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+
+/// Every event of the batch in stream order, with the record it comes from, and the
+/// conversations whose messages need their content read. Decoding stops at the first record
+/// it cannot decode, reported failed.
+fn events_of(
+    records: &[StreamRecord],
+    failures: &mut BatchFailures,
+) -> (Vec<(Event, usize)>, HashSet<ConversationId>) {
+    let mut events = Vec::new();
+    let mut fill = HashSet::new();
+    for (i, record) in records.iter().enumerate() {
+        match events_from_change(&record.change.old_image, &record.change.new_image) {
+            Ok(change) => {
+                if change.fill {
+                    fill.extend(change.events.iter().map(|e| e.conversation_id().clone()));
+                }
+                events.extend(change.events.into_iter().map(|e| (e, i)));
+            }
+            Err(e) => {
+                // Not ours to skip: report it (and so everything after it) for retry; after the
+                // retries it goes to the on-failure destination, never silently away.
+                tracing::error!(error = ?e, event_id = record.event_id, "undecodable stream record");
+                failures.fail(i);
+                break;
+            }
+        }
+    }
+    (events, fill)
+}
 
 #[derive(Clone, Debug)]
 pub struct Relay {
@@ -88,27 +117,7 @@ impl Relay {
         let started = Instant::now();
         let records = &event.records;
         let mut failures = BatchFailures::default();
-
-        // Every event of the batch in stream order, with the record it comes from.
-        let mut events = Vec::new();
-        let mut fill = HashSet::new();
-        for (i, record) in records.iter().enumerate() {
-            match events_from_change(&record.change.old_image, &record.change.new_image) {
-                Ok(change) => {
-                    if change.fill {
-                        fill.extend(change.events.iter().map(|e| e.conversation_id().clone()));
-                    }
-                    events.extend(change.events.into_iter().map(|e| (e, i)));
-                }
-                Err(e) => {
-                    // Not ours to skip: report it (and so everything after it) for retry; after the
-                    // retries it goes to the on-failure destination, never silently away.
-                    tracing::error!(error = ?e, event_id = record.event_id, "undecodable stream record");
-                    failures.fail(i);
-                    break;
-                }
-            }
-        }
+        let (events, fill) = events_of(records, &mut failures);
 
         // Round k holds the k-th record of each conversation; a round is put completely (refused
         // entries again, with backoff) before the next one starts. A conversation whose record
@@ -129,35 +138,15 @@ impl Relay {
         }
         groups.retain(|g| !broken.contains(&g.conversation_id));
         for round in put_rounds(groups, self.max_record_bytes) {
-            let mut pending: Vec<OutgoingRecord> = round
+            let pending: Vec<OutgoingRecord> = round
                 .into_iter()
                 .filter(|o| !broken.contains(&o.batch.conversation_id))
                 .collect();
-            let mut retry = 0;
-            while !pending.is_empty() {
-                let mut refused = Vec::new();
-                for call in pending.chunks(MAX_RECORDS_PER_CALL) {
-                    let failed = self.put(call).await;
-                    put += call.len() - failed.len();
-                    refused.extend(failed.into_iter().map(|i| call[i].clone()));
-                }
-                if refused.is_empty() {
-                    break;
-                }
-                retry += 1;
-                let wait = PUT_BACKOFF.wait(retry);
-                if started.elapsed() + wait > self.retry_budget {
-                    for o in &refused {
-                        tracing::error!(conversation = %o.batch.conversation_id, retries = retry - 1, "Kinesis keeps refusing the record; reporting it for redelivery");
-                        broken.insert(o.batch.conversation_id.clone());
-                        failures.fail(o.first_record);
-                    }
-                    break;
-                }
-                retries += refused.len();
-                tokio::time::sleep(wait).await;
-                pending = refused;
-            }
+            let (round_put, round_retries) = self
+                .put_round(pending, started, &mut broken, &mut failures)
+                .await;
+            put += round_put;
+            retries += round_retries;
         }
         chat_shared::telemetry::count("RelayRecordsPut", put as u64);
         if retries > 0 {
@@ -177,6 +166,45 @@ impl Relay {
         );
 
         batch_response(records, failures.earliest())
+    }
+
+    /// Puts one round, refused entries again with backoff, until all are in or the budget
+    /// (counted from `started`) is spent: then their conversations are broken and their
+    /// earliest records reported. Returns the entries put and the retries.
+    async fn put_round(
+        &self,
+        mut pending: Vec<OutgoingRecord>,
+        started: Instant,
+        broken: &mut HashSet<ConversationId>,
+        failures: &mut BatchFailures,
+    ) -> (usize, usize) {
+        let (mut put, mut retries) = (0, 0);
+        let mut retry = 0;
+        while !pending.is_empty() {
+            let mut refused = Vec::new();
+            for call in pending.chunks(MAX_RECORDS_PER_CALL) {
+                let failed = self.put(call).await;
+                put += call.len() - failed.len();
+                refused.extend(failed.into_iter().map(|i| call[i].clone()));
+            }
+            if refused.is_empty() {
+                break;
+            }
+            retry += 1;
+            let wait = PUT_BACKOFF.wait(retry);
+            if started.elapsed() + wait > self.retry_budget {
+                for o in &refused {
+                    tracing::error!(conversation = %o.batch.conversation_id, retries = retry - 1, "Kinesis keeps refusing the record; reporting it for redelivery");
+                    broken.insert(o.batch.conversation_id.clone());
+                    failures.fail(o.first_record);
+                }
+                break;
+            }
+            retries += refused.len();
+            tokio::time::sleep(wait).await;
+            pending = refused;
+        }
+        (put, retries)
     }
 
     /// Gives light `message.new` events their content, read from the table (1 Query).

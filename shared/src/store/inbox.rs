@@ -74,30 +74,10 @@ impl ChatStore {
             // a copy a move has not deleted yet.
             let (firsts, copies): (Vec<WalkedEntry>, Vec<WalkedEntry>) =
                 covered.into_iter().partition(|e| e.first);
-            let wanted: Vec<_> = firsts
-                .iter()
-                .flat_map(|e| {
-                    [
-                        keys::conversation_key(&e.position.conversation_id),
-                        keys::member_key(&e.position.conversation_id, caller),
-                    ]
-                })
-                .collect();
-            let calls = wanted.len().div_ceil(BATCH_GET_KEYS);
+            let (members, calls) = self
+                .read_entries_items(caller, &firsts, &mut conversations)
+                .await?;
             split |= calls > 1;
-            let reads = wanted
-                .chunks(BATCH_GET_KEYS)
-                .map(|chunk| self.batch_get(chunk.to_vec(), true));
-            let mut members: HashMap<ConversationId, MemberItem> = HashMap::new();
-            for item in try_join_all(reads).await?.into_iter().flatten() {
-                if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
-                    let c: ConversationItem = from_item(item)?;
-                    conversations.insert(c.conversation_id.clone(), c);
-                } else {
-                    let m: MemberItem = from_item(item)?;
-                    members.insert(m.conversation_id.clone(), m);
-                }
-            }
 
             // A lower copy goes once its conversation exists (while a group is being created, a
             // retried creation's entries can be the lower ones).
@@ -107,26 +87,14 @@ impl ChatStore {
                     .filter(|e| conversations.contains_key(&e.position.conversation_id))
                     .map(|e| e.position),
             );
-            let mut shown = 0;
-            for e in firsts {
-                let p = e.position;
-                let c = conversations.get(&p.conversation_id);
-                let m = members.get(&p.conversation_id);
-                let verdict = entry_verdict(
-                    &p.key,
-                    c.is_some(),
-                    m.map(|m| m.inbox_key.as_deref()),
-                    c.is_some_and(|c| c.removed_last(caller)),
-                );
-                match (verdict, c, m) {
-                    (Verdict::Show, Some(c), Some(m)) => {
-                        entries.push(entry(caller, c, m));
-                        shown += 1;
-                    }
-                    (Verdict::Stale, _, _) => stale.push(p),
-                    _ => {}
-                }
-            }
+            let shown = Self::judge_entries(
+                caller,
+                firsts,
+                &conversations,
+                &members,
+                &mut entries,
+                &mut stale,
+            );
             walk.shown(shown);
         }
         if !split && !stale.is_empty() {
@@ -137,6 +105,74 @@ impl ChatStore {
             // The position in the walk of the index, whatever the page shows.
             next_cursor: walk.cursor().map(InboxPosition::encode),
         })
+    }
+
+    /// A round's reads for `inbox`: the conversation items of its entries (into
+    /// `conversations`, kept across rounds) and the caller's member items (returned), strongly
+    /// consistent, in 1 BatchGetItem per 50 conversations, concurrently; and how many calls.
+    async fn read_entries_items(
+        &self,
+        caller: &UserId,
+        firsts: &[WalkedEntry],
+        conversations: &mut HashMap<ConversationId, ConversationItem>,
+    ) -> Result<(HashMap<ConversationId, MemberItem>, usize), ChatError> {
+        let wanted: Vec<_> = firsts
+            .iter()
+            .flat_map(|e| {
+                [
+                    keys::conversation_key(&e.position.conversation_id),
+                    keys::member_key(&e.position.conversation_id, caller),
+                ]
+            })
+            .collect();
+        let calls = wanted.len().div_ceil(BATCH_GET_KEYS);
+        let reads = wanted
+            .chunks(BATCH_GET_KEYS)
+            .map(|chunk| self.batch_get(chunk.to_vec(), true));
+        let mut members: HashMap<ConversationId, MemberItem> = HashMap::new();
+        for item in try_join_all(reads).await?.into_iter().flatten() {
+            if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
+                let c: ConversationItem = from_item(item)?;
+                conversations.insert(c.conversation_id.clone(), c);
+            } else {
+                let m: MemberItem = from_item(item)?;
+                members.insert(m.conversation_id.clone(), m);
+            }
+        }
+        Ok((members, calls))
+    }
+
+    /// Sorts a round's first entries by their verdict: shown ones into `entries`, stale ones
+    /// into `stale`; returns how many are shown. No I/O.
+    fn judge_entries(
+        caller: &UserId,
+        firsts: Vec<WalkedEntry>,
+        conversations: &HashMap<ConversationId, ConversationItem>,
+        members: &HashMap<ConversationId, MemberItem>,
+        entries: &mut Vec<(InboxPosition, InboxEntry)>,
+        stale: &mut Vec<InboxPosition>,
+    ) -> usize {
+        let mut shown = 0;
+        for e in firsts {
+            let p = e.position;
+            let c = conversations.get(&p.conversation_id);
+            let m = members.get(&p.conversation_id);
+            let verdict = entry_verdict(
+                &p.key,
+                c.is_some(),
+                m.map(|m| m.inbox_key.as_deref()),
+                c.is_some_and(|c| c.removed_last(caller)),
+            );
+            match (verdict, c, m) {
+                (Verdict::Show, Some(c), Some(m)) => {
+                    entries.push(entry(caller, c, m));
+                    shown += 1;
+                }
+                (Verdict::Stale, _, _) => stale.push(p),
+                _ => {}
+            }
+        }
+        shown
     }
 
     /// The caller's next `n` index entries, newest first, below `below` (or from the top); and

@@ -82,6 +82,15 @@ fn connection_map(item: &Item) -> Vec<(String, i64)> {
         .unwrap_or_default()
 }
 
+/// What one attempt at removing pruned presence entries did.
+enum Removal {
+    Done,
+    /// A concurrent change of the presence won: plan again.
+    Raced,
+    /// DynamoDB trouble (logged): left for the user's next registration.
+    Failed,
+}
+
 fn conditional_failed<E: ProvideErrorMetadata>(e: &E) -> bool {
     e.code() == Some("ConditionalCheckFailedException")
 }
@@ -133,11 +142,28 @@ impl ConnectionStore {
             .await
             .map_err(|e| sdk_error("PutItem", e))?;
         let deadline = Deadline::after(RETRY_BUDGET);
-        let mut presence = self
+        let presence = self
             .add_presence(user, connection_id, &expires, deadline)
             .await?;
         // Pruning is best effort: the connection is recorded; what cannot be pruned now (the
         // deadline passed, DynamoDB trouble) is pruned by the user's next registration.
+        self.prune_presence(user, connection_id, now_unix, presence, deadline)
+            .await;
+        Ok(())
+    }
+
+    /// Removes the presence's expired entries and the oldest beyond
+    /// [`MAX_CONNECTIONS_PER_USER`], planning again from the presence read anew when a
+    /// concurrent change wins; gives up at the deadline or on an error. DynamoDB: nothing when
+    /// nothing is to be pruned, else 1 UpdateItem (+ 1 GetItem and 1 UpdateItem per lost race).
+    async fn prune_presence(
+        &self,
+        user: &UserId,
+        connection_id: &str,
+        now_unix: i64,
+        mut presence: Item,
+        deadline: Deadline,
+    ) {
         let mut retry = Retry::until(deadline);
         loop {
             let prune = prune_plan(
@@ -147,42 +173,15 @@ impl ConnectionStore {
                 MAX_CONNECTIONS_PER_USER,
             );
             if prune.is_empty() {
-                return Ok(());
+                return;
             }
             if !retry.next_now() {
                 tracing::warn!(user = %user, "presence not pruned before the deadline");
-                return Ok(());
+                return;
             }
-            // Conditional on the version the plan was made from: a concurrent registration or
-            // removal changes which entries are the oldest.
-            let version = get_n(&presence, "ver").unwrap_or(0);
-            let mut update = self
-                .db
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(presence_key(user)))
-                .condition_expression("ver = :v")
-                .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
-                .expression_attribute_values(":one", AttributeValue::N("1".into()));
-            let mut names = Vec::new();
-            for (i, id) in prune.iter().enumerate() {
-                update = update.expression_attribute_names(format!("#r{i}"), id);
-                names.push(format!("connections.#r{i}"));
-            }
-            let pruned = update
-                .update_expression(format!("REMOVE {} ADD ver :one", names.join(", ")))
-                .send()
-                .await;
-            match pruned {
-                Ok(_) => {
-                    tracing::info!(user = %user, pruned = prune.len(), "presence pruned");
-                    return Ok(());
-                }
-                Err(e) if conditional_failed(&e) => {}
-                Err(e) => {
-                    tracing::warn!(user = %user, error = %sdk_error("UpdateItem", e), "presence not pruned");
-                    return Ok(());
-                }
+            match self.remove_entries(user, &presence, &prune).await {
+                Removal::Raced => {}
+                Removal::Done | Removal::Failed => return,
             }
             // Someone else changed the presence meanwhile: plan again from what it is now.
             match self
@@ -197,8 +196,44 @@ impl ConnectionStore {
                 Ok(out) => presence = out.item.unwrap_or_default(),
                 Err(e) => {
                     tracing::warn!(user = %user, error = %sdk_error("GetItem", e), "presence not pruned");
-                    return Ok(());
+                    return;
                 }
+            }
+        }
+    }
+
+    /// Removes the entries `prune` from the presence, if it is still the version read.
+    /// DynamoDB: 1 UpdateItem.
+    async fn remove_entries(&self, user: &UserId, presence: &Item, prune: &[String]) -> Removal {
+        // Conditional on the version the plan was made from: a concurrent registration or
+        // removal changes which entries are the oldest.
+        let version = get_n(presence, "ver").unwrap_or(0);
+        let mut update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(presence_key(user)))
+            .condition_expression("ver = :v")
+            .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()));
+        let mut names = Vec::new();
+        for (i, id) in prune.iter().enumerate() {
+            update = update.expression_attribute_names(format!("#r{i}"), id);
+            names.push(format!("connections.#r{i}"));
+        }
+        let pruned = update
+            .update_expression(format!("REMOVE {} ADD ver :one", names.join(", ")))
+            .send()
+            .await;
+        match pruned {
+            Ok(_) => {
+                tracing::info!(user = %user, pruned = prune.len(), "presence pruned");
+                Removal::Done
+            }
+            Err(e) if conditional_failed(&e) => Removal::Raced,
+            Err(e) => {
+                tracing::warn!(user = %user, error = %sdk_error("UpdateItem", e), "presence not pruned");
+                Removal::Failed
             }
         }
     }

@@ -375,13 +375,99 @@ impl Plan {
         self.schemas.insert(table.to_owned(), s.clone());
         Some(s)
     }
+
+    /// A Query: one read charge to the partition it reads (the table's, or a global index's).
+    async fn query(
+        &mut self,
+        st: &State,
+        table: &str,
+        req: &Obj,
+        headers: &HeaderMap,
+    ) -> Option<()> {
+        let schema = self.schema(st, table, headers).await?;
+        let index = str_of(req, "IndexName").and_then(|n| schema.index(n));
+        let value = schema::query_partition(req, &index.map_or(&schema.keys, |i| &i.keys).pk)?;
+        // A local index shares the table's partitions; a global one has its own and is
+        // only eventually consistent.
+        let global = index.filter(|i| i.global);
+        let strong = global.is_none() && consistent(req);
+        let key = schema::scalar(&value);
+        let part = PartitionId {
+            table: table.to_owned(),
+            index: global.map(|i| i.name.clone()),
+            key,
+        };
+        self.class = Class::Query;
+        self.tables.push(table.to_owned());
+        self.keys.push(part.key.clone());
+        self.acts.push(Act::Read(strong));
+        self.groups.push(vec![Charge {
+            part,
+            dir: Dir::Read,
+            units: units::read_units(0, strong),
+        }]);
+        Some(())
+    }
+}
+
+/// One action of a request as read from it: (table, kind, body, strongly consistent, batch
+/// position).
+type ActionSpec<'a> = (&'a str, &'a str, Cow<'a, Obj>, bool, Option<usize>);
+
+/// A transaction's actions, each strongly consistent.
+fn transact_actions(req: &Obj) -> Option<Vec<ActionSpec<'_>>> {
+    let mut actions = Vec::new();
+    for a in req.get("TransactItems")?.as_array()? {
+        let (kind, body) = a.as_object()?.iter().next()?;
+        let body = body.as_object()?;
+        actions.push((
+            str_of(body, "TableName")?,
+            kind.as_str(),
+            Cow::Borrowed(body),
+            true,
+            None,
+        ));
+    }
+    Some(actions)
+}
+
+/// A BatchWriteItem's entries, with their positions in their table's list.
+fn batch_write_actions(req: &Obj) -> Option<Vec<ActionSpec<'_>>> {
+    let mut actions = Vec::new();
+    for (table, entries) in obj(req.get("RequestItems"))? {
+        for (i, e) in entries.as_array()?.iter().enumerate() {
+            let (kind, body) = e.as_object()?.iter().next()?;
+            let kind = kind.trim_end_matches("Request");
+            actions.push((
+                table.as_str(),
+                kind,
+                Cow::Borrowed(body.as_object()?),
+                false,
+                Some(i),
+            ));
+        }
+    }
+    Some(actions)
+}
+
+/// A BatchGetItem's keys, as Gets, with their positions in their table's list.
+fn batch_get_actions(req: &Obj) -> Option<Vec<ActionSpec<'_>>> {
+    let mut actions = Vec::new();
+    for (table, spec) in obj(req.get("RequestItems"))? {
+        let strong = consistent(spec.as_object()?);
+        for (i, key) in spec.get("Keys")?.as_array()?.iter().enumerate() {
+            let body = Obj::from_iter([("Key".to_owned(), key.clone())]);
+            actions.push((table.as_str(), "Get", Cow::Owned(body), strong, Some(i)));
+        }
+    }
+    Some(actions)
 }
 
 async fn plan(st: &State, op: &str, req: &Obj, headers: &HeaderMap) -> Option<Plan> {
     let mut p = Plan::default();
     let table_name = str_of(req, "TableName");
     // (table, kind, body, strongly consistent, batch position) per action.
-    let mut actions = Vec::new();
+    let mut actions: Vec<ActionSpec> = Vec::new();
     let mut factor = 1.0;
     match op {
         "PutItem" | "UpdateItem" | "DeleteItem" | "GetItem" => {
@@ -400,69 +486,17 @@ async fn plan(st: &State, op: &str, req: &Obj, headers: &HeaderMap) -> Option<Pl
                 Class::TxRead
             };
             factor = 2.0;
-            for a in req.get("TransactItems")?.as_array()? {
-                let (kind, body) = a.as_object()?.iter().next()?;
-                let body = body.as_object()?;
-                actions.push((
-                    str_of(body, "TableName")?,
-                    kind,
-                    Cow::Borrowed(body),
-                    true,
-                    None,
-                ));
-            }
+            actions = transact_actions(req)?;
         }
         "BatchWriteItem" => {
             p.class = Class::BatchWrite;
-            for (table, entries) in obj(req.get("RequestItems"))? {
-                for (i, e) in entries.as_array()?.iter().enumerate() {
-                    let (kind, body) = e.as_object()?.iter().next()?;
-                    let kind = kind.trim_end_matches("Request");
-                    actions.push((
-                        table,
-                        kind,
-                        Cow::Borrowed(body.as_object()?),
-                        false,
-                        Some(i),
-                    ));
-                }
-            }
+            actions = batch_write_actions(req)?;
         }
         "BatchGetItem" => {
             p.class = Class::BatchGet;
-            for (table, spec) in obj(req.get("RequestItems"))? {
-                let strong = consistent(spec.as_object()?);
-                for (i, key) in spec.get("Keys")?.as_array()?.iter().enumerate() {
-                    let body = Obj::from_iter([("Key".to_owned(), key.clone())]);
-                    actions.push((table, "Get", Cow::Owned(body), strong, Some(i)));
-                }
-            }
+            actions = batch_get_actions(req)?;
         }
-        "Query" => {
-            let table = table_name?;
-            let schema = p.schema(st, table, headers).await?;
-            let index = str_of(req, "IndexName").and_then(|n| schema.index(n));
-            let value = schema::query_partition(req, &index.map_or(&schema.keys, |i| &i.keys).pk)?;
-            // A local index shares the table's partitions; a global one has its own and is
-            // only eventually consistent.
-            let global = index.filter(|i| i.global);
-            let strong = global.is_none() && consistent(req);
-            let key = schema::scalar(&value);
-            let part = PartitionId {
-                table: table.to_owned(),
-                index: global.map(|i| i.name.clone()),
-                key,
-            };
-            p.class = Class::Query;
-            p.tables.push(table.to_owned());
-            p.keys.push(part.key.clone());
-            p.acts.push(Act::Read(strong));
-            p.groups.push(vec![Charge {
-                part,
-                dir: Dir::Read,
-                units: units::read_units(0, strong),
-            }]);
-        }
+        "Query" => p.query(st, table_name?, req, headers).await?,
         "CreateTable" | "DeleteTable" | "UpdateTable" => {
             p.class = Class::Ddl;
             p.tables.push(table_name?.to_owned());
@@ -535,113 +569,27 @@ async fn serve_call(
     };
     let rules = state.rules();
     let mut req: Option<Obj> = dynamo.then(|| serde_json::from_slice(&body).ok()).flatten();
-    let p = match &req {
-        Some(r) => plan(&state, &op, r, &parts.headers)
-            .await
-            .unwrap_or_else(|| Plan {
-                tables: str_of(r, "TableName")
-                    .map(str::to_owned)
-                    .into_iter()
-                    .collect(),
-                ..Plan::default()
-            }),
-        None => Plan::default(),
-    };
+    let p = plan_of(&state, &op, req.as_ref(), &parts.headers).await;
 
     // 1. Faults.
-    let mut refused: Option<Resp> = None;
-    let mut lost = None;
-    let mut delay = Duration::ZERO;
-    let mut answer_delay = Duration::ZERO;
-    if dynamo {
-        delay = state
-            .latency
-            .next(rules.latency_ms, rules.latency_p99_ms, rules.seed);
-    }
-    if let Some(f) = state.faults.take(&target, &p.tables, &p.keys) {
-        state.faults_fired.fetch_add(1, Ordering::Relaxed);
-        let table = p.tables.first().map_or("", String::as_str);
-        refused = match f.kind {
-            FaultKind::ProvisionedThroughputExceededException => {
-                Some(wire::throughput_exceeded(table, None, is_write(&op)))
-            }
-            FaultKind::ThrottlingException => Some(wire::throttling_exception()),
-            FaultKind::RequestLimitExceeded => Some(wire::request_limit_exceeded()),
-            FaultKind::InternalServerError => Some(wire::internal_server_error()),
-            FaultKind::Slow => {
-                delay += Duration::from_millis(f.delay_ms);
-                None
-            }
-            FaultKind::AnswerLost | FaultKind::AnswerLost500 => {
-                lost = Some(f.kind);
-                None
-            }
-            FaultKind::AnswerSlow => {
-                answer_delay = Duration::from_millis(f.delay_ms);
-                None
-            }
-        };
-    }
+    let fault = fault_effect(&state, &rules, dynamo, &target, &op, &p);
+    let (mut refused, lost) = (fault.refused, fault.lost);
 
     // 2. Transaction conflicts.
     let mut hold: Option<Hold> = None;
     if refused.is_none() && rules.conflicts {
-        let (items, n) = (p.items.clone(), p.items.len());
-        let window = Duration::from_millis(rules.tx_window_ms);
-        let c = &state.conflicts;
-        let outcome = match p.class {
-            Class::TxWrite => c.tx_write(items, window).map(Some),
-            Class::TxRead => c.tx_read(items).map(Some),
-            Class::Write => c.write(items, true).map(Some),
-            Class::BatchWrite => c.write(items, false).map(Some),
-            _ => Ok(None),
-        };
-        match outcome {
-            Ok(h) => hold = h,
-            Err(_) if p.class == Class::Write => {
-                state.write_conflicts.fetch_add(1, Ordering::Relaxed);
-                refused = Some(wire::transaction_conflict());
-            }
-            Err(hit) => {
-                state.tx_conflicts.fetch_add(1, Ordering::Relaxed);
-                refused = Some(wire::transaction_canceled(&codes(
-                    n,
-                    &hit,
-                    "TransactionConflict",
-                )));
-            }
-        }
+        (hold, refused) = take_holds(&state, &rules, &p);
     }
 
     // 3. Throughput. Throttled batch entries are held back; anything else is all or nothing.
-    let mut metered = vec![false; p.groups.len()];
-    let mut throttled: Vec<usize> = Vec::new();
+    let mut admission = Admission::unmetered(p.groups.len());
     if refused.is_none() && rules.throughput && !p.groups.is_empty() {
-        let limits = Limits {
-            write_per_sec: 1000.0 * rules.scale,
-            read_per_sec: 3000.0 * rules.scale,
-            burst_secs: rules.burst_secs,
-        };
-        let batch = matches!(p.class, Class::BatchWrite | Class::BatchGet);
-        metered = state.throughput.admit(&p.groups, !batch, &limits);
-        throttled = (0..metered.len()).filter(|&i| !metered[i]).collect();
-        if !throttled.is_empty() && (!batch || throttled.len() == metered.len()) {
-            refused = Some(if matches!(p.class, Class::TxWrite | Class::TxRead) {
-                wire::transaction_canceled(&codes(p.groups.len(), &throttled, "ThrottlingError"))
-            } else {
-                let c = &p.groups[throttled[0]][0];
-                wire::throughput_exceeded(
-                    &c.part.table,
-                    c.part.index.as_deref(),
-                    c.dir == Dir::Write,
-                )
-            });
-        }
+        (admission, refused) = admit(&state, &rules, &p);
     }
 
     // 4. Latency, while holding the items.
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+    if !fault.delay.is_zero() {
+        tokio::time::sleep(fault.delay).await;
     }
     if let Some(r) = refused {
         if let Some(h) = hold.take() {
@@ -654,32 +602,8 @@ async fn serve_call(
     }
 
     // 5. The request as forwarded: throttled batch entries out, ConsumedCapacity asked for.
-    let mut held_back = Obj::new();
-    let mut injected = false;
-    let mut asked = String::new();
-    if let Some(r) = req.as_mut() {
-        if !throttled.is_empty() {
-            held_back = take_entries(r, &p.slots, &throttled, p.class == Class::BatchWrite);
-        }
-        // INDEXES separates the table's units from its indexes'; the answer is then given the
-        // shape the client asked for (none, or TOTAL).
-        asked = str_of(r, "ReturnConsumedCapacity")
-            .unwrap_or("NONE")
-            .to_owned();
-        if p.class == Class::Write && asked != "INDEXES" {
-            r.insert("ReturnConsumedCapacity".into(), "INDEXES".into());
-            injected = true;
-        }
-    }
-    let body = match &req {
-        Some(r) if injected || !held_back.is_empty() => {
-            Bytes::from(serde_json::to_vec(r).unwrap_or_default())
-        }
-        _ => body,
-    };
-    let forwarded: Vec<bool> = (0..p.groups.len())
-        .map(|i| !throttled.contains(&i))
-        .collect();
+    let (body, fixes) = outgoing(req.as_mut(), &p, &admission.throttled, body);
+    let forwarded = admission.forwarded(p.groups.len());
     if gated {
         // A call on its way in when DynamoDB froze (past the first gate) waits here.
         state.freeze.thawed().await;
@@ -690,7 +614,7 @@ async fn serve_call(
         state.freeze.thawed().await;
     }
     let Ok((status, mut headers, mut bytes)) = forwarded_call else {
-        settle(&state, &p, &forwarded, &metered, &[]);
+        settle(&state, &p, &forwarded, &admission.metered, &[]);
         return Ok(wire::internal_server_error());
     };
 
@@ -700,28 +624,12 @@ async fn serve_call(
     if dynamo && p.class != Class::Other {
         answer = serde_json::from_slice(&bytes).ok();
     }
-    let mut changed = false;
-    match (answer.as_mut(), req.as_ref()) {
-        (Some(a), Some(r)) if ok => {
-            let actual = actual_units(&p, r, a);
-            settle(&state, &p, &forwarded, &metered, &actual);
-            remember_sizes(&state, &p, r, a, &forwarded);
-            if injected && asked == "TOTAL" {
-                if let Some(cc) = a.get_mut("ConsumedCapacity").and_then(Value::as_object_mut) {
-                    for k in ["Table", "GlobalSecondaryIndexes", "LocalSecondaryIndexes"] {
-                        changed |= cc.remove(k).is_some();
-                    }
-                }
-            } else if injected {
-                changed |= a.remove("ConsumedCapacity").is_some();
-            }
-            if !held_back.is_empty() {
-                merge_unprocessed(a, held_back, p.class == Class::BatchWrite);
-                changed = true;
-            }
-        }
-        _ => settle(&state, &p, &forwarded, &metered, &[]),
-    }
+    let sent = Sent {
+        req: req.as_ref(),
+        forwarded: &forwarded,
+        metered: &admission.metered,
+    };
+    let changed = settle_answer(&state, &p, &sent, ok, answer.as_mut(), fixes);
     if p.class == Class::Ddl {
         let mut schemas = state.schemas.lock().expect("schemas lock");
         p.tables.iter().for_each(|t| drop(schemas.remove(t)));
@@ -747,9 +655,256 @@ async fn serve_call(
         }
     }
     // The call is done and its items free: only its answer is late.
-    if !answer_delay.is_zero() {
-        tokio::time::sleep(answer_delay).await;
+    if !fault.answer_delay.is_zero() {
+        tokio::time::sleep(fault.answer_delay).await;
     }
+    respond(lost, status, &headers, bytes)
+}
+
+/// A call's plan; one that cannot be planned touches at most the table it names.
+async fn plan_of(state: &State, op: &str, req: Option<&Obj>, headers: &HeaderMap) -> Plan {
+    match req {
+        Some(r) => plan(state, op, r, headers).await.unwrap_or_else(|| Plan {
+            tables: str_of(r, "TableName")
+                .map(str::to_owned)
+                .into_iter()
+                .collect(),
+            ..Plan::default()
+        }),
+        None => Plan::default(),
+    }
+}
+
+/// What the fault rules (and the latency rule) do to a call.
+struct FaultEffect {
+    /// Answered with an error instead of forwarded.
+    refused: Option<Resp>,
+    /// The answer is lost (`AnswerLost`, `AnswerLost500`).
+    lost: Option<FaultKind>,
+    /// Before the call is forwarded.
+    delay: Duration,
+    /// Before its answer is given.
+    answer_delay: Duration,
+}
+
+/// The faults rule: the latency drawn for a DynamoDB call, and the first fault rule the call matches
+/// (fired once).
+fn fault_effect(
+    state: &State,
+    rules: &Rules,
+    dynamo: bool,
+    target: &str,
+    op: &str,
+    p: &Plan,
+) -> FaultEffect {
+    let mut effect = FaultEffect {
+        refused: None,
+        lost: None,
+        delay: Duration::ZERO,
+        answer_delay: Duration::ZERO,
+    };
+    if dynamo {
+        effect.delay = state
+            .latency
+            .next(rules.latency_ms, rules.latency_p99_ms, rules.seed);
+    }
+    if let Some(f) = state.faults.take(target, &p.tables, &p.keys) {
+        state.faults_fired.fetch_add(1, Ordering::Relaxed);
+        let table = p.tables.first().map_or("", String::as_str);
+        effect.refused = match f.kind {
+            FaultKind::ProvisionedThroughputExceededException => {
+                Some(wire::throughput_exceeded(table, None, is_write(op)))
+            }
+            FaultKind::ThrottlingException => Some(wire::throttling_exception()),
+            FaultKind::RequestLimitExceeded => Some(wire::request_limit_exceeded()),
+            FaultKind::InternalServerError => Some(wire::internal_server_error()),
+            FaultKind::Slow => {
+                effect.delay += Duration::from_millis(f.delay_ms);
+                None
+            }
+            FaultKind::AnswerLost | FaultKind::AnswerLost500 => {
+                effect.lost = Some(f.kind);
+                None
+            }
+            FaultKind::AnswerSlow => {
+                effect.answer_delay = Duration::from_millis(f.delay_ms);
+                None
+            }
+        };
+    }
+    effect
+}
+
+/// The conflicts rule: the hold on the call's items (none for calls that take none), or the
+/// refusal when other calls hold them.
+fn take_holds(state: &State, rules: &Rules, p: &Plan) -> (Option<Hold>, Option<Resp>) {
+    let (items, n) = (p.items.clone(), p.items.len());
+    let window = Duration::from_millis(rules.tx_window_ms);
+    let c = &state.conflicts;
+    let outcome = match p.class {
+        Class::TxWrite => c.tx_write(items, window).map(Some),
+        Class::TxRead => c.tx_read(items).map(Some),
+        Class::Write => c.write(items, true).map(Some),
+        Class::BatchWrite => c.write(items, false).map(Some),
+        _ => Ok(None),
+    };
+    match outcome {
+        Ok(h) => (h, None),
+        Err(_) if p.class == Class::Write => {
+            state.write_conflicts.fetch_add(1, Ordering::Relaxed);
+            (None, Some(wire::transaction_conflict()))
+        }
+        Err(hit) => {
+            state.tx_conflicts.fetch_add(1, Ordering::Relaxed);
+            let reasons = codes(n, &hit, "TransactionConflict");
+            (None, Some(wire::transaction_canceled(&reasons)))
+        }
+    }
+}
+
+/// What the throughput rule admitted, per group.
+struct Admission {
+    /// Charged to its partitions' buckets.
+    metered: Vec<bool>,
+    /// Not admitted: held back from a batch (or the whole call refused).
+    throttled: Vec<usize>,
+}
+
+impl Admission {
+    /// Throughput off: nothing metered, nothing throttled.
+    fn unmetered(groups: usize) -> Self {
+        Admission {
+            metered: vec![false; groups],
+            throttled: Vec::new(),
+        }
+    }
+
+    /// Per group: whether it goes upstream.
+    fn forwarded(&self, groups: usize) -> Vec<bool> {
+        (0..groups).map(|i| !self.throttled.contains(&i)).collect()
+    }
+}
+
+/// The throughput rule: which groups are admitted, and the refusal when the call cannot go on (a
+/// batch goes on while some of its entries are admitted).
+fn admit(state: &State, rules: &Rules, p: &Plan) -> (Admission, Option<Resp>) {
+    let limits = Limits {
+        write_per_sec: 1000.0 * rules.scale,
+        read_per_sec: 3000.0 * rules.scale,
+        burst_secs: rules.burst_secs,
+    };
+    let batch = matches!(p.class, Class::BatchWrite | Class::BatchGet);
+    let metered = state.throughput.admit(&p.groups, !batch, &limits);
+    let throttled: Vec<usize> = (0..metered.len()).filter(|&i| !metered[i]).collect();
+    let mut refused = None;
+    if !throttled.is_empty() && (!batch || throttled.len() == metered.len()) {
+        refused = Some(if matches!(p.class, Class::TxWrite | Class::TxRead) {
+            wire::transaction_canceled(&codes(p.groups.len(), &throttled, "ThrottlingError"))
+        } else {
+            let c = &p.groups[throttled[0]][0];
+            wire::throughput_exceeded(&c.part.table, c.part.index.as_deref(), c.dir == Dir::Write)
+        });
+    }
+    (Admission { metered, throttled }, refused)
+}
+
+/// What the answer needs fixing for, after the request was changed on its way.
+struct AnswerFixes {
+    /// Throttled batch entries taken out: the answer gives them back as unprocessed.
+    held_back: Obj,
+    /// ConsumedCapacity INDEXES asked for on the client's behalf.
+    injected: bool,
+    /// The ReturnConsumedCapacity the client asked for.
+    asked: String,
+}
+
+/// The body as forwarded (throttled batch entries out, ConsumedCapacity asked for), and what
+/// its answer then needs fixing for.
+fn outgoing(
+    req: Option<&mut Obj>,
+    p: &Plan,
+    throttled: &[usize],
+    body: Bytes,
+) -> (Bytes, AnswerFixes) {
+    let mut fixes = AnswerFixes {
+        held_back: Obj::new(),
+        injected: false,
+        asked: String::new(),
+    };
+    let Some(r) = req else {
+        return (body, fixes);
+    };
+    if !throttled.is_empty() {
+        fixes.held_back = take_entries(r, &p.slots, throttled, p.class == Class::BatchWrite);
+    }
+    // INDEXES separates the table's units from its indexes'; the answer is then given the
+    // shape the client asked for (none, or TOTAL).
+    fixes.asked = str_of(r, "ReturnConsumedCapacity")
+        .unwrap_or("NONE")
+        .to_owned();
+    if p.class == Class::Write && fixes.asked != "INDEXES" {
+        r.insert("ReturnConsumedCapacity".into(), "INDEXES".into());
+        fixes.injected = true;
+    }
+    let body = if fixes.injected || !fixes.held_back.is_empty() {
+        Bytes::from(serde_json::to_vec(r).unwrap_or_default())
+    } else {
+        body
+    };
+    (body, fixes)
+}
+
+/// What went upstream: the request as parsed, and per group whether it was forwarded and
+/// metered.
+struct Sent<'a> {
+    req: Option<&'a Obj>,
+    forwarded: &'a [bool],
+    metered: &'a [bool],
+}
+
+/// Settles units and remembers sizes from a successful answer (from the estimates
+/// otherwise), and fixes the answer up; returns whether the answer changed.
+fn settle_answer(
+    state: &State,
+    p: &Plan,
+    sent: &Sent,
+    ok: bool,
+    answer: Option<&mut Obj>,
+    fixes: AnswerFixes,
+) -> bool {
+    let (forwarded, metered) = (sent.forwarded, sent.metered);
+    let mut changed = false;
+    match (answer, sent.req) {
+        (Some(a), Some(r)) if ok => {
+            let actual = actual_units(p, r, a);
+            settle(state, p, forwarded, metered, &actual);
+            remember_sizes(state, p, r, a, forwarded);
+            if fixes.injected && fixes.asked == "TOTAL" {
+                if let Some(cc) = a.get_mut("ConsumedCapacity").and_then(Value::as_object_mut) {
+                    for k in ["Table", "GlobalSecondaryIndexes", "LocalSecondaryIndexes"] {
+                        changed |= cc.remove(k).is_some();
+                    }
+                }
+            } else if fixes.injected {
+                changed |= a.remove("ConsumedCapacity").is_some();
+            }
+            if !fixes.held_back.is_empty() {
+                merge_unprocessed(a, fixes.held_back, p.class == Class::BatchWrite);
+                changed = true;
+            }
+        }
+        _ => settle(state, p, forwarded, metered, &[]),
+    }
+    changed
+}
+
+/// The answer as the client gets it: lost (a fault), or the upstream's without hop headers.
+fn respond(
+    lost: Option<FaultKind>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    bytes: Bytes,
+) -> io::Result<Resp> {
     match lost {
         Some(FaultKind::AnswerLost) => Err(io::Error::other("strict: answer lost (fault)")),
         Some(_) => Ok(wire::internal_server_error()),

@@ -122,6 +122,12 @@ impl State {
         }
     }
 
+    /// After a table's DDL: its schema is learnt again.
+    fn forget_schemas(&self, tables: &[String]) {
+        let mut schemas = self.schemas.lock().expect("schemas lock");
+        tables.iter().for_each(|t| drop(schemas.remove(t)));
+    }
+
     fn known_size(&self, id: &str) -> Option<usize> {
         self.sizes.lock().expect("sizes lock").get(id).copied()
     }
@@ -563,10 +569,7 @@ async fn serve_call(
     }
     let op = target.split_once('.').map_or("", |(_, op)| op).to_owned();
     let dynamo = target.starts_with("DynamoDB_20120810.");
-    let upstream = match &state.other {
-        Some(other) if !target.starts_with("DynamoDB") => other.clone(),
-        _ => state.dynamodb.clone(),
-    };
+    let upstream = upstream_of(&state, &target);
     let rules = state.rules();
     let mut req: Option<Obj> = dynamo.then(|| serde_json::from_slice(&body).ok()).flatten();
     let p = plan_of(&state, &op, req.as_ref(), &parts.headers).await;
@@ -592,27 +595,13 @@ async fn serve_call(
         tokio::time::sleep(fault.delay).await;
     }
     if let Some(r) = refused {
-        if let Some(h) = hold.take() {
-            h.release_now();
-        }
-        if gated {
-            state.freeze.thawed().await;
-        }
-        return Ok(r);
+        return Ok(refusal(&state, r, hold, gated).await);
     }
 
     // 5. The request as forwarded: throttled batch entries out, ConsumedCapacity asked for.
     let (body, fixes) = outgoing(req.as_mut(), &p, &admission.throttled, body);
     let forwarded = admission.forwarded(p.groups.len());
-    if gated {
-        // A call on its way in when DynamoDB froze (past the first gate) waits here.
-        state.freeze.thawed().await;
-    }
-    let forwarded_call = state.forward(&upstream, &parts, body).await;
-    if gated {
-        // An answer on its way back when DynamoDB froze comes back at the thaw.
-        state.freeze.thawed().await;
-    }
+    let forwarded_call = forward_gated(&state, gated, &upstream, &parts, body).await;
     let Ok((status, mut headers, mut bytes)) = forwarded_call else {
         settle(&state, &p, &forwarded, &admission.metered, &[]);
         return Ok(wire::internal_server_error());
@@ -631,34 +620,86 @@ async fn serve_call(
     };
     let changed = settle_answer(&state, &p, &sent, ok, answer.as_mut(), fixes);
     if p.class == Class::Ddl {
-        let mut schemas = state.schemas.lock().expect("schemas lock");
-        p.tables.iter().for_each(|t| drop(schemas.remove(t)));
+        state.forget_schemas(&p.tables);
     }
-    if let Some(h) = hold.take() {
-        let doomed = h.doomed();
-        if ok && !doomed.is_empty() {
-            state.tx_conflicts.fetch_add(1, Ordering::Relaxed);
-            let reasons = codes(p.items.len(), &doomed, "TransactionConflict");
-            return Ok(wire::transaction_canceled(&reasons));
-        }
-        // A cancelled transaction (a failed condition) changed nothing: its items are free at
-        // once, as the window stands for a committed one's writes settling.
-        if !ok {
-            h.release_now();
-        }
+    if let Some(cancelled) = hold.take().and_then(|h| end_hold(&state, h, ok, &p)) {
+        return Ok(cancelled);
     }
     if let (true, Some(a)) = (changed, answer) {
-        bytes = Bytes::from(serde_json::to_vec(&a).unwrap_or_default());
-        if headers.contains_key("x-amz-crc32") {
-            let crc = crc32fast::hash(&bytes).to_string();
-            headers.insert("x-amz-crc32", crc.parse().expect("digits"));
-        }
+        bytes = reencoded(&a, &mut headers);
     }
     // The call is done and its items free: only its answer is late.
     if !fault.answer_delay.is_zero() {
         tokio::time::sleep(fault.answer_delay).await;
     }
     respond(lost, status, &headers, bytes)
+}
+
+/// A refused call's answer, once its items are free (and, to a frozen DynamoDB, at the thaw).
+async fn refusal(state: &State, r: Resp, hold: Option<Hold>, gated: bool) -> Resp {
+    if let Some(h) = hold {
+        h.release_now();
+    }
+    if gated {
+        state.freeze.thawed().await;
+    }
+    r
+}
+
+/// Where a call goes: DynamoDB (and DynamoDB Streams), or the other upstream.
+fn upstream_of(state: &State, target: &str) -> String {
+    match &state.other {
+        Some(other) if !target.starts_with("DynamoDB") => other.clone(),
+        _ => state.dynamodb.clone(),
+    }
+}
+
+/// Forwards a call; one to a frozen DynamoDB waits for the thaw on its way in and on its way
+/// back.
+async fn forward_gated(
+    state: &State,
+    gated: bool,
+    upstream: &str,
+    parts: &Parts,
+    body: Bytes,
+) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+    if gated {
+        // A call on its way in when DynamoDB froze (past the first gate) waits here.
+        state.freeze.thawed().await;
+    }
+    let forwarded_call = state.forward(upstream, parts, body).await;
+    if gated {
+        // An answer on its way back when DynamoDB froze comes back at the thaw.
+        state.freeze.thawed().await;
+    }
+    forwarded_call
+}
+
+/// Ends a call's hold on its items once answered; returns the cancellation to answer instead
+/// when a conflicting call doomed the transaction meanwhile.
+fn end_hold(state: &State, h: Hold, ok: bool, p: &Plan) -> Option<Resp> {
+    let doomed = h.doomed();
+    if ok && !doomed.is_empty() {
+        state.tx_conflicts.fetch_add(1, Ordering::Relaxed);
+        let reasons = codes(p.items.len(), &doomed, "TransactionConflict");
+        return Some(wire::transaction_canceled(&reasons));
+    }
+    // A cancelled transaction (a failed condition) changed nothing: its items are free at
+    // once, as the window stands for a committed one's writes settling.
+    if !ok {
+        h.release_now();
+    }
+    None
+}
+
+/// A fixed-up answer's body, its checksum header (if it had one) made to match.
+fn reencoded(a: &Obj, headers: &mut HeaderMap) -> Bytes {
+    let bytes = Bytes::from(serde_json::to_vec(a).unwrap_or_default());
+    if headers.contains_key("x-amz-crc32") {
+        let crc = crc32fast::hash(&bytes).to_string();
+        headers.insert("x-amz-crc32", crc.parse().expect("digits"));
+    }
+    bytes
 }
 
 /// A call's plan; one that cannot be planned touches at most the table it names.

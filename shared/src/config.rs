@@ -62,6 +62,14 @@ pub struct Config {
     /// `CHAT_IAM_LOG`: a directory where every client records the IAM actions its calls need
     /// (`iam_log`; tests only).
     pub iam_log: Option<std::path::PathBuf>,
+    /// The archive bucket (`CHAT_ARCHIVE_BUCKET`): where history reads archived messages and the
+    /// archiver writes them. None: no archive tier (nothing is archived or listed).
+    pub archive_bucket: Option<String>,
+    /// An S3-API endpoint (`S3_ENDPOINT`, locally moto's), addressed path-style.
+    pub s3_endpoint: Option<String>,
+    /// The archive age and work-list buckets (`ARCHIVE_AFTER_DAYS`, default 90; locally
+    /// `CHAT_ARCHIVE_AFTER_SECONDS`, which also makes the buckets 5 s wide).
+    pub archive: crate::store::ArchiveSettings,
 }
 
 /// How long a REST request may keep retrying, and how long one DynamoDB call attempt may take.
@@ -93,6 +101,30 @@ fn millis(name: &str, default: Duration) -> Result<Duration, String> {
             .map(Duration::from_millis)
             .map_err(|_| format!("{name} must be a number of milliseconds, not {v:?}")),
     }
+}
+
+/// `ARCHIVE_AFTER_DAYS` (template parameter `ArchiveAfterDays`), or locally
+/// `CHAT_ARCHIVE_AFTER_SECONDS`, with 5-second work-list buckets so that the archiver, run every
+/// 5 s, keeps up with an age of seconds.
+fn archive_settings() -> Result<crate::store::ArchiveSettings, String> {
+    let number = |name: &str| -> Result<Option<u64>, String> {
+        var(name)
+            .map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("{name} must be a whole number, not {v:?}"))
+            })
+            .transpose()
+    };
+    let mut settings = crate::store::ArchiveSettings::AWS;
+    if let Some(days) = number("ARCHIVE_AFTER_DAYS")? {
+        settings.age = Duration::from_secs(days * 86_400);
+    }
+    if let Some(seconds) = number("CHAT_ARCHIVE_AFTER_SECONDS")? {
+        settings.age = Duration::from_secs(seconds);
+        settings.bucket_seconds = 5;
+    }
+    Ok(settings)
 }
 
 fn var(name: &str) -> Option<String> {
@@ -161,6 +193,9 @@ impl Config {
             },
             function_name: var("AWS_LAMBDA_FUNCTION_NAME"),
             iam_log: var("CHAT_IAM_LOG").map(Into::into),
+            archive_bucket: var("CHAT_ARCHIVE_BUCKET"),
+            s3_endpoint: var("S3_ENDPOINT"),
+            archive: archive_settings()?,
         })
     }
 
@@ -232,6 +267,28 @@ impl Config {
     pub fn chat_store(&self, sdk: &SdkConfig) -> crate::store::ChatStore {
         crate::store::ChatStore::new(self.dynamodb_client(sdk), self.chat_table.clone())
             .with_budget(self.timeouts.request_budget)
+            .with_archive(self.archive(sdk), self.archive)
+    }
+
+    pub fn s3_client(&self, sdk: &SdkConfig) -> aws_sdk_s3::Client {
+        let mut b = aws_sdk_s3::config::Builder::from(sdk);
+        if let Some(url) = &self.s3_endpoint {
+            // A local stand-in (moto) serves buckets by path, not by host name.
+            b = b.endpoint_url(url).force_path_style(true);
+        }
+        if let Some(r) = self.iam_recorder() {
+            b = b.interceptor(r);
+        }
+        aws_sdk_s3::Client::from_conf(b.build())
+    }
+
+    /// The archive tier, when a bucket is configured.
+    pub fn archive(&self, sdk: &SdkConfig) -> Option<crate::store::archive::Archive> {
+        let bucket = self.archive_bucket.as_ref()?;
+        Some(crate::store::archive::Archive::new(
+            self.s3_client(sdk),
+            bucket.clone(),
+        ))
     }
 
     /// The connections table.

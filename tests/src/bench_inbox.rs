@@ -228,6 +228,7 @@ async fn set_up_memberships(t: &TestApp, user: &str, n: usize) {
             members_version: 0,
             members_change: None,
             bucketed_since: None,
+            archived_through: 0,
         };
         let member = MemberItem {
             last_read_seq: 40,

@@ -24,6 +24,8 @@ use chat_shared::api::http::{self, App};
 use chat_shared::api::routes::{self, percent_decode};
 use chat_shared::auth::{mint_hs256, Authenticator};
 use chat_shared::config::Timeouts;
+use chat_shared::store::archive::Archive;
+use chat_shared::store::ArchiveSettings;
 use chat_shared::{ChatStore, Config};
 use serde_json::{json, Value};
 
@@ -127,6 +129,12 @@ impl Intercept for Counter {
             .and_then(|t| t.rsplit('.').next())
             .unwrap_or_default()
             .to_owned();
+        // S3 (REST, no target): `S3:GET`, `S3:PUT`, `S3:DELETE`.
+        let name = if name.is_empty() {
+            format!("S3:{}", ctx.request().method())
+        } else {
+            name
+        };
         let body = ctx.request().body().bytes();
         let write = WRITES
             .contains(&name.as_str())
@@ -170,6 +178,27 @@ impl Intercept for Counter {
             self.0.calls.lock().unwrap().push(call);
         }
         Ok(())
+    }
+}
+
+/// The tests' archive bucket on moto (once per binary; creating it again is harmless).
+async fn create_archive_bucket(sdk: &aws_config::SdkConfig) {
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk)
+            .endpoint_url(server::kinesis_endpoint())
+            .force_path_style(true)
+            .build(),
+    );
+    if let Err(e) = s3.create_bucket().bucket(ARCHIVE_BUCKET).send().await {
+        let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&e);
+        assert!(
+            matches!(
+                code,
+                Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
+            ),
+            "create the archive bucket: {}",
+            aws_sdk_s3::error::DisplayErrorContext(&e)
+        );
     }
 }
 
@@ -246,6 +275,11 @@ pub enum Function {
 
 /// The inbox indexer's function (`TestApp::index`).
 const INBOX_INDEX: &str = "inbox-index";
+/// The archiver's function (`TestApp::archiver`).
+const ARCHIVER: &str = "archiver";
+/// The archive bucket the tests create on moto: the template's logical id, in lower case as S3
+/// names must be (infra/test_iam.py compares it so).
+pub const ARCHIVE_BUCKET: &str = "archivebucket";
 
 impl Function {
     pub const ALL: [&'static str; 6] = [
@@ -357,7 +391,16 @@ impl TestApp {
     }
 
     pub async fn with_auth(auth: Authenticator) -> TestApp {
-        Self::build(auth, Timeouts::LOCAL.request_budget, None).await
+        Self::build(auth, Timeouts::LOCAL.request_budget, None, None).await
+    }
+
+    /// With the archive tier (docs/data-model.md §7) on moto's S3: history reads archived
+    /// messages, the indexer lists conversations for the archiver (`archiver`), by `settings`.
+    pub async fn with_archive(settings: ArchiveSettings) -> TestApp {
+        let auth = Authenticator::LocalHs256 {
+            secret: TEST_SECRET.as_bytes().to_vec(),
+        };
+        Self::build(auth, Timeouts::LOCAL.request_budget, None, Some(settings)).await
     }
 
     /// Local auth, requests bounded by `budget`, and an extra interceptor on the DynamoDB client
@@ -366,13 +409,14 @@ impl TestApp {
         let auth = Authenticator::LocalHs256 {
             secret: TEST_SECRET.as_bytes().to_vec(),
         };
-        Self::build(auth, budget, interceptor).await
+        Self::build(auth, budget, interceptor, None).await
     }
 
     async fn build(
         auth: Authenticator,
         budget: Duration,
         interceptor: Option<SharedInterceptor>,
+        archive: Option<ArchiveSettings>,
     ) -> TestApp {
         let config = config();
         let sdk = config.sdk_config().await;
@@ -390,8 +434,28 @@ impl TestApp {
             }
             aws_sdk_dynamodb::Client::from_conf(conf.build())
         };
+        if archive.is_some() {
+            create_archive_bucket(&sdk).await;
+        }
+        let s3 = |function: Option<&str>| {
+            let mut conf = aws_sdk_s3::config::Builder::from(&sdk)
+                .endpoint_url(server::kinesis_endpoint())
+                .force_path_style(true)
+                .interceptor(Counter(calls.clone()));
+            if let Some(r) = function.and_then(|f| config.for_function(f).iam_recorder()) {
+                conf = conf.interceptor(r);
+            }
+            aws_sdk_s3::Client::from_conf(conf.build())
+        };
         let store_of = |function: Option<&str>| {
-            ChatStore::new(client(function), config.chat_table.clone()).with_budget(budget)
+            let store =
+                ChatStore::new(client(function), config.chat_table.clone()).with_budget(budget);
+            match archive {
+                Some(settings) => {
+                    store.with_archive(Some(Archive::new(s3(function), ARCHIVE_BUCKET)), settings)
+                }
+                None => store,
+            }
         };
         let store = store_of(None);
         // The test's own writes (setting up items) may meet a transaction's conflict window
@@ -406,7 +470,7 @@ impl TestApp {
         );
         let apps = Function::ALL
             .iter()
-            .chain([&INBOX_INDEX])
+            .chain([&INBOX_INDEX, &ARCHIVER])
             .map(|name| {
                 let app = App {
                     store: store_of(Some(name)),
@@ -428,6 +492,11 @@ impl TestApp {
             table: config.chat_table,
             streams,
         }
+    }
+
+    /// The archiver's store (its calls recorded as the archiver's).
+    pub fn archiver(&self) -> ChatStore {
+        self.apps[ARCHIVER].store.clone()
     }
 
     /// Runs the inbox indexer over everything written so far (`indexer`): until a test calls

@@ -22,7 +22,8 @@ use chat_shared::events::plan::BatchFailures;
 use chat_shared::lambda::{batch_response, Error, EventHandler, SdkConfig};
 use chat_shared::store::items::{from_item, ConversationItem};
 use chat_shared::store::keys;
-use chat_shared::{telemetry, ChatError, ChatStore, Config};
+use chat_shared::store::ArchiveSettings;
+use chat_shared::{telemetry, ChatError, ChatStore, Config, ConversationId};
 use futures::stream::{self, StreamExt};
 
 /// Conversations moved at once.
@@ -44,8 +45,21 @@ impl InboxIndex {
         let records = &event.records;
         let mut failures = BatchFailures::default();
         let mut changes = Vec::new();
+        // The archiver's work list (docs/data-model.md §7): conversations whose messages opened
+        // a new bucket, with the first record of each.
+        let mut listings = Vec::new();
+        let listing = self.chat.archive().is_some();
         for (i, record) in records.iter().enumerate() {
-            match key_change(i, &record.change.old_image, &record.change.new_image) {
+            let (old, new) = (&record.change.old_image, &record.change.new_image);
+            if listing {
+                match archive_listing(self.chat.archive_settings(), old, new) {
+                    Ok(Some(entry)) => listings.push((i, entry)),
+                    Ok(None) => {}
+                    // Reported by key_change below, which reads the same image.
+                    Err(_) => {}
+                }
+            }
+            match key_change(i, old, new) {
                 Ok(Some(change)) => changes.push(change),
                 Ok(None) => {}
                 Err(e) => {
@@ -84,6 +98,16 @@ impl InboxIndex {
                 }
             }
         }
+        if let Some(&(first, _)) = listings.first() {
+            let entries: Vec<_> = listings.iter().map(|(_, e)| e.clone()).collect();
+            match chat.list_for_archiving(&entries).await {
+                Ok(n) => telemetry::count("ArchiveListings", n as u64),
+                Err(e) => {
+                    tracing::warn!(error = ?e, "listing conversations for the archiver failed; batch will be retried");
+                    failures.fail(first);
+                }
+            }
+        }
         telemetry::count("InboxMoves", moves);
         telemetry::count("InboxEntryWrites", writes);
         telemetry::count("InboxMovesFailed", failed);
@@ -105,13 +129,22 @@ impl EventHandler for InboxIndex {
     }
 }
 
-/// The activity key change one stream record stands for: conversation items only (their creation
-/// has no key before).
-pub fn key_change(
-    record: usize,
+/// The archiver's work-list entry one stream record calls for (conversation items only).
+pub fn archive_listing(
+    settings: &ArchiveSettings,
     old: &serde_dynamo::Item,
     new: &serde_dynamo::Item,
-) -> Result<Option<KeyChange>, ChatError> {
+) -> Result<Option<(ConversationId, u64)>, ChatError> {
+    Ok(conversation_images(old, new)?
+        .and_then(|(before, after)| ChatStore::archive_listing(settings, before.as_ref(), &after)))
+}
+
+/// A conversation item's record as its images before (none at its creation) and after; None for
+/// every other item.
+fn conversation_images(
+    old: &serde_dynamo::Item,
+    new: &serde_dynamo::Item,
+) -> Result<Option<(Option<ConversationItem>, ConversationItem)>, ChatError> {
     let is_conversation = matches!(
         new.get(keys::SK),
         Some(serde_dynamo::AttributeValue::S(sk)) if sk == keys::CONVERSATION_SK
@@ -123,6 +156,19 @@ pub fn key_change(
     let before: Option<ConversationItem> = (!old.is_empty())
         .then(|| from_item(old.clone()))
         .transpose()?;
+    Ok(Some((before, after)))
+}
+
+/// The activity key change one stream record stands for: conversation items only (their creation
+/// has no key before).
+pub fn key_change(
+    record: usize,
+    old: &serde_dynamo::Item,
+    new: &serde_dynamo::Item,
+) -> Result<Option<KeyChange>, ChatError> {
+    let Some((before, after)) = conversation_images(old, new)? else {
+        return Ok(None);
+    };
     Ok(Some(KeyChange {
         record,
         conversation_id: after.conversation_id.clone(),
@@ -151,6 +197,7 @@ mod tests {
             members_version: 0,
             members_change: None,
             bucketed_since: None,
+            archived_through: 0,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The objects the API returns (docs/api.md §5): camelCase JSON, ids as strings, seq as integers,
 //! times as RFC 3339 UTC strings.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::conversation::ConversationType;
 use super::ids::{ConversationId, UserId};
@@ -21,7 +21,7 @@ pub struct Conversation {
     pub last_message_at: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     pub conversation_id: ConversationId,

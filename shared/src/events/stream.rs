@@ -136,6 +136,7 @@ mod tests {
                 user_ids: vec![user("n")],
             }),
             bucketed_since: None,
+            archived_through: 0,
         }
     }
 

@@ -169,6 +169,7 @@ impl ChatStore {
             members_version: 0,
             members_change: None,
             bucketed_since: None,
+            archived_through: 0,
         };
         let filed = filed_at(&conversation);
         let mut parts = vec![tx::put(
@@ -224,6 +225,7 @@ impl ChatStore {
             members_version: 0,
             members_change: None,
             bucketed_since: bucketed(all.len()).then(|| now.clone()),
+            archived_through: 0,
         };
         let filed = filed_at(&conversation);
         let chunks: Vec<&[UserId]> = all.chunks(MEMBERS_PER_TX).collect();

@@ -296,7 +296,7 @@ impl ChatStore {
     }
 
     /// BatchWriteItem calls of 25, a few at a time, each retrying its unprocessed items.
-    async fn batch_write(&self, requests: Vec<WriteRequest>) -> Result<(), ChatError> {
+    pub(super) async fn batch_write(&self, requests: Vec<WriteRequest>) -> Result<(), ChatError> {
         for wave in requests.chunks(BATCH_WRITE_REQUESTS * WRITES_IN_FLIGHT) {
             let calls = wave
                 .chunks(BATCH_WRITE_REQUESTS)

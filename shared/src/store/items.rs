@@ -64,6 +64,15 @@ pub struct ConversationItem {
     /// (`domain::inbox::activity_key`), so they move at most once per 5 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucketed_since: Option<String>,
+    /// Every message up to this seq is in the archive tier (S3), and may be gone from this table
+    /// (docs/data-model.md §7). Only the archiver moves it, only forward, contiguously; 0 (absent)
+    /// while nothing is archived.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub archived_through: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,6 +313,74 @@ pub struct SendKeyItem {
     pub request_id: String,
 }
 
+impl SendKeyItem {
+    /// A stored key item, in either form: as the send wrote it, or compacted by the archiver
+    /// once its message moved to the archive (`ArchivedKeyItem`). A compact item names no
+    /// sender: its fingerprint covers the sender, so it can only match a send by `caller`, who is
+    /// then its sender.
+    pub fn from_stored(item: Item, caller: &UserId) -> Result<SendKeyItem, ChatError> {
+        if item.contains_key("seq") {
+            return from_item(item);
+        }
+        let key_of = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (pk, sk) = (key_of(keys::PK), key_of(keys::SK));
+        let conversation_id = keys::conversation_id_of_pk(&pk)
+            .ok_or_else(|| ChatError::internal(format!("malformed key item {pk}")))?;
+        let compact: ArchivedKeyItem = from_item(item)?;
+        Ok(SendKeyItem {
+            conversation_id,
+            seq: compact.q,
+            client_msg_id: compact
+                .c
+                .unwrap_or_else(|| sk.trim_start_matches("X#").to_owned()),
+            sender_id: caller.clone(),
+            fingerprint: compact.f,
+            created_at: compact.t,
+            request_id: String::new(),
+        })
+    }
+}
+
+/// `sk = X#<clientMsgId>` once its message is archived: the idempotency key, compact (one-letter
+/// attributes), since it stays in the table forever. Enough to answer a replay with the original
+/// message: its seq, its time and, only when the client wrote it otherwise than the key (upper
+/// case), the `clientMsgId` as written; the fingerprint covers sender and body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedKeyItem {
+    /// seq
+    pub q: u64,
+    /// `message_fingerprint(sender, body)`
+    pub f: String,
+    /// createdAt
+    pub t: String,
+    /// clientMsgId, when it is not the key's lower-case form
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub c: Option<String>,
+}
+
+impl ArchivedKeyItem {
+    /// The compact key item of an archived message.
+    pub fn of(m: &Message) -> Result<Item, ChatError> {
+        let key = m.client_msg_id.to_ascii_lowercase();
+        let compact = ArchivedKeyItem {
+            q: m.seq,
+            f: crate::domain::message::message_fingerprint(&m.sender_id, &m.body),
+            t: m.created_at.clone(),
+            c: (key != m.client_msg_id).then(|| m.client_msg_id.clone()),
+        };
+        to_item(
+            &compact,
+            keys::conversation_pk(&m.conversation_id),
+            keys::send_key_sk(&key),
+        )
+    }
+}
+
 /// `sk = P#<clientMsgId>`: a send waiting to be committed with others (a group commit), written
 /// only when the conversation item is contended. Whoever commits next gives it its seq and
 /// deletes it in the same transaction.
@@ -420,6 +497,7 @@ mod tests {
                 user_ids: vec![UserId::parse("u3").unwrap()],
             }),
             bucketed_since: None,
+            archived_through: 0,
         }
     }
 

@@ -9,10 +9,18 @@ use crate::domain::{ConversationId, UserId};
 use crate::error::ChatError;
 
 impl ChatStore {
-    /// `history`. DynamoDB: a BatchGetItem of the conversation (for `lastSeq`) and the caller's
-    /// member item, then the Query of the page (more pages only when the page's messages pass
-    /// 1 MB). One after the other: a caller that is not a member makes nothing read but those
-    /// two small items (run at once, a non-member could have 100 messages read per request).
+    /// `history`. DynamoDB: a BatchGetItem of the conversation (for `lastSeq` and
+    /// `archivedThrough`) and the caller's member item, then the Query of the page (more pages
+    /// only when the page's messages pass 1 MB). One after the other: a caller that is not a
+    /// member makes nothing read but those two small items (run at once, a non-member could have
+    /// 100 messages read per request).
+    ///
+    /// Across the tiers (docs/data-model.md §7): a page whose seqs are all archived skips the
+    /// Query and reads its chunks from S3 instead (≤ 2 GetObject: a page spans at most two
+    /// chunks); a page across the boundary makes both reads. A seq of the page that the Query
+    /// did not find was archived (possibly since the conversation was read): it is read from
+    /// its chunk, found from a fresh `archivedThrough` (+1 GetItem) when the one read is behind.
+    /// An archive that does not answer is `Unavailable` (503).
     pub async fn history(
         &self,
         caller: &UserId,
@@ -33,18 +41,137 @@ impl ChatStore {
         let (Some(conversation), true) = (conversation, is_member) else {
             return Err(ChatError::NotFound);
         };
-        let (mut messages, has_more) = self.query_messages(id, q).await?;
-        // A message committed between the two reads is in the page but not in the lastSeq read
-        // before it. Report the larger.
+        let Some(archive) = self.archive.as_ref() else {
+            let (mut messages, has_more) = self.query_messages(id, q).await?;
+            // A message committed between the two reads is in the page but not in the lastSeq
+            // read before it. Report the larger.
+            let last_seq = conversation
+                .last_seq
+                .max(messages.iter().map(|m| m.seq).max().unwrap_or(0));
+            messages.sort_by_key(|m| m.seq);
+            return Ok(HistoryPage {
+                messages,
+                last_seq,
+                has_more,
+            });
+        };
+        let archived = conversation.archived_through;
+        let found = if window_is_archived(q, conversation.last_seq, archived) {
+            Vec::new()
+        } else {
+            self.query_messages_untruncated(id, q).await?
+        };
+        let highest = found.iter().map(|m| m.seq).max().unwrap_or(0);
+        let window = page_window(q, conversation.last_seq.max(highest));
+        let mut page: std::collections::BTreeMap<u64, Message> = found
+            .into_iter()
+            .filter(|m| window.contains(&m.seq))
+            .map(|m| (m.seq, m))
+            .collect();
+        let missing: Vec<u64> = window.clone().filter(|s| !page.contains_key(s)).collect();
+        if let (Some(&from), Some(&to)) = (missing.first(), missing.last()) {
+            for m in self
+                .archived_messages(archive, id, from..=to, archived)
+                .await?
+            {
+                page.entry(m.seq).or_insert(m);
+            }
+            if let Some(lost) = window.clone().find(|s| !page.contains_key(s)) {
+                tracing::error!(conversation = %id, seq = lost, "message in neither tier");
+                return Err(ChatError::Unavailable);
+            }
+        }
+        let mut messages: Vec<Message> = page.into_values().collect();
+        let limit = q.limit as usize;
+        let has_more = messages.len() > limit;
+        if has_more {
+            // The extra one is the farthest in the direction of travel.
+            match q.cursor {
+                HistoryCursor::After(_) => {
+                    messages.truncate(limit);
+                }
+                _ => {
+                    messages.remove(0);
+                }
+            }
+        }
         let last_seq = conversation
             .last_seq
-            .max(messages.iter().map(|m| m.seq).max().unwrap_or(0));
-        messages.sort_by_key(|m| m.seq);
+            .max(messages.last().map_or(0, |m| m.seq));
         Ok(HistoryPage {
             messages,
             last_seq,
             has_more,
         })
+    }
+
+    /// The archived messages `seqs` (all archived), from the ≤ 2 chunks holding them: 1 S3
+    /// GetObject per chunk. When `archived` (as read) is behind them, or a partial chunk was
+    /// just superseded by a longer one, +1 GetItem of `archivedThrough` and the read again.
+    async fn archived_messages(
+        &self,
+        archive: &super::archive::Archive,
+        id: &ConversationId,
+        seqs: std::ops::RangeInclusive<u64>,
+        mut archived: u64,
+    ) -> Result<Vec<Message>, ChatError> {
+        for attempt in 0..3 {
+            if attempt > 0 || *seqs.end() > archived {
+                archived = self.archived_through(id).await?;
+            }
+            let mut out = Vec::new();
+            let mut seq = *seqs.start();
+            let mut complete = true;
+            while seq <= *seqs.end() {
+                let Some((key, _, last)) = super::archive::chunk_key(id, seq, archived) else {
+                    complete = false;
+                    break;
+                };
+                match archive.get(&key).await? {
+                    Some(chunk) => out.extend(chunk.into_iter().filter(|m| seqs.contains(&m.seq))),
+                    None => {
+                        complete = false;
+                        break;
+                    }
+                }
+                seq = last + 1;
+            }
+            if complete {
+                return Ok(out);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// The conversation's `archivedThrough` (0: nothing archived or no conversation). 1 strongly
+    /// consistent GetItem.
+    pub(crate) async fn archived_through(&self, id: &ConversationId) -> Result<u64, ChatError> {
+        let item = self
+            .conversation_fields(id, Some("archivedThrough"))
+            .await?;
+        Ok(item
+            .as_ref()
+            .and_then(|i| super::attrs::get_n(i, "archivedThrough"))
+            .unwrap_or(0))
+    }
+
+    /// The Query of a page (see `query_messages`), with the extra item that tells whether there
+    /// is more kept.
+    async fn query_messages_untruncated(
+        &self,
+        id: &ConversationId,
+        q: HistoryQuery,
+    ) -> Result<Vec<Message>, ChatError> {
+        let (messages, _) = self
+            .query_messages(
+                id,
+                HistoryQuery {
+                    limit: q.limit + 1,
+                    ..q
+                },
+            )
+            .await?;
+        Ok(messages)
     }
 
     /// One page of messages in the direction of travel, and whether more exist beyond it.
@@ -122,5 +249,91 @@ impl ChatStore {
             .into_iter()
             .map(|item| Ok(from_item::<MessageItem, _>(item)?.into_message()))
             .collect()
+    }
+}
+
+/// Whether every seq a page can show is archived (through `archived`), so that the Query of the
+/// table can be skipped: the page reads its chunks only.
+fn window_is_archived(q: HistoryQuery, last_seq: u64, archived: u64) -> bool {
+    if archived == 0 {
+        return false;
+    }
+    match q.cursor {
+        HistoryCursor::Newest => last_seq <= archived,
+        HistoryCursor::Before(b) => b.saturating_sub(1) <= archived,
+        HistoryCursor::After(a) => a.saturating_add(1 + u64::from(q.limit)) <= archived,
+    }
+}
+
+/// The seqs a page shows, plus the one beyond it that tells `hasMore` (seqs are gap-free, so
+/// they follow from `last_seq`, the highest seq known to exist).
+fn page_window(q: HistoryQuery, last_seq: u64) -> std::ops::RangeInclusive<u64> {
+    let limit = u64::from(q.limit);
+    let down = |top: u64| top.saturating_sub(limit).max(1)..=top;
+    match q.cursor {
+        HistoryCursor::Newest => down(last_seq),
+        HistoryCursor::Before(b) => down(b.saturating_sub(1).min(last_seq)),
+        HistoryCursor::After(a) => {
+            a.saturating_add(1)..=a.saturating_add(1).saturating_add(limit).min(last_seq)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(cursor: HistoryCursor, limit: u32) -> HistoryQuery {
+        HistoryQuery { cursor, limit }
+    }
+
+    #[test]
+    fn a_page_window_is_the_page_and_one_more() {
+        assert_eq!(page_window(q(HistoryCursor::Newest, 50), 250), 200..=250);
+        assert_eq!(page_window(q(HistoryCursor::Newest, 50), 30), 1..=30);
+        assert!(page_window(q(HistoryCursor::Newest, 50), 0).is_empty());
+        assert_eq!(
+            page_window(q(HistoryCursor::Before(101), 50), 250),
+            50..=100
+        );
+        assert_eq!(
+            page_window(q(HistoryCursor::Before(900), 50), 250),
+            200..=250
+        );
+        assert!(page_window(q(HistoryCursor::Before(1), 50), 250).is_empty());
+        assert_eq!(page_window(q(HistoryCursor::After(10), 50), 250), 11..=61);
+        assert_eq!(
+            page_window(q(HistoryCursor::After(240), 50), 250),
+            241..=250
+        );
+        assert!(page_window(q(HistoryCursor::After(250), 50), 250).is_empty());
+        assert!(page_window(q(HistoryCursor::After(u64::MAX), 50), 250).is_empty());
+    }
+
+    #[test]
+    fn only_a_page_wholly_archived_skips_the_table() {
+        assert!(!window_is_archived(q(HistoryCursor::Newest, 50), 0, 0));
+        assert!(!window_is_archived(q(HistoryCursor::Newest, 50), 250, 249));
+        assert!(window_is_archived(q(HistoryCursor::Newest, 50), 250, 250));
+        assert!(window_is_archived(
+            q(HistoryCursor::Before(250), 50),
+            250,
+            249
+        ));
+        assert!(!window_is_archived(
+            q(HistoryCursor::Before(251), 50),
+            250,
+            249
+        ));
+        assert!(window_is_archived(
+            q(HistoryCursor::After(198), 50),
+            250,
+            249
+        ));
+        assert!(!window_is_archived(
+            q(HistoryCursor::After(199), 50),
+            250,
+            249
+        ));
     }
 }

@@ -2,6 +2,8 @@
 //! the DynamoDB calls it makes. The rules come from `domain`; this layer turns them into keys,
 //! conditions and calls.
 
+pub mod archive;
+pub mod archiver;
 mod attrs;
 pub mod connections;
 mod conversations;
@@ -27,6 +29,7 @@ use crate::domain::ConversationId;
 use crate::error::ChatError;
 use crate::retry::{Deadline, Retry};
 
+pub use archiver::{ArchiveSettings, Archived, RunReport, Step};
 pub use attrs::Item;
 pub use connections::ConnectionStore;
 pub use inbox::MoveCount;
@@ -43,6 +46,11 @@ pub struct ChatStore {
     deadline: Option<Deadline>,
     /// What this instance has seen of conversations (shared by its requests).
     seen: Arc<Seen>,
+    /// The archive tier (S3), where old messages are read from; None where none is configured
+    /// (then nothing is ever archived, and history reads DynamoDB only).
+    archive: Option<archive::Archive>,
+    /// The archive age and work-list layout (used only with `archive`).
+    archive_settings: archiver::ArchiveSettings,
 }
 
 /// What an instance remembers of the conversations it served, to skip reads:
@@ -85,6 +93,15 @@ impl Seen {
     fn saw_busy(&self, id: &ConversationId, until_ms: u64) {
         self.entry(id, |e| e.1 = e.1.max(until_ms));
     }
+}
+
+/// What `query_each` reads: a partition, optionally a range of its sort keys, some attributes,
+/// and at most `page` items per Query.
+struct PartitionQuery<'a> {
+    pk: String,
+    range: Option<(String, String)>,
+    projection: Option<&'a str>,
+    page: Option<i32>,
 }
 
 /// Result of a TransactWriteItems: committed, or cancelled with one reason per item (in request
@@ -192,11 +209,35 @@ impl ChatStore {
             budget: crate::config::Timeouts::AWS.request_budget,
             deadline: None,
             seen: Arc::default(),
+            archive: None,
+            archive_settings: archiver::ArchiveSettings::AWS,
         }
     }
 
     pub fn with_budget(self, budget: Duration) -> Self {
         ChatStore { budget, ..self }
+    }
+
+    /// This store with the archive tier: history reads archived messages from `archive`, the
+    /// indexer lists conversations for the archiver and the archiver moves them, by `settings`.
+    pub fn with_archive(
+        self,
+        archive: Option<archive::Archive>,
+        archive_settings: archiver::ArchiveSettings,
+    ) -> Self {
+        ChatStore {
+            archive,
+            archive_settings,
+            ..self
+        }
+    }
+
+    pub fn archive_settings(&self) -> &archiver::ArchiveSettings {
+        &self.archive_settings
+    }
+
+    pub fn archive(&self) -> Option<&archive::Archive> {
+        self.archive.as_ref()
     }
 
     /// This store for one request starting now: every retry inside shares its deadline.
@@ -339,35 +380,55 @@ impl ChatStore {
         range: Option<(String, String)>,
         projection: Option<&str>,
     ) -> Result<Vec<Item>, ChatError> {
-        let condition = match range {
-            Some(_) => "pk = :pk AND sk BETWEEN :from AND :to",
-            None => "pk = :pk",
-        };
         let mut items = Vec::new();
+        let query = PartitionQuery {
+            pk,
+            range,
+            projection,
+            page: None,
+        };
+        self.query_each(query, |item| {
+            items.push(item);
+            Ok(true)
+        })
+        .await?;
+        Ok(items)
+    }
+
+    /// Each item of one partition (`sk` in a range, when given), ascending, strongly consistent,
+    /// Query page by Query page, until `keep` says stop (false) or the items end.
+    async fn query_each(
+        &self,
+        q: PartitionQuery<'_>,
+        mut keep: impl FnMut(Item) -> Result<bool, ChatError>,
+    ) -> Result<(), ChatError> {
         let mut start = None;
         loop {
-            let mut query = self
+            let mut request = self
                 .db
                 .query()
                 .table_name(&self.table)
                 .consistent_read(true)
-                .key_condition_expression(condition)
-                .set_projection_expression(projection.map(str::to_owned))
-                .expression_attribute_values(":pk", attrs::s(pk.clone()));
-            if let Some((from, to)) = &range {
-                query = query
+                .set_projection_expression(q.projection.map(str::to_owned))
+                .set_limit(q.page)
+                .expression_attribute_values(":pk", attrs::s(q.pk.clone()))
+                .set_exclusive_start_key(start.take());
+            request = match &q.range {
+                Some((from, to)) => request
+                    .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
                     .expression_attribute_values(":from", attrs::s(from.clone()))
-                    .expression_attribute_values(":to", attrs::s(to.clone()));
+                    .expression_attribute_values(":to", attrs::s(to.clone())),
+                None => request.key_condition_expression("pk = :pk"),
+            };
+            let resp = request.send().await.map_err(|e| sdk_error("Query", e))?;
+            for item in resp.items.unwrap_or_default() {
+                if !keep(item)? {
+                    return Ok(());
+                }
             }
-            let resp = query
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk_error("Query", e))?;
-            items.extend(resp.items.unwrap_or_default());
             match resp.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(items),
+                _ => return Ok(()),
             }
         }
     }

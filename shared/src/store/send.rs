@@ -221,7 +221,8 @@ impl ChatStore {
             AloneCancelled::Replay { part } => {
                 let original = old_item(part)
                     .ok_or_else(|| ChatError::internal("no item for a failed key"))?;
-                let (message, created) = answer(from_item(original)?, send)?;
+                let (message, created) =
+                    answer(SendKeyItem::from_stored(original, send.caller)?, send)?;
                 Ok(Alone::Done(message, created))
             }
             AloneCancelled::Lost { part } => match old_item(part).as_ref().and_then(head_of) {
@@ -641,7 +642,9 @@ impl ChatStore {
             .send()
             .await
             .map_err(|e| sdk_error("GetItem", e))?;
-        out.item.map(from_item).transpose()
+        out.item
+            .map(|item| SendKeyItem::from_stored(item, send.caller))
+            .transpose()
     }
 }
 

@@ -1,0 +1,609 @@
+//! The archiver (docs/data-model.md §7 "Tiers"): moves messages older than the archive age from
+//! the table to the archive bucket, chunk by chunk, and the work list that tells it which
+//! conversations have such messages without ever scanning the table.
+//!
+//! One conversation, one chunk at a time (`archive_conversation`), in this order:
+//!
+//! 1. **Read**: `lastSeq` and `archivedThrough = A` (GetItem of `C`), the messages after `A` that
+//!    are older than the cutoff, up to the end of `A + 1`'s chunk (Query of `S#…`, stopping at
+//!    the first that is not due), and, when `A` is inside that chunk, the chunk's archived part
+//!    (S3 GetObject of `first-A`).
+//! 2. **Put** the chunk `first..=last` under its own key (S3 PutObject). The same key always holds
+//!    the same messages, so two archivers writing it write the same thing.
+//! 3. **Verify**: read it back (S3 GetObject) and compare, message by message.
+//! 4. **Advance** `archivedThrough` from `A` to `last` (UpdateItem of `C`, on condition it is
+//!    still `A`: one archiver wins, in seq order, with no gap; a loser deletes its object unless
+//!    it is the winner's, and stops).
+//! 5. **Trim**: per archived message, its key item rewritten compact (`ArchivedKeyItem`), then
+//!    its message item deleted (BatchWriteItem of 25; puts before deletes, so a message item
+//!    still there means its key may still be to compact).
+//! 6. **Drop** the superseded partial chunk `first-A` (S3 DeleteObject).
+//!
+//! Stopped after any step, every message is readable from one tier or both: a message item is
+//! deleted only after step 4, which comes after the chunk holding it was read back; history
+//! reads a seq from the table when it is there and from the chunk `archivedThrough` names when
+//! it is not. The next run goes on from what it finds: items at or below `A` still in the table
+//! (a run stopped in step 5) are trimmed, and an unreferenced object is never read.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, WriteRequest};
+use futures::stream::{self, StreamExt};
+use time::OffsetDateTime;
+
+use super::archive;
+use super::attrs::{get_n, get_s, n, Item};
+use super::items::{from_item, ArchivedKeyItem, ConversationItem, MessageItem};
+use super::{keys, sdk_error, ChatStore, PartitionQuery};
+use crate::domain::model::Message;
+use crate::domain::ConversationId;
+use crate::error::ChatError;
+use crate::retry::Deadline;
+use crate::telemetry;
+
+/// How old a message is when it moves, and how the work list is cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchiveSettings {
+    /// Messages older than this move (template `ArchiveAfterDays`; locally
+    /// `CHAT_ARCHIVE_AFTER_SECONDS`).
+    pub age: Duration,
+    /// The width of one work-list bucket, in seconds: a conversation is listed at most once per
+    /// bucket, and a bucket is worked once all its messages are older than the age (so a
+    /// message stays at most `age + bucket + one run interval`).
+    pub bucket_seconds: u64,
+    /// Partitions per bucket, so that listing stays under a partition's write limit.
+    pub shards: u64,
+}
+
+impl ArchiveSettings {
+    pub const AWS: ArchiveSettings = ArchiveSettings {
+        age: Duration::from_secs(90 * 86_400),
+        bucket_seconds: 3_600,
+        shards: 32,
+    };
+
+    /// The bucket a message created at `created_at` (RFC 3339) is listed in.
+    pub fn bucket_of(&self, created_at: &str) -> Option<u64> {
+        let t = crate::time::parse_rfc3339(created_at)?;
+        u64::try_from(t.unix_timestamp())
+            .ok()
+            .map(|s| s / self.bucket_seconds.max(1))
+    }
+
+    fn shard_of(&self, id: &ConversationId) -> u64 {
+        // Ids are `d-`/`g-` + 32 hex digits of a hash or a random UUID: evenly spread.
+        u64::from_str_radix(&id.as_str()[2..6], 16).unwrap_or(0) % self.shards.max(1)
+    }
+}
+
+/// Where a test stops the archiver, as if it were killed right after that step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    Read,
+    Put,
+    Verify,
+    Advance,
+    /// Half of the trim's writes done.
+    HalfTrimmed,
+    Trimmed,
+    Dropped,
+}
+
+/// What a run moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Archived {
+    /// Messages whose chunk this run put and `archivedThrough` moved past.
+    pub messages: u64,
+    pub chunks: u64,
+    /// Message items deleted from the table.
+    pub deleted: u64,
+    /// Runs that found another archiver ahead of them on a conversation.
+    pub lost_races: u64,
+}
+
+impl std::ops::AddAssign for Archived {
+    fn add_assign(&mut self, o: Archived) {
+        self.messages += o.messages;
+        self.chunks += o.chunks;
+        self.deleted += o.deleted;
+        self.lost_races += o.lost_races;
+    }
+}
+
+/// What `archive_due` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunReport {
+    pub archived: Archived,
+    pub conversations: u64,
+    pub failed: u64,
+    /// Buckets finished (the cursor moved past them).
+    pub buckets: u64,
+    /// How far behind the age the oldest unfinished bucket starts, in seconds (0: none).
+    pub lag_seconds: u64,
+}
+
+const CURSOR_PK: &str = "R#cursor";
+const CURSOR_SK: &str = "R";
+/// Messages read per Query page while looking for the due ones.
+const READ_PAGE: i32 = 200;
+/// Conversations archived at once.
+const IN_FLIGHT: usize = 8;
+/// Buckets before the first due one that a first run (no cursor yet) looks at.
+const FIRST_LOOKBACK: u64 = 24;
+
+fn work_list_pk(bucket: u64, shard: u64) -> String {
+    format!("R#{bucket}#{shard}")
+}
+
+impl ChatStore {
+    /// The work-list entries for conversation records of the table's stream: one per
+    /// conversation whose newest message opened a new bucket (its previous message, in the old
+    /// image, is of an earlier bucket, or it is the first), so at most one per conversation per
+    /// bucket, whatever the number of messages. Pure: the indexer writes them
+    /// (`list_for_archiving`).
+    pub fn archive_listing(
+        settings: &ArchiveSettings,
+        before: Option<&ConversationItem>,
+        after: &ConversationItem,
+    ) -> Option<(ConversationId, u64)> {
+        let grew = after.last_seq > before.map_or(0, |b| b.last_seq);
+        let now = settings.bucket_of(after.last_message_at.as_deref()?)?;
+        let was = before
+            .and_then(|b| b.last_message_at.as_deref())
+            .and_then(|t| settings.bucket_of(t));
+        (grew && was != Some(now)).then(|| (after.conversation_id.clone(), now))
+    }
+
+    /// Writes work-list entries `pk = R#<bucket>#<shard>, sk = <conversationId>` (~70 bytes:
+    /// 1 write unit each), BatchWriteItem of 25. Idempotent.
+    pub async fn list_for_archiving(
+        &self,
+        entries: &[(ConversationId, u64)],
+    ) -> Result<usize, ChatError> {
+        let settings = &self.archive_settings;
+        let mut requests = Vec::with_capacity(entries.len());
+        let mut seen = std::collections::HashSet::new();
+        for (id, bucket) in entries {
+            if seen.insert((id.clone(), *bucket)) {
+                let pk = work_list_pk(*bucket, settings.shard_of(id));
+                requests.push(put_request(keys::key(pk, id.as_str()))?);
+            }
+        }
+        let count = requests.len();
+        self.batch_write(requests).await?;
+        Ok(count)
+    }
+
+    /// One archiver run (EventBridge schedule; locally a loop): works the due buckets of the
+    /// work list from its cursor, oldest first, until `until`. Per bucket and shard a Query of
+    /// its entries; per entry `archive_conversation`, then the entry's delete (BatchWriteItem);
+    /// per bucket finished, a PutItem of the cursor. A conversation that fails keeps its entry,
+    /// and the bucket stays unfinished until a later run has archived it.
+    pub async fn archive_due(
+        &self,
+        now: OffsetDateTime,
+        until: Deadline,
+    ) -> Result<RunReport, ChatError> {
+        let settings = &self.archive_settings;
+        let cutoff_t = now - settings.age;
+        let cutoff = crate::time::rfc3339(cutoff_t);
+        let width = settings.bucket_seconds.max(1);
+        let cutoff_s = u64::try_from(cutoff_t.unix_timestamp()).unwrap_or(0);
+        let mut report = RunReport::default();
+        // Buckets that end at or before the cutoff: every message in them is due.
+        let Some(last_due) = (cutoff_s / width).checked_sub(1) else {
+            return Ok(report);
+        };
+        let mut next = match self.archive_cursor().await? {
+            Some(next) => next,
+            None => last_due.saturating_sub(FIRST_LOOKBACK),
+        };
+        while next <= last_due && !until.passed() {
+            let mut finished = true;
+            for shard in 0..settings.shards.max(1) {
+                let pk = work_list_pk(next, shard);
+                let entries = self.work_list(&pk).await?;
+                let results: Vec<_> = stream::iter(entries)
+                    .map(|id| {
+                        let cutoff = &cutoff;
+                        async move {
+                            let r = self.archive_conversation(&id, cutoff, None).await;
+                            (id, r)
+                        }
+                    })
+                    .buffer_unordered(IN_FLIGHT)
+                    .collect()
+                    .await;
+                let mut done = Vec::new();
+                for (id, result) in results {
+                    report.conversations += 1;
+                    match result {
+                        Ok(a) => {
+                            report.archived += a;
+                            done.push(delete_request(keys::key(pk.clone(), id.as_str()))?);
+                        }
+                        Err(e) => {
+                            tracing::warn!(conversation = %id, error = ?e, "archiving failed; kept in the work list");
+                            report.failed += 1;
+                            finished = false;
+                        }
+                    }
+                }
+                self.batch_write(done).await?;
+            }
+            if !finished {
+                break;
+            }
+            self.advance_archive_cursor(next).await?;
+            report.buckets += 1;
+            next += 1;
+        }
+        report.lag_seconds = cutoff_s.saturating_sub(next * width);
+        if next > last_due {
+            report.lag_seconds = 0;
+        }
+        telemetry::count("ArchivedMessages", report.archived.messages);
+        telemetry::count("ArchivedChunks", report.archived.chunks);
+        telemetry::count("ArchiveFailures", report.failed);
+        telemetry::metric("ArchiveLagSeconds", report.lag_seconds as f64, "Seconds");
+        Ok(report)
+    }
+
+    /// The next bucket to work (None: no run yet). 1 strongly consistent GetItem.
+    async fn archive_cursor(&self) -> Result<Option<u64>, ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::key(CURSOR_PK.to_owned(), CURSOR_SK)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        Ok(out.item.as_ref().and_then(|i| get_n(i, "next")))
+    }
+
+    /// Moves the cursor past `bucket`, never back (two runs at once). 1 PutItem.
+    async fn advance_archive_cursor(&self, bucket: u64) -> Result<(), ChatError> {
+        let mut item = keys::key(CURSOR_PK.to_owned(), CURSOR_SK);
+        item.insert("next".into(), n(bucket + 1));
+        let r = self
+            .db
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk) OR #n <= :b")
+            .expression_attribute_names("#n", "next")
+            .expression_attribute_values(":b", n(bucket))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(sdk_error("PutItem", e)),
+        }
+    }
+
+    /// The conversations listed under one work-list partition. 1 Query (more past 1 MB).
+    async fn work_list(&self, pk: &str) -> Result<Vec<ConversationId>, ChatError> {
+        let mut out = Vec::new();
+        let query = PartitionQuery {
+            pk: pk.to_owned(),
+            range: None,
+            projection: None,
+            page: None,
+        };
+        self.query_each(query, |item| {
+            out.extend(get_s(&item, keys::SK).and_then(ConversationId::parse));
+            Ok(true)
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Moves a conversation's messages created before `cutoff` (RFC 3339) to the archive, one
+    /// chunk at a time (module comment: the steps and why they keep every message readable).
+    /// Per chunk — DynamoDB: 1 GetItem (`C`), 1 Query per 200 messages read, 1 UpdateItem
+    /// (`C`), ⌈2 × messages / 25⌉ BatchWriteItem (1 write unit per compact key put and per
+    /// message delete); S3: 1 PutObject, 1 GetObject (the read-back), and for a chunk already
+    /// partly archived 1 GetObject and 1 DeleteObject more. `stop`: return after that step, as
+    /// if killed (tests).
+    pub async fn archive_conversation(
+        &self,
+        id: &ConversationId,
+        cutoff: &str,
+        stop: Option<Step>,
+    ) -> Result<Archived, ChatError> {
+        let archive = self
+            .archive
+            .as_ref()
+            .ok_or_else(|| ChatError::internal("no archive bucket configured"))?;
+        let stops = |step: Step| stop == Some(step);
+        let mut total = Archived::default();
+        loop {
+            // 1. Read.
+            let Some(head) = self
+                .conversation_fields(id, Some("archivedThrough, supersededThrough"))
+                .await?
+            else {
+                return Ok(total);
+            };
+            let archived = get_n(&head, "archivedThrough").unwrap_or(0);
+            // A partial chunk superseded by the last advance, which a run stopped before its
+            // step 6 left behind (deleting it again is harmless).
+            if let Some(old) = get_n(&head, "supersededThrough") {
+                if old != archived && old != archive::chunk_end(archive::chunk_of(old)) {
+                    let first = archive::chunk_first(archive::chunk_of(old));
+                    archive.delete(&archive::object_key(id, first, old)).await?;
+                }
+            }
+            let k = archive::chunk_of(archived + 1);
+            let (first, end) = (archive::chunk_first(k), archive::chunk_end(k));
+            let (left, due) = self.due_messages(id, archived, end, cutoff).await?;
+            if due.is_empty() {
+                // Only what a stopped run left: message items already archived.
+                if !left.is_empty() && !stops(Step::Read) {
+                    total.deleted += self.trim(&left, stop).await?;
+                }
+                return Ok(total);
+            }
+            if due[0].seq != archived + 1
+                || !archive::is_run(&due, id, archived + 1, due[due.len() - 1].seq)
+            {
+                return Err(ChatError::internal(format!(
+                    "{id}: messages after {archived} are not contiguous"
+                )));
+            }
+            let last = due[due.len() - 1].seq;
+            let mut chunk = Vec::with_capacity((last + 1 - first) as usize);
+            let superseded = (archived >= first).then(|| archive::object_key(id, first, archived));
+            if let Some(key) = &superseded {
+                match archive.get(key).await? {
+                    Some(part) if archive::is_run(&part, id, first, archived) => chunk.extend(part),
+                    _ => {
+                        // Another archiver moved on meanwhile (and dropped it): start again.
+                        if self.archived_through(id).await? != archived {
+                            total.lost_races += 1;
+                            continue;
+                        }
+                        return Err(ChatError::internal(format!(
+                            "{key}: missing or not seqs {first}..={archived}"
+                        )));
+                    }
+                }
+            }
+            chunk.extend(due.iter().cloned());
+            if stops(Step::Read) {
+                return Ok(total);
+            }
+            // 2. Put.
+            let key = archive::object_key(id, first, last);
+            archive.put(&key, archive::encode(&chunk)?).await?;
+            if stops(Step::Put) {
+                return Ok(total);
+            }
+            // 3. Verify.
+            match archive.get(&key).await? {
+                Some(back) if back == chunk => {}
+                _ => {
+                    telemetry::count("ArchiveVerifyFailures", 1);
+                    return Err(ChatError::internal(format!("{key}: read back differs")));
+                }
+            }
+            if stops(Step::Verify) {
+                return Ok(total);
+            }
+            // 4. Advance.
+            let superseding = superseded.is_some().then_some(archived);
+            if !self
+                .advance_archived_through(id, archived, last, superseding)
+                .await?
+            {
+                total.lost_races += 1;
+                let now = self.archived_through(id).await?;
+                let referenced =
+                    archive::chunk_key(id, last, now).is_some_and(|(k, _, _)| k == key);
+                if !referenced {
+                    archive.delete(&key).await?;
+                }
+                return Ok(total);
+            }
+            total.messages += last - archived;
+            total.chunks += 1;
+            if stops(Step::Advance) {
+                return Ok(total);
+            }
+            // 5. Trim.
+            let mut trimmed: Vec<Message> = left;
+            trimmed.extend(due);
+            total.deleted += self.trim(&trimmed, stop).await?;
+            if stop.is_some_and(|s| s <= Step::Trimmed) {
+                return Ok(total);
+            }
+            // 6. Drop.
+            if let Some(old) = superseded {
+                archive.delete(&old).await?;
+            }
+            if stops(Step::Dropped) || last < end {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Message items of the conversation at or below `archived` still in the table (left by a
+    /// stopped run), and the due ones after it, up to `end`: those created before `cutoff`
+    /// (times never go back along seqs, so they are a prefix). Query pages of 200, ascending,
+    /// until the first that is not due.
+    async fn due_messages(
+        &self,
+        id: &ConversationId,
+        archived: u64,
+        end: u64,
+        cutoff: &str,
+    ) -> Result<(Vec<Message>, Vec<Message>), ChatError> {
+        let (mut left, mut due) = (Vec::new(), Vec::new());
+        let query = PartitionQuery {
+            pk: keys::conversation_pk(id),
+            range: Some((keys::FIRST_MESSAGE_SK.to_owned(), keys::message_sk(end))),
+            projection: None,
+            page: Some(READ_PAGE),
+        };
+        self.query_each(query, |item| {
+            let m = from_item::<MessageItem, Item>(item)?.into_message();
+            if m.seq <= archived {
+                left.push(m);
+            } else if m.created_at.as_str() < cutoff {
+                due.push(m);
+            } else {
+                return Ok(false);
+            }
+            Ok(true)
+        })
+        .await?;
+        Ok((left, due))
+    }
+
+    /// `archivedThrough` from `from` to `to`, on condition it is still `from`, noting the
+    /// partial chunk this supersedes (`supersededThrough`, dropped in step 6 or by the next
+    /// run). 1 UpdateItem. False: another archiver moved it first.
+    async fn advance_archived_through(
+        &self,
+        id: &ConversationId,
+        from: u64,
+        to: u64,
+        superseding: Option<u64>,
+    ) -> Result<bool, ChatError> {
+        let condition = if from == 0 {
+            "attribute_exists(pk) AND attribute_not_exists(archivedThrough)"
+        } else {
+            "archivedThrough = :from"
+        };
+        let mut update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::conversation_key(id)))
+            .update_expression(if superseding.is_some() {
+                "SET archivedThrough = :to, supersededThrough = :old"
+            } else {
+                "SET archivedThrough = :to REMOVE supersededThrough"
+            })
+            .condition_expression(condition)
+            .expression_attribute_values(":to", n(to));
+        if let Some(old) = superseding {
+            update = update.expression_attribute_values(":old", n(old));
+        }
+        if from != 0 {
+            update = update.expression_attribute_values(":from", n(from));
+        }
+        match update.send().await {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(sdk_error("UpdateItem", e)),
+        }
+    }
+
+    /// Per archived message: its key item rewritten compact, then its message item deleted (all
+    /// puts before any delete). BatchWriteItem of 25. Returns the message items deleted.
+    async fn trim(&self, messages: &[Message], stop: Option<Step>) -> Result<u64, ChatError> {
+        let mut requests = Vec::with_capacity(messages.len() * 2);
+        for m in messages {
+            requests.push(put_request(ArchivedKeyItem::of(m)?)?);
+        }
+        for m in messages {
+            requests.push(delete_request(keys::key(
+                keys::conversation_pk(&m.conversation_id),
+                keys::message_sk(m.seq),
+            ))?);
+        }
+        if stop == Some(Step::HalfTrimmed) {
+            // Killed halfway: the keys compacted and some of the message items deleted.
+            let half = messages.len() + messages.len() / 2;
+            requests.truncate(half);
+            let deleted = (half - messages.len()) as u64;
+            self.batch_write(requests).await?;
+            return Ok(deleted);
+        }
+        self.batch_write(requests).await?;
+        Ok(messages.len() as u64)
+    }
+}
+
+fn put_request(item: Item) -> Result<WriteRequest, ChatError> {
+    let put = PutRequest::builder()
+        .set_item(Some(item))
+        .build()
+        .map_err(ChatError::internal)?;
+    Ok(WriteRequest::builder().put_request(put).build())
+}
+
+fn delete_request(key: Item) -> Result<WriteRequest, ChatError> {
+    let delete = DeleteRequest::builder()
+        .set_key(Some(key))
+        .build()
+        .map_err(ChatError::internal)?;
+    Ok(WriteRequest::builder().delete_request(delete).build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conversation(last_seq: u64, at: Option<&str>) -> ConversationItem {
+        let mut c = serde_json::json!({
+            "conversationId": "d-00000000000000000000000000000001", "type": "direct",
+            "memberCount": 2, "lastSeq": last_seq, "createdAt": "2026-01-01T00:00:00.000Z",
+        });
+        if let Some(at) = at {
+            c["lastMessageAt"] = at.into();
+        }
+        serde_json::from_value(c).unwrap()
+    }
+
+    #[test]
+    fn a_conversation_is_listed_once_per_bucket() {
+        let settings = ArchiveSettings {
+            bucket_seconds: 3600,
+            ..ArchiveSettings::AWS
+        };
+        let created = conversation(0, None);
+        let first = conversation(1, Some("2026-01-01T00:10:00.000Z"));
+        let second = conversation(2, Some("2026-01-01T00:50:00.000Z"));
+        let next_hour = conversation(3, Some("2026-01-01T01:00:00.000Z"));
+        let listing = |b: Option<&ConversationItem>, a: &ConversationItem| {
+            ChatStore::archive_listing(&settings, b, a).map(|(_, bucket)| bucket)
+        };
+        let hour = settings.bucket_of("2026-01-01T00:00:00.000Z").unwrap();
+        assert_eq!(listing(Some(&created), &first), Some(hour));
+        assert_eq!(
+            listing(Some(&first), &second),
+            None,
+            "same bucket: listed already"
+        );
+        assert_eq!(listing(Some(&second), &next_hour), Some(hour + 1));
+        // Not a message: creation, a read receipt or a membership change.
+        assert_eq!(listing(None, &created), None);
+        assert_eq!(listing(Some(&second), &second), None);
+        // The first record seen of a conversation that had messages (a creation record lost).
+        assert_eq!(listing(None, &second), Some(hour));
+    }
+
+    #[test]
+    fn shards_spread_conversations() {
+        let settings = ArchiveSettings::AWS;
+        let a = ConversationId::parse("d-00000000000000000000000000000001").unwrap();
+        let b = ConversationId::parse("g-00ff0000000000000000000000000001").unwrap();
+        assert!(settings.shard_of(&a) < settings.shards);
+        assert_ne!(settings.shard_of(&a), settings.shard_of(&b));
+    }
+}

@@ -5,7 +5,8 @@
 
 Every `AWS::DynamoDB::Table`, `AWS::Kinesis::Stream` and `AWS::SQS::Queue` resource is created
 under its logical id (e.g. `ChatTable`, `RelayFailureQueue`), so local code can use the logical ids
-as physical names. Other resources are ignored. Existing ones are left alone (idempotent). Only
+as physical names; every `AWS::S3::Bucket` under its logical id in lower case (S3's names are),
+e.g. `archivebucket`, on the Kinesis endpoint (moto serves S3 there too). Other resources are ignored. Existing ones are left alone (idempotent). Only
 documented DynamoDB, Kinesis and SQS API calls are used, so this works against any DynamoDB-API
 endpoint (moto, DynamoDB Local, ...); streams and queues go to the Kinesis endpoint.
 
@@ -28,6 +29,7 @@ from botocore.exceptions import ClientError
 TABLE_TYPE = "AWS::DynamoDB::Table"
 STREAM_TYPE = "AWS::Kinesis::Stream"
 QUEUE_TYPE = "AWS::SQS::Queue"
+BUCKET_TYPE = "AWS::S3::Bucket"
 # The properties used locally; only these are resolved, so intrinsic functions elsewhere (tags,
 # KMS keys, ...) need no local value.
 USED_PROPERTIES = {
@@ -408,6 +410,23 @@ def create_queue(sqs: Any, name: str, props: dict[str, Any], log: Callable[[str]
     return True
 
 
+def bucket_name(logical_id: str) -> str:
+    """The local name of a template bucket: its logical id in lower case."""
+    return logical_id.lower()
+
+
+def create_bucket(s3: Any, name: str, log: Callable[[str], None]) -> bool:
+    try:
+        s3.head_bucket(Bucket=name)
+        return False
+    except ClientError as e:
+        if _error_code(e) not in ("404", "NoSuchBucket", "NotFound"):
+            raise
+    s3.create_bucket(Bucket=name)
+    log(f"created bucket {name}")
+    return True
+
+
 def create_resources(
     endpoint: str,
     template_path: str,
@@ -423,9 +442,14 @@ def create_resources(
     kinesis_endpoint = endpoint if kinesis_endpoint is None else kinesis_endpoint
     kinesis = _client("kinesis", kinesis_endpoint, region) if kinesis_endpoint else None
     sqs = _client("sqs", kinesis_endpoint, region) if kinesis_endpoint else None
+    s3 = _client("s3", kinesis_endpoint, region) if kinesis_endpoint else None
     created = []
     for name, res in (template.get("Resources") or {}).items():
         kind = (res or {}).get("Type")
+        if kind == BUCKET_TYPE and s3 is not None:
+            if create_bucket(s3, bucket_name(name), log):
+                created.append(name)
+            continue
         if kind not in (TABLE_TYPE, STREAM_TYPE, QUEUE_TYPE):
             continue
         if res.get("Condition") and not resolver.condition(res["Condition"]):

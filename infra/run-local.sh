@@ -79,6 +79,12 @@ export CHAT_TABLE="${CHAT_TABLE:-ChatTable}" CONNECTIONS_TABLE="${CONNECTIONS_TA
 export EVENT_STREAM="${EVENT_STREAM:-EventStream}"
 export WS_MANAGEMENT_ENDPOINT="http://127.0.0.1:$MANAGEMENT_PORT"
 export CHAT_WS_PORT="$WS_PORT" CHAT_MANAGEMENT_PORT="$MANAGEMENT_PORT"
+# The archive tier on moto's S3 (the bucket created from template.yaml under its logical id in
+# lower case). CHAT_ARCHIVE_AFTER_SECONDS=20 archives messages older than 20 s (5-second work-list
+# buckets) and runs the archiver every 5 s; without it, the template's 90 days, checked every 5 min.
+export CHAT_ARCHIVE_BUCKET="${CHAT_ARCHIVE_BUCKET:-archivebucket}" S3_ENDPOINT="${S3_ENDPOINT:-$kinesis}"
+archive_every=300
+[[ -n "${CHAT_ARCHIVE_AFTER_SECONDS:-}" ]] && archive_every=5
 
 # The demo page and the SDK it runs on (clients/js builds both).
 bash infra/setup-clients.sh
@@ -120,6 +126,10 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
+# The archiver on its schedule: a loop here, EventBridge in AWS.
+CHAT_ARCHIVE_INTERVAL_SECONDS="$archive_every" "$bin/archiver" >"$repo/.local/archiver-$REST_PORT.log" 2>&1 &
+pids+=($!)
+
 # Lambda runs concurrent requests in separate instances: --concurrency lets each function serve
 # up to 32 requests at once, so races reach the store locally too.
 # CHAT_FUNCTIONS_RELOAD=0 (infra/test.sh) turns off reloading on file changes: files the tests
@@ -148,6 +158,7 @@ Chat backend running locally
   Management API   $WS_MANAGEMENT_ENDPOINT
   DynamoDB         $DYNAMODB_ENDPOINT  ($dynamodb_what$strict_what; tables $CHAT_TABLE, $CONNECTIONS_TABLE)
   Kinesis          $KINESIS_ENDPOINT  (stream $EVENT_STREAM)
+  Archive (S3)     $S3_ENDPOINT  (bucket $CHAT_ARCHIVE_BUCKET; messages older than ${CHAT_ARCHIVE_AFTER_SECONDS:-7776000} s move there, checked every $archive_every s)
 Mint a token:      TOKEN=\$(python3 infra/mint_token.py u1)
 Try:               curl -s http://127.0.0.1:$REST_PORT/inbox -H "Authorization: Bearer \$TOKEN"
 Ctrl-C stops everything.

@@ -99,7 +99,9 @@ class Resolver:
         if kind == "AWS::SNS::Topic":
             return f"topic/{logical_id}"
         if kind == "AWS::S3::Bucket":
-            return f"bucket/{logical_id}"
+            # The local stack names a bucket by its logical id in lower case, as S3 names must be
+            # (create_resources.bucket_name).
+            return f"bucket/{logical_id.lower()}"
         return f"?{logical_id}.{attribute}"
 
     def resource(self, value: Any) -> list[str]:

@@ -6,7 +6,8 @@
 //!
 //! Actions are IAM's, not the API's: a TransactWriteItems is authorized per part (PutItem,
 //! UpdateItem, DeleteItem, ConditionCheckItem), a TransactGetItems as GetItem per part, and every
-//! Management API call as `execute-api:ManageConnections` on `<METHOD>/@connections/*`.
+//! Management API call as `execute-api:ManageConnections` on `<METHOD>/@connections/*`, and an S3
+//! call as its object action on `bucket/<name>/*`.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -129,6 +130,39 @@ pub fn kinesis_needs(operation: &str, body: &Value) -> Vec<Need> {
     }]
 }
 
+/// What an S3 request needs: its object action on the bucket's objects (`bucket/<name>/*`).
+/// Path-style (`/<bucket>/<key>`, the local stand-in) or virtual-hosted (`<bucket>.s3.…`).
+pub fn s3_needs(method: &str, uri: &str) -> Vec<Need> {
+    let rest = uri.split_once("://").map_or(uri, |(_, r)| r);
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let bucket = match host.split_once(".s3.") {
+        Some((bucket, _)) => bucket,
+        None => path.split('/').next().unwrap_or("?"),
+    };
+    let action = match method {
+        "GET" | "HEAD" => "s3:GetObject",
+        "PUT" => "s3:PutObject",
+        "DELETE" => "s3:DeleteObject",
+        other => {
+            return vec![Need {
+                action: format!("unknown:s3:{other}"),
+                resource: format!("bucket/{bucket}"),
+                leading_key: None,
+            }]
+        }
+    };
+    vec![Need {
+        action: action.into(),
+        resource: format!("bucket/{bucket}/*"),
+        leading_key: None,
+    }]
+}
+
+/// Whether a signed request is for S3 (its SigV4 credential scope names the service).
+fn signed_for_s3(authorization: &str) -> bool {
+    authorization.contains("/s3/aws4_request")
+}
+
 /// What this process has written already, by file: every client of a function (tests build many)
 /// writes each need once.
 static SEEN: Mutex<Option<HashSet<(PathBuf, Need)>>> = Mutex::new(None);
@@ -199,6 +233,9 @@ impl Intercept for RecordIamNeeds {
         let needs = match target.split_once('.') {
             Some(("DynamoDB_20120810", op)) => dynamodb_needs(op, &body),
             Some(("Kinesis_20131202", op)) => kinesis_needs(op, &body),
+            _ if signed_for_s3(req.headers().get("authorization").unwrap_or_default()) => {
+                s3_needs(req.method(), req.uri())
+            }
             // The Management API is REST: POST/GET/DELETE /@connections/{id}.
             _ if req.uri().contains("/@connections/") => vec![Need {
                 action: "execute-api:ManageConnections".into(),
@@ -270,6 +307,31 @@ mod tests {
             kinesis_needs("PutRecords", &arn),
             vec![need("kinesis:PutRecords", "stream/Events", None)]
         );
+    }
+
+    #[test]
+    fn s3_needs_name_the_object_action_and_the_bucket() {
+        assert_eq!(
+            s3_needs("GET", "http://127.0.0.1:4566/archivebucket/d-1/a.jsonl.gz"),
+            vec![need("s3:GetObject", "bucket/archivebucket/*", None)]
+        );
+        assert_eq!(
+            s3_needs(
+                "PUT",
+                "https://chat-archive-1.s3.us-east-1.amazonaws.com/d-1/a?x-id=PutObject"
+            ),
+            vec![need("s3:PutObject", "bucket/chat-archive-1/*", None)]
+        );
+        assert_eq!(
+            s3_needs("DELETE", "http://localhost:4566/b/k")[0].action,
+            "s3:DeleteObject"
+        );
+        assert!(signed_for_s3(
+            "AWS4-HMAC-SHA256 Credential=local/20261201/us-east-1/s3/aws4_request, SignedHeaders=host"
+        ));
+        assert!(!signed_for_s3(
+            "AWS4-HMAC-SHA256 Credential=local/20261201/us-east-1/dynamodb/aws4_request"
+        ));
     }
 
     #[test]

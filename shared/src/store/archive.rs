@@ -125,7 +125,8 @@ impl Archive {
             .await
         {
             Ok(out) => out,
-            Err(e) if e.code() == Some("NoSuchKey") => return Ok(None),
+            // 403 too: without ListBucket (not granted), S3 answers a missing key so.
+            Err(e) if matches!(e.code(), Some("NoSuchKey" | "AccessDenied")) => return Ok(None),
             Err(e) => return Err(s3_error("GetObject", e)),
         };
         let bytes = out.body.collect().await.map_err(|e| {

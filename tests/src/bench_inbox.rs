@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::AttributeValue;
 use chat_shared::domain::inbox::InboxPosition;
 use chat_shared::domain::{ConversationId, ConversationType, UserId};
 use chat_shared::store::items::{ConversationItem, InboxEntryItem, LastMessage, MemberItem};
@@ -242,30 +242,7 @@ async fn set_up_memberships(t: &TestApp, user: &str, n: usize) {
         items.push(member.to_item().unwrap());
         items.push(InboxEntryItem::to_item(&me, &filed).unwrap());
     }
-    for chunk in items.chunks(25) {
-        let mut pending: Vec<WriteRequest> = chunk
-            .iter()
-            .map(|item| {
-                let put = PutRequest::builder()
-                    .set_item(Some(item.clone()))
-                    .build()
-                    .unwrap();
-                WriteRequest::builder().put_request(put).build()
-            })
-            .collect();
-        while !pending.is_empty() {
-            let out =
-                t.db.batch_write_item()
-                    .request_items(&t.table, pending)
-                    .send()
-                    .await
-                    .expect("BatchWriteItem");
-            pending = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(&t.table))
-                .unwrap_or_default();
-        }
-    }
+    t.put_items(&items).await;
     t.calls.take();
 }
 

@@ -494,6 +494,73 @@ impl TestApp {
         }
     }
 
+    /// Puts items straight into the chat table (set-up): BatchWriteItem of 25, sending again
+    /// what the strictness layer's throughput refused.
+    pub async fn put_items(
+        &self,
+        items: &[HashMap<String, aws_sdk_dynamodb::types::AttributeValue>],
+    ) {
+        use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+        for chunk in items.chunks(25) {
+            let mut pending: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|item| {
+                    let put = PutRequest::builder()
+                        .set_item(Some(item.clone()))
+                        .build()
+                        .unwrap();
+                    WriteRequest::builder().put_request(put).build()
+                })
+                .collect();
+            while !pending.is_empty() {
+                let out = self
+                    .db
+                    .batch_write_item()
+                    .request_items(&self.table, pending)
+                    .send()
+                    .await
+                    .expect("BatchWriteItem");
+                pending = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(&self.table))
+                    .unwrap_or_default();
+                if !pending.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// Every item of one partition (`pk`), strongly consistent, as stored.
+    pub async fn partition(
+        &self,
+        pk: &str,
+    ) -> Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let r = self
+                .db
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(
+                    ":pk",
+                    aws_sdk_dynamodb::types::AttributeValue::S(pk.to_owned()),
+                )
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .expect("Query a partition");
+            out.extend(r.items.unwrap_or_default());
+            match r.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return out,
+            }
+        }
+    }
+
     /// The archiver's store (its calls recorded as the archiver's).
     pub fn archiver(&self) -> ChatStore {
         self.apps[ARCHIVER].store.clone()

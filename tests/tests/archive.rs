@@ -89,39 +89,7 @@ async fn seed(t: &TestApp, c: &str, sender: &str, n: u64) {
             .unwrap(),
         );
     }
-    for batch in writes.chunks(25) {
-        let requests = batch
-            .iter()
-            .map(|item| {
-                aws_sdk_dynamodb::types::WriteRequest::builder()
-                    .put_request(
-                        aws_sdk_dynamodb::types::PutRequest::builder()
-                            .set_item(Some(item.clone()))
-                            .build()
-                            .unwrap(),
-                    )
-                    .build()
-            })
-            .collect();
-        // The strictness layer holds a partition to its write throughput: what it refused
-        // comes back unprocessed, and is sent again.
-        let mut pending: Vec<_> = requests;
-        while !pending.is_empty() {
-            let out =
-                t.db.batch_write_item()
-                    .request_items(&t.table, pending)
-                    .send()
-                    .await
-                    .unwrap();
-            pending = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(&t.table))
-                .unwrap_or_default();
-            if !pending.is_empty() {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
+    t.put_items(&writes).await;
     t.db.update_item()
         .table_name(&t.table)
         .set_key(Some(keys::conversation_key(&cid)))
@@ -208,25 +176,7 @@ async fn walk(t: &TestApp, c: &str, user: &str) -> Vec<u64> {
 
 /// The conversation's items in the table.
 async fn items(t: &TestApp, c: &str) -> Vec<HashMap<String, AttributeValue>> {
-    let mut out = Vec::new();
-    let mut start = None;
-    loop {
-        let r =
-            t.db.query()
-                .table_name(&t.table)
-                .consistent_read(true)
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", AttributeValue::S(format!("C#{c}")))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .unwrap();
-        out.extend(r.items.unwrap_or_default());
-        match r.last_evaluated_key {
-            Some(k) if !k.is_empty() => start = Some(k),
-            _ => return out,
-        }
-    }
+    t.partition(&format!("C#{c}")).await
 }
 
 fn message_seqs_in_table(items: &[HashMap<String, AttributeValue>]) -> Vec<u64> {
@@ -244,20 +194,9 @@ fn archived_through(items: &[HashMap<String, AttributeValue>]) -> u64 {
         .unwrap_or(0)
 }
 
-/// DynamoDB's size of an item: attribute names and values in UTF-8, numbers ~1 byte per 2
-/// digits + 1 (the storage it bills adds 100 bytes per item).
+/// DynamoDB's size of an item (the storage it bills adds 100 bytes per item).
 fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
-    item.iter()
-        .map(|(name, v)| {
-            name.len()
-                + match v {
-                    AttributeValue::S(s) => s.len(),
-                    AttributeValue::N(n) => n.len().div_ceil(2) + 1,
-                    AttributeValue::B(b) => b.as_ref().len(),
-                    other => format!("{other:?}").len(),
-                }
-        })
-        .sum()
+    chat_tests::capacity::item_size(chat_tests::bench::item_json(item).as_object().unwrap())
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The benchmark's scenarios (`cargo run -p chat-tests --bin bench`), each a module that returns
 //! a markdown table for docs/benchmarks.md.
 
+pub mod archive;
 pub mod chaos;
 pub mod cost;
 pub mod hot;

@@ -151,8 +151,9 @@ async fn main() {
             // The inbox at 10-5,000 memberships and the index's cost per message
             // (tests/src/bench_inbox.rs; its own client, to record the reads' responses).
             "inbox" => chat_tests::bench_inbox::run(messages).await.print(),
+            "archive" => chat_tests::bench::archive::run(messages).await.print(),
             other => {
-                eprintln!("bench: unknown scenario {other:?} (hot, scaled, chaos, ops, hot32, receipts1, inbox, push, cost)")
+                eprintln!("bench: unknown scenario {other:?} (hot, scaled, chaos, ops, hot32, receipts1, inbox, archive, push, cost)")
             }
         }
     }

@@ -380,19 +380,37 @@ impl ChatStore {
         range: Option<(String, String)>,
         projection: Option<&str>,
     ) -> Result<Vec<Item>, ChatError> {
-        let mut items = Vec::new();
-        let query = PartitionQuery {
-            pk,
-            range,
-            projection,
-            page: None,
+        let condition = match range {
+            Some(_) => "pk = :pk AND sk BETWEEN :from AND :to",
+            None => "pk = :pk",
         };
-        self.query_each(query, |item| {
-            items.push(item);
-            Ok(true)
-        })
-        .await?;
-        Ok(items)
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let mut query = self
+                .db
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression(condition)
+                .set_projection_expression(projection.map(str::to_owned))
+                .expression_attribute_values(":pk", attrs::s(pk.clone()));
+            if let Some((from, to)) = &range {
+                query = query
+                    .expression_attribute_values(":from", attrs::s(from.clone()))
+                    .expression_attribute_values(":to", attrs::s(to.clone()));
+            }
+            let resp = query
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| sdk_error("Query", e))?;
+            items.extend(resp.items.unwrap_or_default());
+            match resp.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(items),
+            }
+        }
     }
 
     /// Each item of one partition (`sk` in a range, when given), ascending, strongly consistent,

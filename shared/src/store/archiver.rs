@@ -470,7 +470,8 @@ impl ChatStore {
 
     /// `archivedThrough` from `from` to `to`, on condition it is still `from`, noting the
     /// partial chunk this supersedes (`supersededThrough`, dropped in step 6 or by the next
-    /// run). 1 UpdateItem. False: another archiver moved it first.
+    /// run). 1 UpdateItem (more while the partition's throughput refuses it). False: another
+    /// archiver moved it first.
     async fn advance_archived_through(
         &self,
         id: &ConversationId,
@@ -501,16 +502,24 @@ impl ChatStore {
         if from != 0 {
             update = update.expression_attribute_values(":from", n(from));
         }
-        match update.send().await {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
+        // The chunk's own deletes and key rewrites use the partition's write units, so this write
+        // can be refused for throughput after the SDK's quick retries: nothing happened, so it
+        // is tried again within the deadline, as a contended write is.
+        let mut retry = self.retry();
+        while retry.next().await {
+            match update.clone().send().await {
+                Ok(_) => return Ok(true),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                {
+                    return Ok(false)
+                }
+                Err(e) if super::throttled(&e) => {}
+                Err(e) => return Err(sdk_error("UpdateItem", e)),
             }
-            Err(e) => Err(sdk_error("UpdateItem", e)),
         }
+        Err(ChatError::Throttled)
     }
 
     /// Per archived message: its key item rewritten compact, then its message item deleted (all

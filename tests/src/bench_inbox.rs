@@ -290,6 +290,16 @@ fn index_writes(t: &TestApp, conversation: &str, member: &str) -> (u64, usize) {
 /// Read units of the Query a move makes: all the conversation's member items, strongly consistent
 /// (DynamoDB charges the items read, not the projected attributes).
 async fn member_query_units(t: &TestApp, conversation: &str) -> u64 {
+    let id = chat_shared::ConversationId::parse(conversation).unwrap();
+    let mut units = 0;
+    for pk in chat_shared::store::keys::members_pks(&id) {
+        units += partition_query_units(t, &pk).await;
+    }
+    units
+}
+
+/// Read units of a strongly consistent Query of every member item of one partition.
+async fn partition_query_units(t: &TestApp, pk: &str) -> u64 {
     let mut bytes = 0;
     let mut start = None;
     loop {
@@ -298,7 +308,7 @@ async fn member_query_units(t: &TestApp, conversation: &str) -> u64 {
                 .table_name(&t.table)
                 .consistent_read(true)
                 .key_condition_expression("pk = :pk AND begins_with(sk, :m)")
-                .expression_attribute_values(":pk", AttributeValue::S(format!("M#{conversation}")))
+                .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
                 .expression_attribute_values(":m", AttributeValue::S("M#".into()))
                 .set_exclusive_start_key(start.take())
                 .send()

@@ -229,11 +229,16 @@ pub fn first_seqs(events: &[Value], conversation: &str) -> Vec<u64> {
         .collect()
 }
 
+fn member_pk(conversation: &str, user: &str) -> String {
+    let id = chat_shared::ConversationId::parse(conversation).unwrap();
+    chat_shared::store::keys::members_pk(&id, &chat_shared::UserId::parse(user).unwrap())
+}
+
 /// A member item changing its read watermark, as a Lambda DynamoDB stream record.
 pub fn read_record(sequence: &str, conversation: &str, user: &str, from: u64, to: u64) -> Value {
     let image = |seq: u64| {
         json!({
-            "pk": {"S": format!("M#{conversation}")}, "sk": {"S": format!("M#{user}")},
+            "pk": {"S": member_pk(conversation, user)}, "sk": {"S": format!("M#{user}")},
             "conversationId": {"S": conversation}, "memberId": {"S": user},
             "lastReadSeq": {"N": seq.to_string()},
         })

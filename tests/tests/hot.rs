@@ -453,8 +453,11 @@ async fn members_are_added_while_sends_keep_the_conversation_busy() {
         while last_seq().await < 5 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        server::dynamodb_faults(&json!({"op": "Query", "table": "ChatTable",
-            "key": format!("M#{c}"), "kind": "slow", "delayMs": 300, "count": 100_000}));
+        let id = chat_shared::ConversationId::parse(&c).unwrap();
+        for pk in chat_shared::store::keys::members_pks(&id) {
+            server::dynamodb_faults(&json!({"op": "Query", "table": "ChatTable",
+                "key": pk, "kind": "slow", "delayMs": 300, "count": 100_000}));
+        }
         let mut joined = vec![];
         for i in 0..3 {
             let joining = format!("{owner}-new{i}");

@@ -138,8 +138,8 @@ impl ConversationItem {
     }
 }
 
-/// `pk = M#<conversationId>, sk = M#<userId>`: a member and its read watermark, in the
-/// conversation's member partition (`keys`).
+/// `pk = M#<conversationId>[#<shard>], sk = M#<userId>`: a member and its read watermark, in one
+/// of the conversation's member partitions (`keys::members_pk`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberItem {
@@ -186,7 +186,7 @@ impl MemberItem {
     pub fn to_item(&self) -> Result<Item, ChatError> {
         to_item(
             self,
-            keys::members_pk(&self.conversation_id),
+            keys::members_pk(&self.conversation_id, &self.member_id),
             keys::member_sk(&self.member_id),
         )
     }

@@ -1,7 +1,9 @@
-//! Item keys (docs/data-model.md). A conversation has two partitions, both keyed by its id: its
-//! log, `pk = C#<conversationId>`, which its sends write, and its members, `pk = M#<conversationId>`,
-//! which read receipts write, so receipts never take a hot conversation's write throughput. The
-//! sort key says what an item is:
+//! Item keys (docs/data-model.md §1). A conversation's log, `pk = C#<conversationId>`, is the
+//! partition its sends write; its members live apart, so read receipts never take a hot
+//! conversation's write throughput: a direct conversation's two in `pk = M#<conversationId>`, a
+//! group's spread over `MEMBER_SHARDS` partitions `pk = M#<conversationId>#<shard>` by a hash of
+//! the user id, so that receipts and the sends' own watermarks share 4,000 write units a second,
+//! not 1,000. The sort key says what an item is:
 //!
 //! | pk | sk | item |
 //! |---|---|---|
@@ -10,7 +12,7 @@
 //! | `C#` | `P!` | the last group commit: which sends it committed, at which seqs |
 //! | `C#` | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
 //! | `C#` | `X#<clientMsgId>` | the idempotency key of a send, kept forever |
-//! | `M#` | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
+//! | `M#…` | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
 //!
 //! Sort keys stay distinct across the two partitions, so a BatchGetItem of both tells its items
 //! apart by `sk` alone.
@@ -58,13 +60,47 @@ pub fn member_sk(user: &UserId) -> String {
     format!("{MEMBER_SK_PREFIX}{user}")
 }
 
-/// The partition of a conversation's member items.
-pub fn members_pk(id: &ConversationId) -> String {
-    format!("M#{id}")
+/// The member partitions of a group: a hot group's receipts (one write unit each) and its
+/// senders' watermarks (two each, inside the group commit) fill one partition's 1,000 write units
+/// a second at about 80 sends a second with 10 receipts per send (docs/benchmarks.md).
+pub const MEMBER_SHARDS: u64 = 4;
+
+/// How many partitions hold a conversation's members: a direct conversation's two members write
+/// far below one partition's limit, and reading them stays one Query.
+pub fn member_shards(id: &ConversationId) -> u64 {
+    if id.as_str().starts_with("d-") {
+        1
+    } else {
+        MEMBER_SHARDS
+    }
+}
+
+/// Every partition of a conversation's member items (read all at once: one round trip).
+pub fn members_pks(id: &ConversationId) -> Vec<String> {
+    match member_shards(id) {
+        1 => vec![format!("M#{id}")],
+        n => (0..n).map(|shard| format!("M#{id}#{shard}")).collect(),
+    }
+}
+
+/// The partition of one member's item.
+pub fn members_pk(id: &ConversationId, user: &UserId) -> String {
+    match member_shards(id) {
+        1 => format!("M#{id}"),
+        n => format!("M#{id}#{}", fnv1a(user.as_str()) % n),
+    }
+}
+
+/// FNV-1a, 64 bits: stable across builds and platforms (the shard is part of a stored key), and
+/// even enough over user ids.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 pub fn member_key(id: &ConversationId, user: &UserId) -> Item {
-    key(members_pk(id), member_sk(user))
+    key(members_pk(id, user), member_sk(user))
 }
 
 pub fn message_sk(seq: u64) -> String {
@@ -138,7 +174,7 @@ mod tests {
         // `|` sorts after every other character a user id may have.
         let highest = UserId::parse(&"|".repeat(128)).unwrap();
         let id = ConversationId::parse("d-0123456789abcdef0123456789abcdef").unwrap();
-        assert_ne!(members_pk(&id), conversation_pk(&id));
+        assert_ne!(members_pk(&id, &lowest), conversation_pk(&id));
         assert_eq!(conversation_id_of_pk(&conversation_pk(&id)), Some(id));
         // Member sort keys never collide with the log's, whichever partition a batch read names.
         assert!(CONVERSATION_SK < member_sk(&lowest).as_str());
@@ -148,6 +184,37 @@ mod tests {
         assert!(COMMIT_RECORD_SK < pending_sk("").as_str());
         assert!(pending_sk("ffffffff-ffff-ffff-ffff-ffffffffffff").as_str() < PENDING_END_SK);
         assert!(PENDING_END_SK < FIRST_MESSAGE_SK);
+    }
+
+    #[test]
+    fn a_groups_members_spread_over_its_shards_and_a_direct_conversations_stay_together() {
+        let direct = ConversationId::parse("d-0123456789abcdef0123456789abcdef").unwrap();
+        let group = ConversationId::parse("g-0123456789abcdef0123456789abcdef").unwrap();
+        let users: Vec<UserId> = (0..400)
+            .map(|i| UserId::parse(&format!("user-{i}")).unwrap())
+            .collect();
+        assert_eq!(members_pks(&direct), [format!("M#{direct}")]);
+        assert!(users
+            .iter()
+            .all(|u| members_pk(&direct, u) == format!("M#{direct}")));
+        let shards = members_pks(&group);
+        assert_eq!(shards.len(), MEMBER_SHARDS as usize);
+        let mut counts = vec![0; shards.len()];
+        for u in &users {
+            let pk = members_pk(&group, u);
+            counts[shards
+                .iter()
+                .position(|s| *s == pk)
+                .expect("one of the shards")] += 1;
+        }
+        // Each shard takes its part of the members (100 each on average).
+        assert!(
+            counts.iter().all(|&n| (60..=140).contains(&n)),
+            "{counts:?}"
+        );
+        // The stored layout: the same user lands in the same shard in every build.
+        assert_eq!(fnv1a(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a("a"), 0xaf63_dc4c_8601_ec8c);
     }
 
     #[test]

@@ -363,15 +363,25 @@ impl ChatStore {
             .await
     }
 
-    /// A conversation's member items, in `sk` order: 1 strongly consistent Query, more pages past
-    /// 1 MB (about 2,000 members).
+    /// A conversation's member items, in `sk` order: 1 round trip, a strongly consistent Query of
+    /// each member partition at once (1 for a direct conversation, `keys::MEMBER_SHARDS` for a
+    /// group), more pages past 1 MB (about 2,000 members).
     async fn member_items(
         &self,
         id: &ConversationId,
         projection: Option<&str>,
     ) -> Result<Vec<Item>, ChatError> {
-        self.query_partition(keys::members_pk(id), None, projection)
-            .await
+        let shards = keys::members_pks(id)
+            .into_iter()
+            .map(|pk| self.query_partition(pk, None, projection));
+        let mut items: Vec<Item> = futures::future::try_join_all(shards)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        // The order of one partition, whichever projection (every one names `memberId`).
+        items.sort_by(|a, b| attrs::get_s(a, "memberId").cmp(&attrs::get_s(b, "memberId")));
+        Ok(items)
     }
 
     async fn query_partition(

@@ -33,15 +33,16 @@ pub enum Receipts {
     Elsewhere,
 }
 
-/// Write units the strictness layer recorded on the chat table's partition `key` so far (it sits
-/// in front of DynamoDB Local in this process: `server::dynamodb_partitions`).
-fn partition_write_units(target: &Target, key: &str) -> Option<f64> {
+/// Write units the strictness layer recorded on the chat table's partitions `keys` so far (it
+/// sits in front of DynamoDB Local in this process: `server::dynamodb_partitions`).
+fn partition_write_units(target: &Target, keys: &[String]) -> Option<f64> {
     target.app()?;
     let record = crate::server::dynamodb_partitions()?;
     let units = record["partitions"]
         .as_array()?
         .iter()
-        .filter(|p| p["table"] == "ChatTable" && p["index"].is_null() && p["key"] == key)
+        .filter(|p| p["table"] == "ChatTable" && p["index"].is_null())
+        .filter(|p| keys.iter().any(|k| p["key"] == k.as_str()))
         .filter_map(|p| p["writeUnits"].as_f64())
         .sum();
     Some(units)
@@ -61,7 +62,7 @@ pub fn table() -> Table {
         "DynamoDB calls/send",
         "write units/send",
         "partition write units/send",
-        "member partition write units/send",
+        "member partitions write units/send",
         "DynamoDB ceiling, sends/s",
         "1..N, acks at their seq",
     ])
@@ -115,7 +116,11 @@ pub async fn row(
     if let Some(t) = target.app() {
         t.calls.take_calls();
     }
-    let (log, members) = (format!("C#{c}"), format!("M#{c}"));
+    let id = chat_shared::ConversationId::parse(&c).unwrap();
+    let (log, members) = (
+        vec![chat_shared::store::keys::conversation_pk(&id)],
+        chat_shared::store::keys::members_pks(&id),
+    );
     let units_before =
         partition_write_units(target, &log).zip(partition_write_units(target, &members));
 

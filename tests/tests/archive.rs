@@ -19,6 +19,9 @@ fn settings() -> ArchiveSettings {
         age: Duration::from_secs(3600),
         bucket_seconds: 1,
         shards: 4,
+        // These tests are about what moves, not how fast: the trim unpaced (its pace has a test
+        // of its own).
+        trim_units_per_second: 1_000_000,
     }
 }
 
@@ -613,4 +616,69 @@ async fn the_archiver_finds_due_conversations_through_the_work_list() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert_eq!(answers(&t, &a, &paths).await, before);
+}
+
+/// The write units the strictness layer has recorded on the chat table's partition `pk`.
+fn partition_write_units(pk: &str) -> Option<f64> {
+    let record = server::dynamodb_partitions()?;
+    record["partitions"]
+        .as_array()?
+        .iter()
+        .find(|p| p["table"] == "ChatTable" && p["index"].is_null() && p["key"] == pk)
+        .and_then(|p| p["writeUnits"].as_f64())
+}
+
+#[tokio::test]
+async fn the_trim_leaves_a_busy_conversation_most_of_its_partition() {
+    if server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: the partitions' record needs the strictness layer");
+        return;
+    }
+    let t = TestApp::with_archive(ArchiveSettings {
+        trim_units_per_second: 250,
+        ..settings()
+    })
+    .await;
+    let (a, b) = (unique("a"), unique("b"));
+    let c = t.direct(&a, &b).await;
+    seed(&t, &c, &a, 500).await;
+    let pk = keys::conversation_pk(&id(&c));
+    // Sampled every 100 ms while the archiver moves the 500 messages (1,000 write units of
+    // trim: 500 compact keys, 500 deletes).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (done, pk) = (done.clone(), pk.clone());
+        tokio::spawn(async move {
+            let mut samples = vec![];
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                samples.push(partition_write_units(&pk).unwrap_or(0.0));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            samples
+        })
+    };
+    let started = std::time::Instant::now();
+    let moved = t
+        .archiver()
+        .archive_conversation(&id(&c), &everything(), None)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut samples = sampler.await.unwrap();
+    samples.push(partition_write_units(&pk).unwrap_or(0.0));
+    assert_eq!((moved.messages, moved.deleted), (500, 500));
+    // The busiest second of the move (a shorter move: all of it): the pace (250) and one batch
+    // of 25 beyond it, never the partition's 1,000 that an unpaced trim takes.
+    let busiest = samples
+        .windows(samples.len().clamp(2, 11))
+        .map(|w| w[w.len() - 1] - w[0])
+        .fold(0.0, f64::max);
+    assert!(busiest <= 330.0, "{busiest} write units in one second");
+    assert!(busiest >= 150.0, "the samples saw the trim: {busiest}");
+    assert!(
+        took >= Duration::from_millis(3_800),
+        "{took:?} for 1,000 units"
+    );
+    assert_eq!(walk(&t, &c, &a).await, (1..=500).collect::<Vec<u64>>());
 }

@@ -16,7 +16,8 @@
 //!    it is the winner's, and stops).
 //! 5. **Trim**: per archived message, its key item rewritten compact (`ArchivedKeyItem`), then
 //!    its message item deleted (BatchWriteItem of 25; puts before deletes, so a message item
-//!    still there means its key may still be to compact).
+//!    still there means its key may still be to compact), paced so that the conversation's
+//!    sends keep most of its partition (`ArchiveSettings::trim_units_per_second`).
 //! 6. **Drop** the superseded partial chunk `first-A` (S3 DeleteObject).
 //!
 //! Stopped after any step, every message is readable from one tier or both: a message item is
@@ -53,6 +54,10 @@ pub struct ArchiveSettings {
     pub bucket_seconds: u64,
     /// Partitions per bucket, so that listing stays under a partition's write limit.
     pub shards: u64,
+    /// The write units a second the trim (step 5) may spend on one conversation's log partition,
+    /// whose 1,000 its sends need too: a chunk's trim is about 2,000 units, which unpaced would
+    /// take the whole partition for 2 s and throttle a busy conversation's sends.
+    pub trim_units_per_second: u64,
 }
 
 impl ArchiveSettings {
@@ -60,6 +65,7 @@ impl ArchiveSettings {
         age: Duration::from_secs(90 * 86_400),
         bucket_seconds: 3_600,
         shards: 32,
+        trim_units_per_second: 250,
     };
 
     /// The bucket a message created at `created_at` (RFC 3339) is listed in.
@@ -523,28 +529,68 @@ impl ChatStore {
     }
 
     /// Per archived message: its key item rewritten compact, then its message item deleted (all
-    /// puts before any delete). BatchWriteItem of 25. Returns the message items deleted.
+    /// puts before any delete). BatchWriteItem of 25, one after another, paced at
+    /// `trim_units_per_second`. Returns the message items deleted.
     async fn trim(&self, messages: &[Message], stop: Option<Step>) -> Result<u64, ChatError> {
-        let mut requests = Vec::with_capacity(messages.len() * 2);
+        let mut writes = Vec::with_capacity(messages.len() * 2);
         for m in messages {
-            requests.push(put_request(ArchivedKeyItem::of(m)?)?);
+            // A compact key is ~140 bytes: 1 write unit.
+            writes.push((put_request(ArchivedKeyItem::of(m)?)?, 1));
         }
         for m in messages {
-            requests.push(delete_request(keys::key(
+            let key = keys::key(
                 keys::conversation_pk(&m.conversation_id),
                 keys::message_sk(m.seq),
-            ))?);
+            );
+            writes.push((delete_request(key)?, message_item_write_units(m)));
         }
+        let mut deleted = messages.len() as u64;
         if stop == Some(Step::HalfTrimmed) {
             // Killed halfway: the keys compacted and some of the message items deleted.
             let half = messages.len() + messages.len() / 2;
-            requests.truncate(half);
-            let deleted = (half - messages.len()) as u64;
-            self.batch_write(requests).await?;
-            return Ok(deleted);
+            writes.truncate(half);
+            deleted = (half - messages.len()) as u64;
         }
-        self.batch_write(requests).await?;
-        Ok(messages.len() as u64)
+        let started = std::time::Instant::now();
+        let mut pace = Pace::new(self.archive_settings.trim_units_per_second);
+        for batch in writes.chunks(BATCH_WRITE) {
+            let units = batch.iter().map(|(_, u)| u).sum();
+            self.batch_write(batch.iter().map(|(r, _)| r.clone()).collect())
+                .await?;
+            tokio::time::sleep(pace.wait_after(units, started.elapsed())).await;
+        }
+        Ok(deleted)
+    }
+}
+
+/// Items per BatchWriteItem (DynamoDB's limit).
+const BATCH_WRITE: usize = 25;
+
+/// What deleting a message item costs: DynamoDB bills a delete by the size of the item deleted,
+/// 1 unit per KB started (its attributes and names besides the body are under 300 bytes).
+fn message_item_write_units(m: &Message) -> u64 {
+    (m.body.len() as u64 + 300).div_ceil(1024)
+}
+
+/// Spreads writes at `units_per_second`: after each call, the wait until the units spent so far
+/// are due (no wait while behind). The clock is passed in.
+struct Pace {
+    units_per_second: u64,
+    spent: u64,
+}
+
+impl Pace {
+    fn new(units_per_second: u64) -> Pace {
+        Pace {
+            units_per_second: units_per_second.max(1),
+            spent: 0,
+        }
+    }
+
+    fn wait_after(&mut self, units: u64, elapsed: Duration) -> Duration {
+        self.spent += units;
+        let due = Duration::from_secs_f64(self.spent as f64 / self.units_per_second as f64);
+        due.saturating_sub(elapsed)
     }
 }
 
@@ -605,6 +651,43 @@ mod tests {
         assert_eq!(listing(Some(&second), &second), None);
         // The first record seen of a conversation that had messages (a creation record lost).
         assert_eq!(listing(None, &second), Some(hour));
+    }
+
+    #[test]
+    fn the_trim_is_paced_to_its_units_a_second() {
+        let mut pace = Pace::new(250);
+        // 50 units are due 200 ms after the start: a call that took 50 ms waits 150 ms more.
+        assert_eq!(
+            pace.wait_after(50, Duration::from_millis(50)),
+            Duration::from_millis(150)
+        );
+        // 100 units are due at 400 ms; a slow call already past that waits nothing.
+        assert_eq!(
+            pace.wait_after(50, Duration::from_millis(500)),
+            Duration::ZERO
+        );
+        // Behind does not become ahead: 150 units are due at 600 ms.
+        assert_eq!(
+            pace.wait_after(50, Duration::from_millis(550)),
+            Duration::from_millis(50)
+        );
+        assert_eq!(Pace::new(0).units_per_second, 1);
+    }
+
+    #[test]
+    fn a_message_item_delete_is_billed_by_its_size() {
+        let m = |body: usize| Message {
+            conversation_id: ConversationId::parse("d-0123456789abcdef0123456789abcdef").unwrap(),
+            seq: 1,
+            client_msg_id: "x".into(),
+            sender_id: crate::domain::UserId::parse("u").unwrap(),
+            body: "b".repeat(body),
+            created_at: String::new(),
+        };
+        assert_eq!(message_item_write_units(&m(0)), 1);
+        assert_eq!(message_item_write_units(&m(724)), 1);
+        assert_eq!(message_item_write_units(&m(725)), 2);
+        assert_eq!(message_item_write_units(&m(16_000)), 16);
     }
 
     #[test]

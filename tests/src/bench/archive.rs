@@ -33,6 +33,7 @@ pub async fn run(messages: usize) -> Table {
         age: Duration::from_secs(3600),
         bucket_seconds: 1,
         shards: 4,
+        trim_units_per_second: ArchiveSettings::AWS.trim_units_per_second,
     })
     .await;
     let (a, b) = (unique("a"), unique("b"));

@@ -337,6 +337,22 @@ class TemplateTest(unittest.TestCase):
             self.assertTrue(props.get("SqsManagedSseEnabled") is True or props.get("KmsMasterKeyId"),
                             f"{name}: not encrypted at rest")
 
+    def test_buckets_are_encrypted_private_and_tls_only(self) -> None:
+        buckets = resources_of(self.template, "AWS::S3::Bucket")
+        self.assertTrue(buckets)
+        policies = resources_of(self.template, "AWS::S3::BucketPolicy").values()
+        for name, bucket in buckets.items():
+            props = bucket["Properties"]
+            self.assertTrue(props.get("BucketEncryption"), f"{name}: not encrypted at rest")
+            block = props.get("PublicAccessBlockConfiguration") or {}
+            self.assertEqual(sorted(k for k, v in block.items() if v is True),
+                             ["BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"],
+                             f"{name}: public access not fully blocked")
+            denies = [st for p in policies if ref_name(p["Properties"]["Bucket"]) == name
+                      for st in p["Properties"]["PolicyDocument"]["Statement"]
+                      if st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}]
+            self.assertTrue(denies, f"{name}: needs a policy denying requests without TLS")
+
     # (e) ------------------------------------------------------------------------------------
 
     def http_api(self) -> dict[str, Any]:

@@ -1,21 +1,9 @@
 //! Fanout: Kinesis (events of one conversation per record, in order) → the live WebSocket
-//! connections of the conversation's current members, through the API Gateway Management API
-//! (docs/event-pipeline.md, "Fanout").
-//!
-//! Per batch: records are grouped by conversation; per conversation one Query reads the current
-//! members, ⌈members/100⌉ BatchGetItem their live connections; the frames are planned by
-//! `events::plan::frames_for` (read receipts coalesced; above 200 members the light
-//! `message.new`, consecutive ones coalesced). Each connection gets its frames in order;
-//! connections are served concurrently, at most [`PUSH_CONCURRENCY`] pushes in flight per
-//! invocation.
-//!
-//! Failures are handled per connection (`events::policy`): `410`/`400` delete the record (not a
-//! young one, and only the registration that was read); `429`/`5xx`/`403`/timeouts are ours, so
-//! they are retried here with jitter and, still failing, make the conversation's earliest record
-//! be reported failed (ReportBatchItemFailures), as a failure of the fanout's own reads does:
-//! Lambda delivers it again, and nothing it could not deliver is dropped while acknowledged.
-//! Lambda resumes from that record, so what follows it comes again too: the instance remembers
-//! what each record of such a batch reached (`events::redelivery`) and pushes only the rest.
+//! connections of the conversation's current members, through the API Gateway Management API.
+//! How a batch is served (who is in the conversation, who is online, the frames, the pushes) and
+//! the failure policy per connection: docs/event-pipeline.md, "Fanout". What each part decides
+//! is pure and tested where it lives: `events::plan` (frames), `events::policy` (an answer's
+//! fate), `events::redelivery` (what a record already reached).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;

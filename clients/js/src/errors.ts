@@ -33,18 +33,42 @@ export class SendError extends ChatApiError {
   readonly clientMsgId: string;
 
   constructor(conversationId: string, clientMsgId: string, cause: unknown) {
-    const api = cause instanceof ChatApiError ? cause : undefined;
-    super(
-      api?.status ?? 0,
-      api?.code ?? "client_error",
-      api?.message ?? String(cause instanceof Error ? cause.message : cause),
-      api?.retryAfterMs,
-      { cause },
-    );
+    super(...failure(cause));
     this.name = "SendError";
     this.conversationId = conversationId;
     this.clientMsgId = clientMsgId;
   }
+}
+
+/**
+ * An `edit` or `delete` that failed (after its retries). As with `SendError`: keep `clientChangeId`
+ * and pass it back (`edit(id, seq, body, { clientChangeId })`, `delete(id, seq, { clientChangeId })`)
+ * to try again later: an attempt that was stored after all is answered, not repeated.
+ */
+export class ChangeError extends ChatApiError {
+  readonly conversationId: string;
+  readonly seq: number;
+  readonly clientChangeId: string;
+
+  constructor(conversationId: string, seq: number, clientChangeId: string, cause: unknown) {
+    super(...failure(cause));
+    this.name = "ChangeError";
+    this.conversationId = conversationId;
+    this.seq = seq;
+    this.clientChangeId = clientChangeId;
+  }
+}
+
+/** The ChatApiError fields of whatever a request failed with (status 0, `client_error` if no API answer). */
+function failure(cause: unknown): [number, string, string, number | undefined, { cause: unknown }] {
+  const api = cause instanceof ChatApiError ? cause : undefined;
+  return [
+    api?.status ?? 0,
+    api?.code ?? "client_error",
+    api?.message ?? String(cause instanceof Error ? cause.message : cause),
+    api?.retryAfterMs,
+    { cause },
+  ];
 }
 
 /**

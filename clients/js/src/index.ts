@@ -7,16 +7,20 @@ export type {
   WebSocketConstructor,
   WebSocketLike,
 } from "./client.js";
-export { ChatApiError, SendError, SyncError } from "./errors.js";
+export { ChangeError, ChatApiError, SendError, SyncError } from "./errors.js";
 export {
+  applyChange,
+  applyChanges,
   applyPage,
   forget,
   initialState,
   messageOf,
   missingAfter,
+  missingChangesAfter,
   observe,
+  observeChanges,
   observeReads,
   reduce,
 } from "./state.js";
-export type { ChatState, ConversationPage, ConversationState, Step } from "./state.js";
+export type { ChatState, ConversationChanges, ConversationPage, ConversationState, Step } from "./state.js";
 export type * from "./types.js";

@@ -9,8 +9,24 @@
 // `lastSeq > delivered` alone says messages are missing, and `afterSeq = delivered` fetches exactly
 // them. So duplicates, reordering, drops (then filled) and light payloads all end in the same place:
 // messages delivered once each, in seq order, up to the conversation's lastSeq.
+//
+// Changes to messages (edits, deletions, reactions: SPEC §13) have a second gap-free log, `changeSeq`,
+// kept the same way: a watermark `changed`, changes above it held in `changesAhead`, `lastChange`
+// above it meaning changes are missing (fetched with `afterChange = changed`). One more rule ties the
+// two logs together: a change is delivered only once the message it changes has been (its seq ≤
+// delivered), so the app always holds the message a change is about; a message delivered while
+// changes of it are held comes out with them applied. `applyChange` is how a held message takes a
+// change: the newer state wins (a higher `version`; a tombstone is final), repeats change nothing.
 
-import type { Message, MessageNewEvent, ReadUpdatedEvent, ReadStates, ServerEvent } from "./types.js";
+import type {
+  Change,
+  Message,
+  MessageChange,
+  MessageNewEvent,
+  ReadUpdatedEvent,
+  ReadStates,
+  ServerEvent,
+} from "./types.js";
 
 export interface ConversationState {
   /**
@@ -24,6 +40,12 @@ export interface ConversationState {
   readonly ahead: ReadonlyMap<number, Message>;
   /** Read watermarks per member, as far as this client knows them (they only grow). */
   readonly reads: ReadonlyMap<string, number>;
+  /** Every change with changeSeq ≤ changed has been delivered, in order; `null` until a starting point. */
+  readonly changed: number | null;
+  /** The highest changeSeq known to exist. */
+  readonly lastChange: number;
+  /** Changes received above `changed + 1`, or whose message is not delivered yet, by changeSeq. */
+  readonly changesAhead: ReadonlyMap<number, MessageChange>;
 }
 
 export interface ChatState {
@@ -37,6 +59,8 @@ export interface Step {
   readonly messages: Message[];
   /** Read receipts that moved a watermark this client knew (repeats and stale ones are dropped). */
   readonly reads: ReadUpdatedEvent[];
+  /** Newly deliverable changes, ascending changeSeq per conversation; each after its message. */
+  readonly changes: MessageChange[];
 }
 
 /** A page of history for one conversation (a `GET …/messages` answer plus its conversation id). */
@@ -46,15 +70,28 @@ export interface ConversationPage {
   readonly lastSeq: number;
 }
 
+/** A page of the change log for one conversation (a `GET …/changes` answer plus its conversation id). */
+export interface ConversationChanges {
+  readonly conversationId: string;
+  readonly changes: readonly Change[];
+  readonly lastChange: number;
+}
+
 export function initialState(): ChatState {
   return { conversations: new Map() };
 }
 
 const EMPTY_AHEAD: ReadonlyMap<number, Message> = new Map();
 const EMPTY_READS: ReadonlyMap<string, number> = new Map();
+const EMPTY_CHANGES: ReadonlyMap<number, MessageChange> = new Map();
+const CHANGE_TYPES = new Set(["message.edited", "message.deleted", "reaction.added", "reaction.removed"]);
 
-function emptyConversation(delivered: number | null): ConversationState {
-  return { delivered, lastSeq: delivered ?? 0, ahead: EMPTY_AHEAD, reads: EMPTY_READS };
+function emptyConversation(): ConversationState {
+  return { delivered: null, lastSeq: 0, ahead: EMPTY_AHEAD, reads: EMPTY_READS, changed: null, lastChange: 0, changesAhead: EMPTY_CHANGES };
+}
+
+function done(state: ChatState): Step {
+  return { state, messages: [], reads: [], changes: [] };
 }
 
 function isSeq(n: unknown): n is number {
@@ -71,14 +108,20 @@ export function messageOf(e: MessageNewEvent): Message | null {
   ) {
     return null;
   }
-  return {
-    conversationId: e.conversationId,
-    seq: e.seq,
-    clientMsgId: e.clientMsgId,
-    senderId: e.senderId,
-    body: e.body,
-    createdAt: e.createdAt,
-  };
+  const { type: _, ...message } = e;
+  return message as Message;
+}
+
+/**
+ * A message the app holds, after a change to it (or any newer copy: `{ message }`, e.g. what `edit`
+ * answered): the change's message if it is at least as new, else `held` itself. A higher `version`
+ * wins, a lower one loses, a tombstone is final; at the same version the change's copy wins (its
+ * reactions are the later ones once changes come in order). Idempotent: a repeat changes nothing.
+ */
+export function applyChange(held: Message, change: { message?: Message }): Message {
+  const m = change.message;
+  if (!m || m.seq !== held.seq || m.conversationId !== held.conversationId) return held;
+  return held.deleted || (m.version ?? 1) < (held.version ?? 1) ? held : m;
 }
 
 function withConversation(state: ChatState, id: string, conv: ConversationState): ChatState {
@@ -91,15 +134,10 @@ function withConversation(state: ChatState, id: string, conv: ConversationState)
  * Takes one message (or, with `message` null, just the news that `seq` exists) into a conversation,
  * then delivers whatever became contiguous.
  */
-function takeMessage(
-  conv: ConversationState | undefined,
-  seq: number,
-  message: Message | null,
-  out: Message[],
-): ConversationState {
+function takeMessage(conv: ConversationState | undefined, seq: number, message: Message | null, out: Step): ConversationState {
   // First sight of a conversation through a live event: start from this message. (Conversations the
   // app listed or opened through the REST API already have a starting point; see `observe`.)
-  const base = conv ?? emptyConversation(null);
+  const base = conv ?? emptyConversation();
   const delivered = base.delivered ?? seq - 1;
   const lastSeq = Math.max(base.lastSeq, seq, delivered);
   if (seq <= delivered || message === null || base.ahead.has(seq)) {
@@ -110,48 +148,103 @@ function takeMessage(
   return drain({ ...base, delivered, lastSeq, ahead }, out);
 }
 
-/** Moves the contiguous run above `delivered` out of `ahead` into `out`. */
-function drain(conv: ConversationState, out: Message[]): ConversationState {
-  let delivered = conv.delivered;
-  if (delivered === null || !conv.ahead.has(delivered + 1)) return conv;
-  const ahead = new Map(conv.ahead);
-  for (let next = ahead.get(delivered + 1); next !== undefined; next = ahead.get(delivered + 1)) {
-    out.push(next);
-    ahead.delete(delivered + 1);
-    delivered += 1;
-  }
-  return { ...conv, delivered, ahead: ahead.size === 0 ? EMPTY_AHEAD : ahead };
+/**
+ * Takes one change (or, with `change` null, just the news that `changeSeq` exists: a light push) into
+ * a conversation, then delivers whatever became deliverable. A change of message `seq` also says
+ * that message exists.
+ */
+function takeChange(
+  conv: ConversationState | undefined,
+  changeSeq: number,
+  seq: number,
+  change: MessageChange | null,
+  out: Step,
+): ConversationState {
+  const base = conv ?? emptyConversation();
+  const changed = base.changed ?? changeSeq - 1;
+  const next = {
+    ...base,
+    changed,
+    lastChange: Math.max(base.lastChange, changeSeq, changed),
+    lastSeq: base.delivered === null ? base.lastSeq : Math.max(base.lastSeq, seq),
+  };
+  if (changeSeq <= changed || change === null || base.changesAhead.has(changeSeq)) return next;
+  const changesAhead = new Map(base.changesAhead);
+  changesAhead.set(changeSeq, change);
+  return drain({ ...next, changesAhead }, out);
 }
 
-/** Applies one push event (docs/api.md §15.2). Membership events change nothing here: the client passes them on. */
+/**
+ * Moves the contiguous run above `delivered` out of `ahead` into `out.messages` (each with the changes
+ * held for it applied), then the changes that became deliverable into `out.changes`: the run above
+ * `changed` whose messages have been delivered.
+ */
+function drain(conv: ConversationState, out: Step): ConversationState {
+  let { delivered, changed } = conv;
+  const ahead = new Map(conv.ahead);
+  const changesAhead = new Map(conv.changesAhead);
+  if (delivered !== null) {
+    for (let next = ahead.get(delivered + 1); next !== undefined; next = ahead.get(delivered + 1)) {
+      const seq = next.seq;
+      out.messages.push(
+        [...changesAhead.values()]
+          .filter((c) => c.seq === seq)
+          .sort((a, b) => a.changeSeq - b.changeSeq)
+          .reduce(applyChange, next),
+      );
+      ahead.delete(++delivered);
+    }
+  }
+  if (changed !== null) {
+    for (let c = changesAhead.get(changed + 1); c && (delivered === null || c.seq <= delivered); c = changesAhead.get(changed + 1)) {
+      out.changes.push(c);
+      changesAhead.delete(++changed);
+    }
+  }
+  return {
+    ...conv,
+    delivered,
+    changed,
+    ahead: ahead.size === 0 ? EMPTY_AHEAD : ahead,
+    changesAhead: changesAhead.size === 0 ? EMPTY_CHANGES : changesAhead,
+  };
+}
+
+/** Applies one push event (docs/api.md §15.2, SPEC §13). Membership events change nothing here: the client passes them on. */
 export function reduce(state: ChatState, event: ServerEvent): Step {
-  const messages: Message[] = [];
-  const reads: ReadUpdatedEvent[] = [];
+  const out = done(state);
   const id = event.conversationId;
-  if (typeof id !== "string") return { state, messages, reads };
+  if (typeof id !== "string") return out;
   const conv = state.conversations.get(id);
 
   if (event.type === "message.new") {
-    if (!isSeq(event.seq) || event.seq === 0) return { state, messages, reads };
-    const next = takeMessage(conv, event.seq, messageOf(event), messages);
-    return { state: withConversation(state, id, next), messages, reads };
+    if (!isSeq(event.seq) || event.seq === 0) return out;
+    return { ...out, state: withConversation(state, id, takeMessage(conv, event.seq, messageOf(event), out)) };
   }
 
   if (event.type === "read.updated") {
-    if (!isSeq(event.lastReadSeq) || typeof event.userId !== "string") return { state, messages, reads };
-    const base = conv ?? emptyConversation(null);
+    if (!isSeq(event.lastReadSeq) || typeof event.userId !== "string") return out;
+    const base = conv ?? emptyConversation();
     const known = base.reads.get(event.userId);
-    if (known !== undefined && known >= event.lastReadSeq) return { state, messages, reads };
+    if (known !== undefined && known >= event.lastReadSeq) return out;
     const nextReads = new Map(base.reads);
     nextReads.set(event.userId, event.lastReadSeq);
     // A watermark never exceeds lastSeq, so a receipt for N also says message N exists: if its push
     // was lost, the gap shows here instead of waiting for the next message.
     const lastSeq = base.delivered === null ? base.lastSeq : Math.max(base.lastSeq, event.lastReadSeq);
-    reads.push(event);
-    return { state: withConversation(state, id, { ...base, lastSeq, reads: nextReads }), messages, reads };
+    out.reads.push(event);
+    return { ...out, state: withConversation(state, id, { ...base, lastSeq, reads: nextReads }) };
   }
 
-  return { state, messages, reads };
+  if (CHANGE_TYPES.has(event.type) && "changeSeq" in event) {
+    const { changeSeq, seq, message } = event;
+    if (!isSeq(changeSeq) || changeSeq === 0 || !isSeq(seq) || seq === 0) return out;
+    // The light form (no message, or not this one) only says the change exists: it is fetched.
+    const full = typeof message === "object" && message !== null && message.seq === seq && message.conversationId === id;
+    return { ...out, state: withConversation(state, id, takeChange(conv, changeSeq, seq, full ? (event as MessageChange) : null, out)) };
+  }
+
+  return out;
 }
 
 /**
@@ -160,16 +253,33 @@ export function reduce(state: ChatState, event: ServerEvent): Step {
  * reveal more to fetch.
  */
 export function applyPage(state: ChatState, page: ConversationPage): Step {
-  const messages: Message[] = [];
+  const out = done(state);
   let conv = state.conversations.get(page.conversationId);
   for (const m of page.messages) {
-    if (m.conversationId === page.conversationId && isSeq(m.seq) && m.seq > 0) {
-      conv = takeMessage(conv, m.seq, m, messages);
+    if (m.conversationId === page.conversationId && isSeq(m.seq) && m.seq > 0) conv = takeMessage(conv, m.seq, m, out);
+  }
+  conv ??= emptyConversation();
+  if (isSeq(page.lastSeq) && page.lastSeq > conv.lastSeq) conv = { ...conv, lastSeq: page.lastSeq };
+  return { ...out, state: withConversation(state, page.conversationId, conv) };
+}
+
+/**
+ * Applies a page of the change log fetched to fill a gap (`afterChange = changed`) or to fetch light
+ * changes: its changes are delivered from `changed + 1` on (each once its message is), and its
+ * `lastChange` may reveal more to fetch.
+ */
+export function applyChanges(state: ChatState, page: ConversationChanges): Step {
+  const out = done(state);
+  const conversationId = page.conversationId;
+  let conv = state.conversations.get(conversationId);
+  for (const c of page.changes) {
+    if (isSeq(c.changeSeq) && c.changeSeq > 0 && isSeq(c.seq) && c.seq > 0 && c.message?.seq === c.seq) {
+      conv = takeChange(conv, c.changeSeq, c.seq, { ...c, conversationId }, out);
     }
   }
-  conv ??= emptyConversation(null);
-  if (isSeq(page.lastSeq) && page.lastSeq > conv.lastSeq) conv = { ...conv, lastSeq: page.lastSeq };
-  return { state: withConversation(state, page.conversationId, conv), messages, reads: [] };
+  conv ??= emptyConversation();
+  if (isSeq(page.lastChange) && page.lastChange > conv.lastChange) conv = { ...conv, lastChange: page.lastChange };
+  return { ...out, state: withConversation(state, conversationId, conv) };
 }
 
 /**
@@ -179,35 +289,38 @@ export function applyPage(state: ChatState, page: ConversationPage): Step {
  * app has its summary; messages after it are news). For a known conversation, `through` moves the
  * watermark up (the app has those messages already) and a higher `lastSeq` marks a gap to fill.
  */
-export function observe(
-  state: ChatState,
-  conversationId: string,
-  lastSeq: number,
-  through?: number,
-): Step {
-  const messages: Message[] = [];
-  if (!isSeq(lastSeq)) return { state, messages, reads: [] };
-  const known = state.conversations.get(conversationId);
-  const base = known ?? emptyConversation(null);
-  let delivered = base.delivered;
-  if (delivered === null) delivered = through ?? lastSeq;
-  else if (through !== undefined && through > delivered) delivered = through;
-  let ahead = base.ahead;
-  if (ahead.size > 0 && delivered !== base.delivered) {
-    const kept = new Map<number, Message>();
-    for (const [seq, m] of ahead) if (seq > delivered) kept.set(seq, m);
-    ahead = kept;
-  }
+export function observe(state: ChatState, conversationId: string, lastSeq: number, through?: number): Step {
+  return watch(state, conversationId, lastSeq, through, false);
+}
+
+/** The same as `observe` for the change log: a summary's `lastChange`, or a changes page the app fetched. */
+export function observeChanges(state: ChatState, conversationId: string, lastChange: number, through?: number): Step {
+  return watch(state, conversationId, lastChange, through, true);
+}
+
+function watch(state: ChatState, conversationId: string, last: number, through: number | undefined, changes: boolean): Step {
+  const out = done(state);
+  if (!isSeq(last)) return out;
+  const base = state.conversations.get(conversationId) ?? emptyConversation();
+  const was = changes ? base.changed : base.delivered;
+  let mark = was;
+  if (mark === null) mark = through ?? last;
+  else if (through !== undefined && through > mark) mark = through;
+  const held: ReadonlyMap<number, unknown> = changes ? base.changesAhead : base.ahead;
+  const kept = new Map([...held].filter(([k]) => mark === was || k > mark!));
+  const high = Math.max(changes ? base.lastChange : base.lastSeq, last, mark);
   const conv = drain(
-    { ...base, delivered, ahead, lastSeq: Math.max(base.lastSeq, lastSeq, delivered) },
-    messages,
+    changes
+      ? { ...base, changed: mark, changesAhead: kept as Map<number, MessageChange>, lastChange: high }
+      : { ...base, delivered: mark, ahead: kept as Map<number, Message>, lastSeq: high },
+    out,
   );
-  return { state: withConversation(state, conversationId, conv), messages, reads: [] };
+  return { ...out, state: withConversation(state, conversationId, conv) };
 }
 
 /** Takes in every member's watermark from `GET …/reads` (no events: the app has the answer). */
 export function observeReads(state: ChatState, r: ReadStates): ChatState {
-  const base = state.conversations.get(r.conversationId) ?? emptyConversation(null);
+  const base = state.conversations.get(r.conversationId) ?? emptyConversation();
   const reads = new Map(base.reads);
   for (const m of r.members) {
     if (isSeq(m.lastReadSeq) && (reads.get(m.userId) ?? -1) < m.lastReadSeq) reads.set(m.userId, m.lastReadSeq);
@@ -232,4 +345,16 @@ export function missingAfter(state: ChatState, conversationId: string): number |
   const conv = state.conversations.get(conversationId);
   if (!conv || conv.delivered === null || conv.lastSeq <= conv.delivered) return null;
   return conv.delivered;
+}
+
+/**
+ * The `afterChange` to fetch for a conversation, or null when no change is missing: the first known
+ * change above the watermark that the client does not hold, minus one. (Changes held only because
+ * their message is not delivered yet are not fetched again: the message's gap fill frees them.)
+ */
+export function missingChangesAfter(state: ChatState, conversationId: string): number | null {
+  const conv = state.conversations.get(conversationId);
+  if (!conv || conv.changed === null) return null;
+  for (let k = conv.changed + 1; k <= conv.lastChange; k++) if (!conv.changesAhead.has(k)) return k - 1;
+  return null;
 }

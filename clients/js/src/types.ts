@@ -13,6 +13,13 @@ export interface Conversation {
   lastSeq: number;
   createdAt: string;
   lastMessageAt: string | null;
+  /** The conversation's newest changeSeq (SPEC §13), 0 when none. */
+  lastChange: number;
+}
+
+export interface ReactionCount {
+  reaction: string;
+  count: number;
 }
 
 export interface Message {
@@ -20,8 +27,93 @@ export interface Message {
   seq: number;
   clientMsgId: string;
   senderId: string;
+  /** `""` once deleted. */
   body: string;
   createdAt: string;
+  /** 1 = never edited, +1 per edit. */
+  version: number;
+  /** When it was last edited; absent if never. */
+  editedAt?: string;
+  /** A tombstone: `body` is `""` and there are no reactions. */
+  deleted?: boolean;
+  /** Counts per reaction; absent when none. */
+  reactions?: ReactionCount[];
+}
+
+export type ChangeType = "message.edited" | "message.deleted" | "reaction.added" | "reaction.removed";
+
+/** One entry of a conversation's change log (`GET /conversations/{id}/changes`). */
+export interface Change {
+  /** Gap-free per conversation: 1, 2, 3 … */
+  changeSeq: number;
+  type: ChangeType;
+  /** The message it changed. */
+  seq: number;
+  /** Who made the change. */
+  userId: string;
+  /** Reactions only. */
+  reaction?: string;
+  at: string;
+  /** The message as it is after the change. */
+  message: Message;
+}
+
+/**
+ * What the "change" event hands over: a change with its conversation and the message after it.
+ * `userId`, `reaction` and `at` are there when the server sent them (always for changes fetched
+ * from `/changes`; a push carries at least `conversationId`, `changeSeq`, `seq` and `message`).
+ */
+export interface MessageChange {
+  conversationId: string;
+  changeSeq: number;
+  type: ChangeType;
+  seq: number;
+  message: Message;
+  userId?: string;
+  reaction?: string;
+  at?: string;
+}
+
+/** `GET /conversations/{id}/changes`: ascending changeSeq. */
+export interface ChangesPage {
+  changes: Change[];
+  lastChange: number;
+  hasMore: boolean;
+}
+
+export interface ChangesOptions {
+  /** The changes with `changeSeq > afterChange` (default 0: from the start). */
+  afterChange?: number;
+  /** 1–100. */
+  limit?: number;
+}
+
+/** The answer of adding or removing a reaction. */
+export interface ReactionsResult {
+  conversationId: string;
+  seq: number;
+  reactions: ReactionCount[];
+}
+
+/** One member's reaction, in `GET …/messages/{seq}/reactions` (who reacted). */
+export interface Reactor {
+  userId: string;
+  reaction: string;
+  at?: string;
+}
+
+/** `GET /conversations/{id}/messages/{seq}/reactions`: who reacted, paged. */
+export interface ReactorsPage {
+  reactions: Reactor[];
+  nextCursor: string | null;
+}
+
+export interface ReactorsOptions {
+  /** Only this reaction. */
+  reaction?: string;
+  limit?: number;
+  /** `nextCursor` of the previous page. */
+  cursor?: string | null;
 }
 
 /** `GET /conversations/{id}/messages`: `messages` ascending by seq; `hasMore` in the direction of travel. */
@@ -78,6 +170,8 @@ export interface InboxEntry {
   unreadCount: number;
   lastMessageAt: string | null;
   lastMessage?: InboxLastMessage | null;
+  /** The conversation's newest changeSeq, 0 when none. */
+  lastChange: number;
 }
 
 export interface InboxPage {
@@ -110,6 +204,25 @@ export interface MessageNewEvent {
   clientMsgId?: string;
   body?: string;
   createdAt?: string;
+  version?: number;
+  editedAt?: string;
+  deleted?: boolean;
+  reactions?: ReactionCount[];
+}
+
+/**
+ * A change to a message (SPEC §13): with the message as it is now, or, for groups of more than 200
+ * members, the light form `{type, conversationId, changeSeq, seq}` (the client fetches `/changes`).
+ */
+export interface MessageChangedEvent {
+  type: ChangeType;
+  conversationId: string;
+  changeSeq: number;
+  seq: number;
+  message?: Message;
+  userId?: string;
+  reaction?: string;
+  at?: string;
 }
 
 export interface ReadUpdatedEvent {
@@ -125,6 +238,6 @@ export interface MembersEvent {
   userIds: string[];
 }
 
-export type ServerEvent = MessageNewEvent | ReadUpdatedEvent | MembersEvent;
+export type ServerEvent = MessageNewEvent | MessageChangedEvent | ReadUpdatedEvent | MembersEvent;
 
 export type ConnectionState = "connecting" | "open" | "closed";

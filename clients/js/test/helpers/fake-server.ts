@@ -2,7 +2,7 @@
 // routes the SDK calls, and a `WebSocket` class whose sockets the test pushes events into. Bearer
 // tokens are simply the user id. Tests inject failures with `failNext`, and read the request log.
 
-import type { Conversation, Message, ServerEvent } from "../../src/index.js";
+import type { Change, ChangeType, Conversation, Message, ServerEvent } from "../../src/index.js";
 import type { WebSocketLike } from "../../src/client.js";
 
 interface StoredConversation {
@@ -14,6 +14,11 @@ interface StoredConversation {
   reads: Map<string, number>;
   createdAt: string;
   byClientMsgId: Map<string, Message>;
+  /** The change log (SPEC §13): entry N has changeSeq N + 1. */
+  changes: Change[];
+  /** Who reacted with what, per message seq. */
+  reactors: Map<number, Map<string, Set<string>>>;
+  byClientChangeId: Map<string, { body?: string; message: Message }>;
 }
 
 export interface LoggedRequest {
@@ -45,8 +50,10 @@ export class FakeChatServer {
   private ids = 0;
   /** While true, new sockets fail to open (as when the network is down). */
   refuseConnections = false;
-  /** Also push each message sent through the REST API to the members' open sockets. */
+  /** Also push each message sent through the REST API (and each change) to the members' open sockets. */
   autoPush = false;
+  /** Push changes in the light form `{type, conversationId, changeSeq, seq}`. */
+  lightChanges = false;
 
   readonly fetch: typeof fetch = async (input, init) => this.handle(String(input), init ?? {});
 
@@ -79,6 +86,9 @@ export class FakeChatServer {
       reads: new Map(memberIds.map((m) => [m, 0])),
       createdAt: this.now(),
       byClientMsgId: new Map(),
+      changes: [],
+      reactors: new Map(),
+      byClientChangeId: new Map(),
     });
     return id;
   }
@@ -93,12 +103,69 @@ export class FakeChatServer {
       senderId,
       body,
       createdAt: this.now(),
+      version: 1,
     };
     c.messages.push(m);
     c.byClientMsgId.set(m.clientMsgId, m);
     c.reads.set(senderId, m.seq);
     if (this.autoPush) for (const u of c.memberIds) this.push(u, { type: "message.new", ...m });
     return m;
+  }
+
+  /**
+   * Changes a message as the server would (SPEC §13) and logs the change; returns it, or null when
+   * nothing changed (a deleted message's repeat delete, a reaction the user already has or has not).
+   */
+  change(conversationId: string, seq: number, type: ChangeType, userId: string, arg = ""): Change | null {
+    const c = this.conversations.get(conversationId)!;
+    const old = c.messages[seq - 1]!;
+    let m: Message;
+    if (type === "message.edited") {
+      if (old.deleted) return null;
+      m = { ...old, body: arg, version: old.version + 1, editedAt: this.now() };
+    } else if (type === "message.deleted") {
+      if (old.deleted) return null;
+      const { reactions: _, ...rest } = old;
+      m = { ...rest, body: "", deleted: true };
+      c.reactors.delete(seq);
+    } else {
+      if (old.deleted) return null;
+      const byReaction = c.reactors.get(seq) ?? new Map<string, Set<string>>();
+      c.reactors.set(seq, byReaction);
+      const users = byReaction.get(arg) ?? new Set<string>();
+      if ((type === "reaction.added") === users.has(userId)) return null;
+      if (type === "reaction.added") users.add(userId);
+      else users.delete(userId);
+      byReaction.set(arg, users);
+      const reactions = [...byReaction].filter(([, u]) => u.size > 0).map(([reaction, u]) => ({ reaction, count: u.size }));
+      const { reactions: _, ...rest } = old;
+      m = reactions.length > 0 ? { ...rest, reactions } : rest;
+    }
+    c.messages[seq - 1] = m;
+    const change: Change = {
+      changeSeq: c.changes.length + 1,
+      type,
+      seq,
+      userId,
+      ...(type.startsWith("reaction.") ? { reaction: arg } : {}),
+      at: this.now(),
+      message: m,
+    };
+    c.changes.push(change);
+    if (this.autoPush) for (const u of c.memberIds) this.push(u, this.changeEvent(conversationId, change));
+    return change;
+  }
+
+  /** The push of a change: full, or light when `lightChanges`. */
+  changeEvent(conversationId: string, change: Change): Record<string, unknown> {
+    const { type, changeSeq, seq, message } = change;
+    return this.lightChanges ? { type, conversationId, changeSeq, seq } : { type, conversationId, changeSeq, seq, message };
+  }
+
+  changeRequests(conversationId?: string): LoggedRequest[] {
+    return this.requests.filter(
+      (r) => r.method === "GET" && /\/changes$/.test(r.path) && (!conversationId || r.path.includes(`/${conversationId}/`)),
+    );
   }
 
   /** Sends an event (or a raw frame) to every open socket of `userId`. */
@@ -156,7 +223,14 @@ export class FakeChatServer {
     const sub = parts[2];
     if (sub === undefined && r.method === "GET") return json(200, this.view(c));
     if (sub === "messages" && r.method === "POST") return this.send(c, r);
-    if (sub === "messages" && r.method === "GET") return this.history(c, r);
+    if (sub === "messages" && r.method === "GET" && parts.length === 3) return this.history(c, r);
+    if (sub === "messages" && parts.length >= 4) return this.messageRoute(c, r, parts);
+    if (sub === "changes" && r.method === "GET") {
+      const after = Number(r.query.get("afterChange") ?? 0);
+      const limit = Number(r.query.get("limit") ?? 50);
+      const rest = c.changes.filter((x) => x.changeSeq > after);
+      return json(200, { changes: rest.slice(0, limit), lastChange: c.changes.length, hasMore: rest.length > limit });
+    }
     if (sub === "read" && r.method === "POST") {
       const seq = (r.body as { seq: number }).seq;
       const before = c.reads.get(r.user) ?? 0;
@@ -183,6 +257,38 @@ export class FakeChatServer {
     if (sub === "members" && r.method === "DELETE" && parts.length === 4) {
       c.memberIds = c.memberIds.filter((m) => m !== parts[3]);
       return new Response(null, { status: 204 });
+    }
+    return error(404, "not_found", "no such route");
+  }
+
+  /** `…/messages/{seq}` (PATCH, DELETE) and `…/messages/{seq}/reactions[/{reaction}]` (PUT, DELETE, GET). */
+  private messageRoute(c: StoredConversation, r: LoggedRequest, parts: string[]): Response {
+    const seq = Number(parts[3]);
+    const m = c.messages[seq - 1];
+    if (!Number.isSafeInteger(seq) || !m) return error(404, "not_found", "message not found");
+    if (parts.length === 4 && (r.method === "PATCH" || r.method === "DELETE")) {
+      const id = r.method === "PATCH" ? (r.body as { clientChangeId: string }).clientChangeId : r.query.get("clientChangeId");
+      const body = r.method === "PATCH" ? (r.body as { body: string }).body : undefined;
+      if (!id) return error(400, "invalid_request", "clientChangeId is required");
+      const replay = c.byClientChangeId.get(id);
+      if (replay) return replay.body === body ? json(200, replay.message) : error(409, "conflict", "clientChangeId reused");
+      if (m.senderId !== r.user) return error(403, "forbidden", "not your message");
+      if (body !== undefined && m.deleted) return error(409, "conflict", "message is deleted");
+      this.change(c.conversationId, seq, body !== undefined ? "message.edited" : "message.deleted", r.user, body);
+      const message = c.messages[seq - 1]!;
+      c.byClientChangeId.set(id, { ...(body !== undefined ? { body } : {}), message });
+      return json(200, message);
+    }
+    if (parts[4] === "reactions" && parts.length === 6 && (r.method === "PUT" || r.method === "DELETE")) {
+      this.change(c.conversationId, seq, r.method === "PUT" ? "reaction.added" : "reaction.removed", r.user, parts[5]);
+      return json(200, { conversationId: c.conversationId, seq, reactions: c.messages[seq - 1]!.reactions ?? [] });
+    }
+    if (parts[4] === "reactions" && parts.length === 5 && r.method === "GET") {
+      const only = r.query.get("reaction");
+      const reactions = [...(c.reactors.get(seq) ?? [])]
+        .filter(([reaction]) => only === null || reaction === only)
+        .flatMap(([reaction, users]) => [...users].map((userId) => ({ userId, reaction })));
+      return json(200, { reactions, nextCursor: null });
     }
     return error(404, "not_found", "no such route");
   }
@@ -249,6 +355,7 @@ export class FakeChatServer {
         unreadCount: c.messages.length - lastReadSeq,
         lastMessageAt: last?.createdAt ?? null,
         lastMessage: last ? { seq: last.seq, senderId: last.senderId, body: last.body.slice(0, 200), createdAt: last.createdAt } : null,
+        lastChange: c.changes.length,
       };
     });
     const next = start + limit < mine.length ? String(start + limit) : null;
@@ -265,6 +372,7 @@ export class FakeChatServer {
       lastSeq: c.messages.length,
       createdAt: c.createdAt,
       lastMessageAt: c.messages.at(-1)?.createdAt ?? null,
+      lastChange: c.changes.length,
     };
   }
 }

@@ -1,19 +1,27 @@
-// The pure state module: examples, then the property (issue 10): a stale state plus any interleaving
-// of duplicated, reordered and dropped events, followed by the SDK's gap fill against a server,
-// delivers exactly what a fresh fetch holds, once each, in order.
+// The pure state module: examples, then the property (issue 10, and issue 19 for SPEC §13's changes):
+// a stale state plus any interleaving of duplicated, reordered and dropped message and change events,
+// followed by the SDK's gap fill against a server, delivers exactly what a fresh fetch holds, once
+// each, in order: every message in its current version, every change once, in changeSeq order.
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import {
+  applyChange,
+  applyChanges,
   applyPage,
   initialState,
   missingAfter,
+  missingChangesAfter,
   observe,
+  observeChanges,
   observeReads,
   reduce,
+  type Change,
+  type ChangeType,
   type ChatState,
   type Message,
+  type MessageChange,
   type ReadUpdatedEvent,
   type ServerEvent,
   type Step,
@@ -27,6 +35,7 @@ function msg(conversationId: string, seq: number): Message {
     senderId: seq % 2 ? "alice" : "bob",
     body: `${conversationId} #${seq}`,
     createdAt: new Date(Date.UTC(2026, 0, 1, 0, 0, seq)).toISOString(),
+    version: 1,
   };
 }
 const full = (m: Message): ServerEvent => ({ type: "message.new", ...m });
@@ -126,116 +135,325 @@ describe("observe", () => {
   });
 });
 
+const edited = (m: Message, body: string, version = m.version + 1): Message => ({ ...m, body, version, editedAt: "2026-01-02T00:00:00.000Z" });
+const tomb = (m: Message): Message => ({ ...m, body: "", deleted: true });
+const change = (conversationId: string, changeSeq: number, message: Message, type: ChangeType = "message.edited"): ServerEvent => ({
+  type,
+  conversationId,
+  changeSeq,
+  seq: message.seq,
+  message,
+});
+const changeSeqs = (cs: MessageChange[]) => cs.map((c) => c.changeSeq);
+function runAll(state: ChatState, events: ServerEvent[]) {
+  const messages: Message[] = [];
+  const changes: MessageChange[] = [];
+  for (const e of events) {
+    const step = reduce(state, e);
+    state = step.state;
+    messages.push(...step.messages);
+    changes.push(...step.changes);
+  }
+  return { state, messages, changes };
+}
+
+describe("changes (SPEC §13)", () => {
+  const start = () => observeChanges(observe(initialState(), "c", 3).state, "c", 2).state;
+
+  it("delivers each change once, in changeSeq order; a gap is filled with afterChange", () => {
+    const m2 = msg("c", 2);
+    const out = runAll(start(), [change("c", 3, edited(m2, "a")), change("c", 5, edited(m2, "c", 4)), change("c", 3, edited(m2, "a"))]);
+    assert.deepEqual(changeSeqs(out.changes), [3]);
+    assert.equal(missingChangesAfter(out.state, "c"), 3, "holding 3, seeing 5: fetch afterChange=3");
+    const page: Change[] = [4, 5].map((k) => ({ changeSeq: k, type: "message.edited", seq: 2, userId: "bob", at: "x", message: edited(m2, String(k), k - 1) }));
+    const filled = applyChanges(out.state, { conversationId: "c", changes: page, lastChange: 5 });
+    assert.deepEqual(changeSeqs(filled.changes), [4, 5]);
+    assert.equal(filled.changes[0]!.conversationId, "c", "a fetched change gets its conversation id");
+    assert.equal(missingChangesAfter(filled.state, "c"), null);
+    assert.equal(filled.state.conversations.get("c")!.changesAhead.size, 0);
+  });
+
+  it("a light change is fetched; a summary's higher lastChange is a gap", () => {
+    const s = reduce(start(), { type: "reaction.added", conversationId: "c", changeSeq: 3, seq: 1 }).state;
+    assert.equal(missingChangesAfter(s, "c"), 2);
+    assert.equal(missingChangesAfter(observeChanges(start(), "c", 9).state, "c"), 2);
+    assert.equal(observeChanges(start(), "c", 9, 9).state.conversations.get("c")!.changed, 9, "changes the app fetched count as held");
+  });
+
+  it("holds a change until its message is delivered, and delivers the message with it applied", () => {
+    const m5 = msg("c", 5);
+    const a = runAll(start(), [change("c", 3, tomb(m5), "message.deleted")]);
+    assert.deepEqual(a.changes, [], "message 5 is not delivered yet");
+    assert.equal(missingAfter(a.state, "c"), 3, "a change of seq 5 says message 5 exists");
+    assert.equal(missingChangesAfter(a.state, "c"), null, "the held change is not fetched again");
+    // The late push of message 5 (as it was sent) comes out as the tombstone, then its change.
+    const b = runAll(a.state, [full(msg("c", 4)), full(m5)]);
+    assert.deepEqual(b.messages, [msg("c", 4), tomb(m5)]);
+    assert.deepEqual(changeSeqs(b.changes), [3]);
+  });
+
+  it("applyChange: the newer state wins, a tombstone is final, repeats change nothing", () => {
+    const m = msg("c", 1);
+    const v2 = edited(m, "two");
+    assert.equal(applyChange(m, { message: v2 }), v2);
+    assert.equal(applyChange(v2, { message: m }), v2, "an older version loses");
+    assert.equal(applyChange(applyChange(v2, { message: v2 }), { message: v2 }), v2);
+    const liked = { ...v2, reactions: [{ reaction: "👍", count: 1 }] };
+    assert.equal(applyChange(v2, { message: liked }), liked, "same version: the change's reactions");
+    const t = tomb(v2);
+    assert.equal(applyChange(t, { message: liked }), t, "a tombstone is final");
+    assert.equal(applyChange(t, { message: edited(v2, "later") }), t);
+    assert.equal(applyChange(m, { message: msg("c", 2) }), m, "another message's change is ignored");
+    assert.equal(applyChange(m, { message: msg("d", 1) }), m);
+  });
+
+  it("ignores malformed change events", () => {
+    const s0 = start();
+    for (const bad of [{ changeSeq: 0 }, { changeSeq: -1 }, { changeSeq: 1.5 }, { seq: 0 }, { seq: "1" }]) {
+      const e = { type: "message.edited", conversationId: "c", changeSeq: 3, seq: 1, message: msg("c", 1), ...bad } as unknown as ServerEvent;
+      assert.equal(reduce(s0, e).state, s0, JSON.stringify(bad));
+    }
+  });
+});
+
 // ---------------------------------------------------------------------------------------------
 // The property
 // ---------------------------------------------------------------------------------------------
 
-/** The server: each conversation's messages 1..N and members' watermarks. */
-interface World {
-  messages: Map<string, Message[]>;
+const CONVERSATIONS = ["a", "b", "c"];
+const USERS = ["alice", "bob", "carol"];
+const REACTIONS = ["👍", "❤️"];
+
+/** What happens on the server, in order: a send, or a change of the message `target` picks (0: the newest). */
+type Op =
+  | { kind: "send" }
+  | { kind: "edit" | "delete"; target: number }
+  | { kind: "react" | "unreact"; target: number; user: number; reaction: number };
+
+/**
+ * The server of one conversation, advancing one op at a time: its messages as they are now, its
+ * change log, and what each push carried (a message as sent; a change's message right after it).
+ * Its change log answers with the message right after each change, or (`current`) as it is now;
+ * either way a deleted message's content is gone from it.
+ */
+class Server {
+  readonly messages: Message[] = [];
+  readonly changes: Change[] = [];
+  readonly sent: Message[] = [];
+  private readonly reactors = new Map<number, Map<string, Set<string>>>();
+  private done = 0;
+  constructor(
+    readonly id: string,
+    private readonly ops: Op[],
+    private readonly current: boolean,
+  ) {}
+
+  get finished(): boolean {
+    return this.done >= this.ops.length;
+  }
+
+  advance(): void {
+    const op = this.ops[this.done++];
+    if (!op) return;
+    const n = this.messages.length;
+    if (op.kind === "send" || n === 0) {
+      const m = msg(this.id, n + 1);
+      this.messages.push(m);
+      this.sent.push(m);
+      return;
+    }
+    const seq = n - (op.target % n); // target 0 is the newest message
+
+    const old = this.messages[seq - 1]!;
+    if (old.deleted) return; // edit: 409; delete again, reactions: nothing changes
+    let type: ChangeType;
+    let next: Message;
+    let user = USERS[0]!;
+    let reaction: string | undefined;
+    if (op.kind === "edit") {
+      type = "message.edited";
+      next = { ...old, body: `${old.body} v${old.version + 1}`, version: old.version + 1, editedAt: new Date(Date.UTC(2026, 1, 1, 0, 0, this.done)).toISOString() };
+    } else if (op.kind === "delete") {
+      type = "message.deleted";
+      const { reactions: _, ...rest } = old;
+      next = { ...rest, body: "", deleted: true };
+      this.reactors.delete(seq);
+    } else if (op.kind === "react" || op.kind === "unreact") {
+      user = USERS[op.user]!;
+      reaction = REACTIONS[op.reaction]!;
+      const by = this.reactors.get(seq) ?? new Map<string, Set<string>>();
+      this.reactors.set(seq, by);
+      const users = by.get(reaction) ?? new Set<string>();
+      by.set(reaction, users);
+      if ((op.kind === "react") === users.has(user)) return; // nothing changes, no change
+      type = op.kind === "react" ? "reaction.added" : "reaction.removed";
+      if (op.kind === "react") users.add(user);
+      else users.delete(user);
+      const reactions = REACTIONS.flatMap((r) => (by.get(r)?.size ? [{ reaction: r, count: by.get(r)!.size }] : []));
+      const { reactions: _, ...rest } = old;
+      next = reactions.length > 0 ? { ...rest, reactions } : rest;
+    } else {
+      return;
+    }
+    this.messages[seq - 1] = next;
+    this.changes.push({ changeSeq: this.changes.length + 1, type, seq, userId: user, ...(reaction ? { reaction } : {}), at: "t", message: next });
+  }
+
+  /** `GET …/changes?afterChange=`: the log, with each message after its change or as it is now, never a deleted one's content. */
+  changesAfter(after: number, limit: number): Change[] {
+    return this.changes.slice(after, after + limit).map((c) => {
+      const now = this.messages[c.seq - 1]!;
+      return this.current || now.deleted ? { ...c, message: now } : c;
+    });
+  }
 }
 
-/** What the SDK does to close gaps: fetch `afterSeq = delivered` pages until nothing is missing. */
-function fill(state: ChatState, world: World, id: string, limit: number, out: Message[]): ChatState {
-  for (let after = missingAfter(state, id), guard = 0; after !== null; after = missingAfter(state, id), guard++) {
+/**
+ * What the SDK does to close gaps: fetch `afterSeq = delivered` pages, then `afterChange = changed`
+ * pages, until nothing is missing (or, to let events in between, after `pages` pages).
+ */
+function fill(state: ChatState, server: Server, limit: number, take: (step: Step) => void, pages = Infinity): ChatState {
+  const id = server.id;
+  for (let guard = 0; guard < pages; guard++) {
     assert.ok(guard < 1000, "gap fill must terminate");
-    const all = world.messages.get(id)!;
-    const page = { conversationId: id, messages: all.filter((m) => m.seq > after).slice(0, limit), lastSeq: all.length };
-    const step: Step = applyPage(state, page);
-    out.push(...step.messages);
+    const after = missingAfter(state, id);
+    const afterChange = missingChangesAfter(state, id);
+    let step: Step;
+    if (after !== null) {
+      step = applyPage(state, { conversationId: id, messages: server.messages.filter((m) => m.seq > after).slice(0, limit), lastSeq: server.messages.length });
+    } else if (afterChange !== null) {
+      step = applyChanges(state, { conversationId: id, changes: server.changesAfter(afterChange, limit), lastChange: server.changes.length });
+    } else {
+      return state;
+    }
+    take(step);
     state = step.state;
   }
   return state;
 }
 
-const CONVERSATIONS = ["a", "b", "c"];
-const USERS = ["alice", "bob", "carol"];
-
 type Action =
-  | { kind: "message"; conv: number; seq: number; light: boolean }
+  | { kind: "advance"; conv: number }
+  | { kind: "message"; conv: number; pick: number; light: boolean }
+  | { kind: "change"; conv: number; pick: number; light: boolean }
   | { kind: "read"; conv: number; user: number; seq: number }
-  | { kind: "fill"; conv: number };
+  | { kind: "fill"; conv: number; pages: number };
 
-const scenario = fc
-  .record({
-    sizes: fc.tuple(fc.nat(40), fc.nat(40), fc.nat(40)),
-    staleFractions: fc.tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.double({ min: 0, max: 1, noNaN: true }), fc.double({ min: 0, max: 1, noNaN: true })),
-    pageLimit: fc.integer({ min: 1, max: 100 }),
-    actions: fc.array(
-      fc.oneof(
-        { weight: 8, arbitrary: fc.record({ kind: fc.constant("message" as const), conv: fc.nat(2), seq: fc.integer({ min: 1, max: 40 }), light: fc.boolean() }) },
-        { weight: 2, arbitrary: fc.record({ kind: fc.constant("read" as const), conv: fc.nat(2), user: fc.nat(2), seq: fc.nat(40) }) },
-        { weight: 1, arbitrary: fc.record({ kind: fc.constant("fill" as const), conv: fc.nat(2) }) },
-      ),
-      { maxLength: 200 },
+// Changes go mostly to recent messages, as in a chat: what was just sent is edited, deleted, liked.
+const target = fc.oneof(fc.nat(2), fc.nat(40));
+const op: fc.Arbitrary<Op> = fc.oneof(
+  { weight: 4, arbitrary: fc.constant({ kind: "send" as const }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant("edit" as const), target }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("delete" as const), target }) },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constantFrom("react" as const, "unreact" as const), target, user: fc.nat(2), reaction: fc.nat(1) }) },
+);
+
+const scenario = fc.record({
+  ops: fc.tuple(fc.array(op, { maxLength: 60, size: "max" }), fc.array(op, { maxLength: 60, size: "max" }), fc.array(op, { maxLength: 60, size: "max" })),
+  staleFractions: fc.tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.double({ min: 0, max: 1, noNaN: true }), fc.double({ min: 0, max: 1, noNaN: true })),
+  current: fc.boolean(),
+  pageLimit: fc.integer({ min: 1, max: 100 }),
+  actions: fc.array(
+    fc.oneof(
+      { weight: 3, arbitrary: fc.record({ kind: fc.constant("advance" as const), conv: fc.nat(2) }) },
+      { weight: 6, arbitrary: fc.record({ kind: fc.constant("message" as const), conv: fc.nat(2), pick: fc.nat(1000), light: fc.boolean() }) },
+      { weight: 6, arbitrary: fc.record({ kind: fc.constant("change" as const), conv: fc.nat(2), pick: fc.nat(1000), light: fc.boolean() }) },
+      { weight: 2, arbitrary: fc.record({ kind: fc.constant("read" as const), conv: fc.nat(2), user: fc.nat(2), seq: fc.nat(60) }) },
+      { weight: 2, arbitrary: fc.record({ kind: fc.constant("fill" as const), conv: fc.nat(2), pages: fc.integer({ min: 1, max: 3 }) }) },
     ),
-  })
-  .map(({ sizes, staleFractions, pageLimit, actions }) => ({
-    sizes,
-    stale: sizes.map((n, i) => Math.floor(n * staleFractions[i]!)),
-    pageLimit,
-    // Events can only be about messages that exist: clamp to each conversation's size (drop if empty).
-    actions: actions.flatMap((a): Action[] => {
-      const n = sizes[a.conv]!;
-      if (a.kind === "message") return n === 0 ? [] : [{ ...a, seq: ((a.seq - 1) % n) + 1 }];
-      if (a.kind === "read") return [{ ...a, seq: Math.min(a.seq, n) }];
-      return [a];
-    }),
-  }));
+    { maxLength: 250, size: "max" },
+  ),
+});
 
-describe("property: stale state + duplicated/reordered/dropped events + gap fill = fresh fetch", () => {
+describe("property: stale state + duplicated/reordered/dropped message and change events + gap fill = fresh fetch", () => {
   it("holds for any interleaving", () => {
     fc.assert(
-      fc.property(scenario, ({ sizes, stale, pageLimit, actions }) => {
-        const world: World = { messages: new Map(CONVERSATIONS.map((id, i) => [id, Array.from({ length: sizes[i]! }, (_, k) => msg(id, k + 1))])) };
+      fc.property(scenario, ({ ops, staleFractions, current, pageLimit, actions }) => {
+        const servers = CONVERSATIONS.map((id, i) => new Server(id, ops[i]!, current));
 
-        // The app's view: a fresh fetch up to its stale point, after which it only hears from the SDK.
+        // The app's view: a fresh fetch at its stale point (messages as they were then, and the
+        // conversation's lastSeq and lastChange), after which it only hears from the SDK.
         let state = initialState();
-        const app = new Map<string, Message[]>();
-        CONVERSATIONS.forEach((id, i) => {
-          state = observe(state, id, stale[i]!).state;
-          app.set(id, world.messages.get(id)!.slice(0, stale[i]));
+        const app = new Map<string, Map<number, Message>>();
+        const changesSeen = new Map<string, number>();
+        const stale = new Map<string, { seq: number; change: number }>();
+        servers.forEach((server, i) => {
+          for (let k = 0; k < Math.floor(ops[i]!.length * staleFractions[i]!); k++) server.advance();
+          const id = server.id;
+          state = observe(state, id, server.messages.length).state;
+          state = observeChanges(state, id, server.changes.length).state;
+          app.set(id, new Map(server.messages.map((m) => [m.seq, m])));
+          changesSeen.set(id, server.changes.length);
+          stale.set(id, { seq: server.messages.length, change: server.changes.length });
         });
         const receipts: ReadUpdatedEvent[] = [];
+        const pushedReads: ReadUpdatedEvent[] = [];
         const take = (step: Step) => {
           state = step.state;
-          for (const m of step.messages) app.get(m.conversationId)!.push(m);
+          for (const m of step.messages) {
+            const held = app.get(m.conversationId)!;
+            assert.equal(m.seq, held.size + 1, "each message once, in seq order");
+            held.set(m.seq, m);
+          }
+          for (const c of step.changes) {
+            assert.equal(c.changeSeq, changesSeen.get(c.conversationId)! + 1, "each change once, in changeSeq order");
+            changesSeen.set(c.conversationId, c.changeSeq);
+            const held = app.get(c.conversationId)!.get(c.seq);
+            assert.ok(held, "a change comes after its message");
+            const next = applyChange(held, c);
+            // What the app shows never goes back: no older version, no undeleting.
+            assert.ok(next.version >= held.version && (next.deleted || !held.deleted), "a change never takes a message back");
+            app.get(c.conversationId)!.set(c.seq, next);
+          }
           receipts.push(...step.reads);
         };
 
         for (const a of actions) {
-          const id = CONVERSATIONS[a.conv]!;
-          if (a.kind === "message") {
-            const m = world.messages.get(id)![a.seq - 1]!;
-            take(reduce(state, a.light ? light(id, a.seq) : full(m)));
+          const server = servers[a.conv]!;
+          const id = server.id;
+          if (a.kind === "advance") {
+            server.advance();
+          } else if (a.kind === "message") {
+            // A push of a message that exists, as it was when sent.
+            if (server.sent.length === 0) continue;
+            const m = server.sent[a.pick % server.sent.length]!;
+            take(reduce(state, a.light ? light(id, m.seq) : full(m)));
+          } else if (a.kind === "change") {
+            // A push of a change that happened, with the message right after it.
+            if (server.changes.length === 0) continue;
+            const c = server.changes[a.pick % server.changes.length]!;
+            const event = { type: c.type, conversationId: id, changeSeq: c.changeSeq, seq: c.seq } as const;
+            take(reduce(state, a.light ? event : { ...event, message: c.message }));
           } else if (a.kind === "read") {
-            take(reduce(state, { type: "read.updated", conversationId: id, userId: USERS[a.user]!, lastReadSeq: a.seq }));
+            const r = { type: "read.updated", conversationId: id, userId: USERS[a.user]!, lastReadSeq: Math.min(a.seq, server.messages.length) } as const;
+            pushedReads.push(r);
+            take(reduce(state, r));
           } else {
-            const out: Message[] = [];
-            state = fill(state, world, id, pageLimit, out);
-            for (const m of out) app.get(id)!.push(m);
+            state = fill(state, server, pageLimit, take, a.pages);
           }
         }
 
-        // The reconnect's catch-up: the inbox tells each conversation's lastSeq, then gap fill.
-        for (const id of CONVERSATIONS) {
-          take(observe(state, id, world.messages.get(id)!.length));
-          const out: Message[] = [];
-          state = fill(state, world, id, pageLimit, out);
-          for (const m of out) app.get(id)!.push(m);
+        // The rest happens; then the reconnect's catch-up: the inbox tells each conversation's
+        // lastSeq and lastChange, then gap fill.
+        for (const server of servers) {
+          while (!server.finished) server.advance();
+          take(observe(state, server.id, server.messages.length));
+          take(observeChanges(state, server.id, server.changes.length));
+          state = fill(state, server, pageLimit, take);
         }
 
-        // Same contents as a fresh fetch: every message once, in seq order, byte for byte.
-        let fresh = initialState();
-        for (const id of CONVERSATIONS) {
-          fresh = observe(fresh, id, 0).state;
-          fresh = applyPage(fresh, { conversationId: id, messages: world.messages.get(id)!, lastSeq: world.messages.get(id)!.length }).state;
-          assert.deepEqual(app.get(id), world.messages.get(id));
+        // Same contents as a fresh fetch: every message once, in its current version; every
+        // change since the stale point once, in order; the watermarks at lastSeq and lastChange.
+        for (const server of servers) {
+          const id = server.id;
+          assert.deepEqual([...app.get(id)!.values()], server.messages);
+          assert.equal(changesSeen.get(id), server.changes.length);
           const got = state.conversations.get(id)!;
-          const want = fresh.conversations.get(id)!;
-          assert.equal(got.delivered, want.delivered);
-          assert.equal(got.lastSeq, want.lastSeq);
-          assert.equal(got.ahead.size, 0);
+          assert.deepEqual(
+            [got.delivered, got.lastSeq, got.changed, got.lastChange, got.ahead.size, got.changesAhead.size],
+            [server.messages.length, server.messages.length, server.changes.length, server.changes.length, 0, 0],
+          );
+          assert.ok(stale.get(id)!.change <= server.changes.length);
         }
 
         // Read receipts: each emitted one moved a watermark up; the last known is the highest seen.
@@ -245,11 +463,7 @@ describe("property: stale state + duplicated/reordered/dropped events + gap fill
           assert.ok(r.lastReadSeq > (high.get(k) ?? -1), "a receipt is emitted only when it advances");
           high.set(k, r.lastReadSeq);
         }
-        for (const a of actions) {
-          if (a.kind !== "read") continue;
-          const id = CONVERSATIONS[a.conv]!;
-          assert.ok(state.conversations.get(id)!.reads.get(USERS[a.user]!)! >= a.seq);
-        }
+        for (const r of pushedReads) assert.ok(state.conversations.get(r.conversationId)!.reads.get(r.userId)! >= r.lastReadSeq);
       }),
       { numRuns: 500 },
     );

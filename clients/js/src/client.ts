@@ -1,16 +1,21 @@
-import { ChatApiError, SendError, SyncError, parseRetryAfter, retryDelay } from "./errors.js";
+import { ChangeError, ChatApiError, SendError, SyncError, parseRetryAfter, retryDelay } from "./errors.js";
 import {
+  applyChanges,
   applyPage,
   forget,
   initialState,
   missingAfter,
+  missingChangesAfter,
   observe,
+  observeChanges,
   observeReads,
   reduce,
   type ChatState,
   type Step,
 } from "./state.js";
 import type {
+  ChangesOptions,
+  ChangesPage,
   ConnectionState,
   Conversation,
   CreateGroupInput,
@@ -20,6 +25,10 @@ import type {
   InboxPage,
   MembersEvent,
   Message,
+  MessageChange,
+  ReactionsResult,
+  ReactorsOptions,
+  ReactorsPage,
   ReadResult,
   ReadStates,
   ReadUpdatedEvent,
@@ -82,6 +91,11 @@ export interface ChatClientOptions {
 export interface ChatEvents {
   /** A message, delivered once, in seq order per conversation (own messages included). */
   message: Message;
+  /**
+   * A change to a message (edit, deletion, reaction), delivered once per (conversationId, changeSeq),
+   * in changeSeq order per conversation, and never before its message. Apply it with `applyChange`.
+   */
+  change: MessageChange;
   /** A member's read watermark moved (repeats and stale receipts are dropped). */
   read: ReadUpdatedEvent;
   /** Members were added to or removed from a conversation. */
@@ -152,6 +166,8 @@ export class ChatClient {
   private stableTimer: ReturnType<typeof setTimeout> | undefined;
   /** Live events held back while the current socket's catch-up runs. */
   private held: ServerEvent[] | null = null;
+  /** The last react/unreact call per reaction path: the next one waits for it. */
+  private readonly reacting = new Map<string, Promise<unknown>>();
   private readonly fillTimers = new Map<string, ReturnType<typeof setTimeout>>();
   private readonly filling = new Map<string, Promise<void>>();
   /** Per conversation whose last fill failed: failures in a row, and the earliest time to try again. */
@@ -234,10 +250,94 @@ export class ChatClient {
     return message;
   }
 
+  /**
+   * `PATCH /conversations/{id}/messages/{seq}`: your own message gets a new body. Resolves with the
+   * message as edited (`version` + 1, `editedAt`); the "change" event for it follows. Retried like
+   * `send`, with the same `clientChangeId` (made per call unless given), so an edit lands once; gives
+   * up with a `ChangeError` carrying it.
+   */
+  edit(conversationId: string, seq: number, body: string, options: { clientChangeId?: string } = {}): Promise<Message> {
+    return this.change(conversationId, seq, options, (clientChangeId) => this.call("PATCH", messagePath(conversationId, seq), { clientChangeId, body }));
+  }
+
+  /**
+   * `DELETE /conversations/{id}/messages/{seq}?clientChangeId=`: your own message, or any in a group
+   * you own. Resolves with the tombstone (`deleted: true`, `body: ""`, no reactions). Retried like `edit`.
+   */
+  delete(conversationId: string, seq: number, options: { clientChangeId?: string } = {}): Promise<Message> {
+    return this.change(conversationId, seq, options, (clientChangeId) => this.call("DELETE", messagePath(conversationId, seq) + query({ clientChangeId })));
+  }
+
+  private async change(
+    conversationId: string,
+    seq: number,
+    options: { clientChangeId?: string },
+    request: (clientChangeId: string) => Promise<Message>,
+  ): Promise<Message> {
+    const clientChangeId = options.clientChangeId ?? randomUUID();
+    try {
+      return await this.withRetries(() => request(clientChangeId));
+    } catch (e) {
+      throw new ChangeError(conversationId, seq, clientChangeId, e);
+    }
+  }
+
+  /**
+   * `PUT /conversations/{id}/messages/{seq}/reactions/{reaction}`: adds your reaction (an emoji or a
+   * short name, 1–32 characters). Resolves with the message's reaction counts. Adding one you have
+   * changes nothing, so it is retried like `send` (network errors, 429, 5xx); `react` and `unreact`
+   * of the same reaction run one after the other, so a retry never undoes a later call.
+   */
+  react(conversationId: string, seq: number, reaction: string): Promise<ReactionsResult> {
+    return this.reaction("PUT", conversationId, seq, reaction);
+  }
+
+  /** `DELETE /conversations/{id}/messages/{seq}/reactions/{reaction}`: removes your reaction. */
+  unreact(conversationId: string, seq: number, reaction: string): Promise<ReactionsResult> {
+    return this.reaction("DELETE", conversationId, seq, reaction);
+  }
+
+  private reaction(method: string, conversationId: string, seq: number, reaction: string): Promise<ReactionsResult> {
+    const path = `${messagePath(conversationId, seq)}/reactions/${encodeURIComponent(reaction)}`;
+    const run = (this.reacting.get(path) ?? Promise.resolve())
+      .catch(() => {})
+      .then(() => this.withRetries(() => this.call<ReactionsResult>(method, path)));
+    this.reacting.set(path, run);
+    void run.finally(() => this.reacting.get(path) === run && this.reacting.delete(path)).catch(() => {});
+    return run;
+  }
+
+  /** `GET /conversations/{id}/messages/{seq}/reactions`: who reacted (optionally with one `reaction`), paged. */
+  reactions(conversationId: string, seq: number, options: ReactorsOptions = {}): Promise<ReactorsPage> {
+    return this.call(
+      "GET",
+      `${messagePath(conversationId, seq)}/reactions${query({ reaction: options.reaction, limit: options.limit, cursor: options.cursor ?? undefined })}`,
+    );
+  }
+
+  /**
+   * `GET /conversations/{id}/changes?afterChange=&limit=`: the change log, ascending changeSeq. Like
+   * `history`, the changes it returns count as held by the app: live delivery goes on after them.
+   */
+  async changes(conversationId: string, options: ChangesOptions = {}): Promise<ChangesPage> {
+    const page = await this.call<ChangesPage>(
+      "GET",
+      `${conversationPath(conversationId)}/changes${query({ afterChange: options.afterChange, limit: options.limit })}`,
+    );
+    this.apply(observeChanges(this.state, conversationId, page.lastChange, page.changes.at(-1)?.changeSeq), conversationId);
+    return page;
+  }
+
   /** A conversation the app asked for: live delivery of it starts after its `lastSeq` (if not known yet). */
   private seen(c: Conversation): Conversation {
-    this.apply(observe(this.state, c.conversationId, c.lastSeq), c.conversationId);
+    this.summary(c.conversationId, c.lastSeq, c.lastChange);
     return c;
+  }
+
+  /** A conversation summary's news: messages after `lastSeq`, changes after `lastChange` (when the server sent it). */
+  private summary(conversationId: string, lastSeq: number, lastChange: number | undefined): void {
+    this.apply(observe(this.state, conversationId, lastSeq), conversationId);
+    if (lastChange !== undefined) this.apply(observeChanges(this.state, conversationId, lastChange), conversationId);
   }
 
   /** `GET /conversations/{id}/messages`: the newest page, or `beforeSeq` / `afterSeq` pages. */
@@ -269,7 +369,7 @@ export class ChatClient {
       "GET",
       `/inbox${query({ limit: options.limit, cursor: options.cursor ?? undefined })}`,
     );
-    for (const c of page.conversations) this.apply(observe(this.state, c.conversationId, c.lastSeq), c.conversationId);
+    for (const c of page.conversations) this.summary(c.conversationId, c.lastSeq, c.lastChange);
     return page;
   }
 
@@ -461,7 +561,7 @@ export class ChatClient {
     } catch (e) {
       inboxFailure = e;
     }
-    const due = [...this.state.conversations.keys()].filter((id) => missingAfter(this.state, id) !== null);
+    const due = [...this.state.conversations.keys()].filter((id) => this.missing(id));
     const workers = Array.from({ length: Math.min(CATCH_UP_PARALLEL, due.length) }, async () => {
       for (let id = due.shift(); id !== undefined; id = due.shift()) await this.fill(id);
     });
@@ -533,24 +633,30 @@ export class ChatClient {
   }
 
   private handleEvent(event: ServerEvent): void {
-    switch (event.type) {
-      case "message.new":
-      case "read.updated":
-        this.apply(reduce(this.state, event), event.conversationId);
-        return;
-      case "member.added":
-      case "member.removed":
-        if (Array.isArray(event.userIds)) this.emit("members", event);
-        return;
+    if (event.type === "member.added" || event.type === "member.removed") {
+      if (Array.isArray(event.userIds)) this.emit("members", event);
+    } else {
+      this.apply(reduce(this.state, event), event.conversationId);
     }
   }
 
   /** Takes a step's state and announces what it delivered; then looks for a gap in that conversation. */
   private apply(step: Step, conversationId: string): void {
+    this.take(step);
+    this.scheduleFill(conversationId);
+  }
+
+  /** Takes a step's state and announces what it delivered: messages, then the changes they freed. */
+  private take(step: Step): void {
     this.state = step.state;
     for (const m of step.messages) this.emit("message", m);
+    for (const c of step.changes) this.emit("change", c);
     for (const r of step.reads) this.emit("read", r);
-    this.scheduleFill(conversationId);
+  }
+
+  /** Whether messages or changes of a conversation are known to exist that the app does not hold yet. */
+  private missing(conversationId: string): boolean {
+    return missingAfter(this.state, conversationId) !== null || missingChangesAfter(this.state, conversationId) !== null;
   }
 
   /**
@@ -558,8 +664,7 @@ export class ChatClient {
    * retry time. Not while a catch-up holds events back (it fills everything at its end).
    */
   private scheduleFill(conversationId: string): void {
-    if (!this.wanted || this.held || this.fillTimers.has(conversationId)) return;
-    if (missingAfter(this.state, conversationId) === null) return;
+    if (!this.wanted || this.held || this.fillTimers.has(conversationId) || !this.missing(conversationId)) return;
     const retryAt = this.fillFailures.get(conversationId)?.retryAt ?? 0;
     this.fillTimers.set(
       conversationId,
@@ -574,7 +679,7 @@ export class ChatClient {
   }
 
   /**
-   * Fetches `afterSeq = delivered` pages until nothing is missing. One run per conversation at a time;
+   * Fetches `afterSeq = delivered` pages, then `afterChange = changed` pages, until nothing is missing. One run per conversation at a time;
    * events arriving meanwhile are seen by its next check. Never rejects: a failure is reported as a
    * `SyncError` and retried with backoff (jittered, at least the server's `Retry-After`), for as long
    * as the connection is wanted. Until then the state holds this conversation's newer messages back,
@@ -585,21 +690,27 @@ export class ChatClient {
     if (running) return running;
     const run = (async () => {
       try {
-        let stalls = 0;
-        for (let after = missingAfter(this.state, conversationId); after !== null; after = missingAfter(this.state, conversationId)) {
-          const page = await this.call<HistoryPage>(
-            "GET",
-            `${conversationPath(conversationId)}/messages${query({ afterSeq: after, limit: HISTORY_PAGE })}`,
-          );
-          const step = applyPage(this.state, { conversationId, messages: page.messages, lastSeq: page.lastSeq });
-          this.state = step.state;
-          for (const m of step.messages) this.emit("message", m);
-          if (step.messages.length > 0) {
+        const path = conversationPath(conversationId);
+        // Messages first: a change is delivered only after its message.
+        const at = () => `seq ${missingAfter(this.state, conversationId)}, change ${missingChangesAfter(this.state, conversationId)}`;
+        for (let stalls = 0, before = at(); this.missing(conversationId); ) {
+          const after = missingAfter(this.state, conversationId);
+          if (after !== null) {
+            const page = await this.call<HistoryPage>("GET", `${path}/messages${query({ afterSeq: after, limit: HISTORY_PAGE })}`);
+            this.take(applyPage(this.state, { conversationId, messages: page.messages, lastSeq: page.lastSeq }));
+          } else {
+            const afterChange = missingChangesAfter(this.state, conversationId)!;
+            const page = await this.call<ChangesPage>("GET", `${path}/changes${query({ afterChange, limit: HISTORY_PAGE })}`);
+            this.take(applyChanges(this.state, { conversationId, changes: page.changes, lastChange: page.lastChange }));
+          }
+          const now = at();
+          if (now !== before) {
             stalls = 0;
+            before = now;
           } else if (++stalls > FILL_STALLS) {
-            // The history read may lag the push that announced the message (an eventually
+            // The read may lag the push that announced the message or change (an eventually
             // consistent read): give it a moment, then retry later like any failure.
-            throw new Error(`history of ${conversationId} has nothing after seq ${after} yet`);
+            throw new Error(`${conversationId} has nothing after ${now} yet`);
           } else {
             await sleep(200 * 2 ** stalls);
           }
@@ -634,7 +745,9 @@ export class ChatClient {
    * end of a catch-up: the catch-up does).
    */
   private async walkInbox(pages: number): Promise<void> {
-    const remaining = new Set([...this.state.conversations].filter(([, c]) => c.delivered !== null).map(([id]) => id));
+    const remaining = new Set(
+      [...this.state.conversations].filter(([, c]) => c.delivered !== null || c.changed !== null).map(([id]) => id),
+    );
     let cursor: string | null = null;
     for (let n = 0; remaining.size > 0 && n < pages && (n === 0 || cursor); n++) {
       const page: InboxPage = await this.call<InboxPage>(
@@ -642,7 +755,7 @@ export class ChatClient {
         `/inbox${query({ limit: INBOX_PAGE, cursor: cursor ?? undefined })}`,
       );
       for (const c of page.conversations) {
-        if (remaining.delete(c.conversationId)) this.apply(observe(this.state, c.conversationId, c.lastSeq), c.conversationId);
+        if (remaining.delete(c.conversationId)) this.summary(c.conversationId, c.lastSeq, c.lastChange);
       }
       cursor = page.nextCursor;
     }
@@ -770,6 +883,10 @@ function errorFromResponse(status: number, text: string, retryAfterMs: number | 
 
 function conversationPath(id: string): string {
   return `/conversations/${encodeURIComponent(id)}`;
+}
+
+function messagePath(id: string, seq: number): string {
+  return `${conversationPath(id)}/messages/${seq}`;
 }
 
 function query(params: Record<string, string | number | undefined>): string {

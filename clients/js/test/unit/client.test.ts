@@ -4,6 +4,8 @@
 import assert from "node:assert/strict";
 import { afterEach, describe, it } from "node:test";
 import {
+  applyChange,
+  ChangeError,
   ChatApiError,
   ChatClient,
   SendError,
@@ -11,6 +13,7 @@ import {
   type ChatClientOptions,
   type ConnectionState,
   type Message,
+  type MessageChange,
   type ReadUpdatedEvent,
 } from "../../src/index.js";
 import { FakeChatServer } from "../helpers/fake-server.js";
@@ -36,11 +39,13 @@ function setup(options: Partial<ChatClientOptions> = {}, server = new FakeChatSe
   const reads: ReadUpdatedEvent[] = [];
   const states: ConnectionState[] = [];
   const errors: Error[] = [];
+  const changes: MessageChange[] = [];
   client.on("message", (m) => messages.push(m));
+  client.on("change", (c) => changes.push(c));
   client.on("read", (r) => reads.push(r));
   client.on("connection", (s) => states.push(s));
   client.on("error", (e) => errors.push(e));
-  return { server, client, messages, reads, states, errors };
+  return { server, client, messages, reads, states, errors, changes };
 }
 
 afterEach(() => {
@@ -308,6 +313,141 @@ describe("send", () => {
     assert.equal(t.status, 429);
     assert.equal(t.retryAfterMs, 60_000);
     assert.ok(Date.now() - t0 < 400);
+  });
+});
+
+describe("message changes (SPEC §13)", () => {
+  it("edit, delete, react, unreact, reactions and changes call their routes", async () => {
+    const { server, client } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    const m = await client.send(id, "helo");
+    const e = await client.edit(id, m.seq, "hello");
+    const patch = server.requests.at(-1)!;
+    assert.deepEqual([patch.method, patch.path], ["PATCH", `/conversations/${id}/messages/1`]);
+    const { clientChangeId } = patch.body as { clientChangeId: string };
+    assert.match(clientChangeId, UUID);
+    assert.deepEqual(patch.body, { clientChangeId, body: "hello" });
+    assert.deepEqual([e.body, e.version, typeof e.editedAt], ["hello", 2, "string"]);
+
+    const r = await client.react(id, m.seq, "👍");
+    const put = server.requests.at(-1)!;
+    assert.deepEqual([put.method, put.path, put.body], ["PUT", `/conversations/${id}/messages/1/reactions/${encodeURIComponent("👍")}`, undefined]);
+    assert.deepEqual(r, { conversationId: id, seq: 1, reactions: [{ reaction: "👍", count: 1 }] });
+    assert.deepEqual(await client.reactions(id, m.seq, { reaction: "👍", limit: 10 }), { reactions: [{ userId: "alice", reaction: "👍" }], nextCursor: null });
+    assert.equal(server.requests.at(-1)!.query.toString(), `reaction=${encodeURIComponent("👍")}&limit=10`);
+    assert.deepEqual((await client.unreact(id, m.seq, "👍")).reactions, []);
+    assert.equal(server.requests.at(-1)!.method, "DELETE");
+
+    const t = await client.delete(id, m.seq);
+    const del = server.requests.at(-1)!;
+    assert.deepEqual([del.method, del.path], ["DELETE", `/conversations/${id}/messages/1`]);
+    assert.match(del.query.get("clientChangeId")!, UUID);
+    assert.notEqual(del.query.get("clientChangeId"), clientChangeId, "a fresh id per action");
+    assert.deepEqual([t.deleted, t.body, t.reactions], [true, "", undefined]);
+
+    const page = await client.changes(id, { afterChange: 1, limit: 2 });
+    assert.equal(server.requests.at(-1)!.query.toString(), "afterChange=1&limit=2");
+    assert.deepEqual(page.changes.map((c) => [c.changeSeq, c.type]), [[2, "reaction.added"], [3, "reaction.removed"]]);
+    assert.deepEqual([page.lastChange, page.hasMore], [4, true]);
+  });
+
+  it("retries an edit or delete with the same clientChangeId; gives up with a ChangeError carrying it", async () => {
+    const { server, client } = setup({ sendRetry: { maxAttempts: 3, baseDelayMs: 1 } });
+    const id = server.createConversation(["alice", "bob"]);
+    await client.send(id, "one");
+    // The first attempt lands, but its answer is a 503: the retry is answered with its result.
+    server.failNext({
+      match: (r) => {
+        if (r.method !== "PATCH") return false;
+        server.change(id, 1, "message.edited", "alice", "two");
+        server.conversations.get(id)!.byClientChangeId.set((r.body as { clientChangeId: string }).clientChangeId, { body: "two", message: server.conversations.get(id)!.messages[0]! });
+        return true;
+      },
+      respond: { status: 503, body: { error: { code: "unavailable", message: "outcome unknown" } }, headers: { "Retry-After": "0.05" } },
+    });
+    const e = await client.edit(id, 1, "two");
+    const patches = server.requests.filter((r) => r.method === "PATCH");
+    assert.equal(patches.length, 2);
+    assert.equal(new Set(patches.map((r) => (r.body as { clientChangeId: string }).clientChangeId)).size, 1);
+    assert.deepEqual([e.version, server.conversations.get(id)!.changes.length], [2, 1], "edited once");
+
+    server.failNext({ respond: "network" }, { respond: { status: 429 } }, { respond: { status: 500 } });
+    const err = await client.delete(id, 1).catch((x: unknown) => x);
+    assert.ok(err instanceof ChangeError && err instanceof ChatApiError);
+    assert.deepEqual([err.status, err.conversationId, err.seq], [500, id, 1]);
+    const ids = server.requests.filter((r) => r.method === "DELETE").map((r) => r.query.get("clientChangeId"));
+    assert.deepEqual(ids, [err.clientChangeId, err.clientChangeId, err.clientChangeId]);
+    const t = await client.delete(id, 1, { clientChangeId: err.clientChangeId });
+    assert.equal(t.deleted, true);
+
+    server.failNext({ respond: { status: 403, body: { error: { code: "forbidden", message: "not yours" } } } });
+    const f = (await client.edit(id, 1, "x").catch((x: unknown) => x)) as ChangeError;
+    assert.deepEqual([f.status, f.code], [403, "forbidden"]);
+    assert.equal(server.requests.filter((r) => r.method === "PATCH").length, 3, "a 403 is not retried");
+  });
+
+  it("react and unreact of one reaction run in call order, retries included", async () => {
+    const { server, client } = setup({ sendRetry: { baseDelayMs: 20 } });
+    const id = server.createConversation(["alice", "bob"]);
+    await client.send(id, "one");
+    server.failNext({ match: (r) => r.method === "PUT", respond: { status: 503 } });
+    const [a, b] = await Promise.all([client.react(id, 1, "👍"), client.unreact(id, 1, "👍")]);
+    assert.deepEqual([a.reactions, b.reactions], [[{ reaction: "👍", count: 1 }], []]);
+    assert.deepEqual(server.requests.filter((r) => r.path.includes("/reactions/")).map((r) => r.method), ["PUT", "PUT", "DELETE"]);
+    assert.equal(server.conversations.get(id)!.messages[0]!.reactions, undefined, "the later unreact wins");
+  });
+
+  it("delivers each change once, in changeSeq order, after its message; fills a gap with afterChange", async () => {
+    const { server, client, messages, changes } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    const m1 = server.addMessage(id, "bob");
+    await client.getConversation(id); // lastSeq 1, lastChange 0
+    await client.connect();
+    const c1 = server.change(id, 1, "reaction.added", "bob", "👍")!;
+    const c2 = server.change(id, 1, "message.edited", "bob", "edited")!;
+    const c3 = server.change(id, 1, "reaction.added", "carol", "👍")!;
+    for (const c of [c1, c1, c3]) server.push("alice", server.changeEvent(id, c)); // c2 lost
+    await until("three changes", () => changes.length === 3);
+    assert.deepEqual(changes.map((c) => c.changeSeq), [1, 2, 3]);
+    assert.deepEqual(server.changeRequests(id).map((r) => r.query.get("afterChange")), ["1"]);
+    assert.deepEqual(changes[1]!.message, c2.message);
+    assert.equal(changes[1]!.conversationId, id);
+    // Applied in order to the message the app holds, the result is the server's message.
+    assert.deepEqual(changes.reduce(applyChange, m1), server.conversations.get(id)!.messages[0]);
+    server.push("alice", server.changeEvent(id, c2));
+    await sleep(30);
+    assert.equal(changes.length, 3, "a late repeat is dropped");
+
+    // A change of a message not delivered yet waits for it; the light form is fetched.
+    server.lightChanges = true;
+    const m2 = server.addMessage(id, "bob");
+    const c4 = server.change(id, 2, "message.deleted", "bob")!;
+    server.push("alice", server.changeEvent(id, c4));
+    await until("message 2 and change 4", () => changes.length === 4);
+    assert.deepEqual(messages.map((m) => [m.seq, m.deleted]), [[2, true]], "message 2 comes as it is now: deleted");
+    assert.equal(m2.deleted, undefined);
+    assert.deepEqual(changes[3]!.message, messages[0]);
+  });
+
+  it("catches up changes after a reconnect, from the last delivered changeSeq", async () => {
+    const { server, client, changes } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    server.addMessage(id, "bob");
+    server.change(id, 1, "reaction.added", "bob", "👍");
+    await client.inbox(); // lastChange 1: changes after it are news
+    await client.connect();
+    server.autoPush = true;
+    server.change(id, 1, "reaction.added", "carol", "👍");
+    await until("change 2", () => changes.length === 1);
+    server.autoPush = false;
+    server.openSockets("alice")[0]!.drop();
+    server.change(id, 1, "message.edited", "bob", "while away");
+    server.change(id, 1, "reaction.removed", "bob", "👍");
+    await until("open again, caught up", () => client.connectionState === "open" && changes.length === 3);
+    assert.deepEqual(changes.map((c) => c.changeSeq), [2, 3, 4]);
+    assert.deepEqual(server.changeRequests(id).map((r) => r.query.get("afterChange")), ["2"]);
+    assert.equal(server.historyRequests(id).length, 0, "no message was missing");
+    assert.deepEqual(changes.at(-1)!.message, server.conversations.get(id)!.messages[0]);
   });
 });
 

@@ -6,11 +6,13 @@
 // client.
 
 import {
+  applyChange,
   ChatApiError,
   ChatClient,
   type ConnectionState,
   type InboxEntry,
   type Message,
+  type MessageChange,
   type WebSocketConstructor,
 } from "../../js/src/index.js";
 
@@ -96,6 +98,9 @@ function report(e: unknown): void {
   notice(e instanceof ChatApiError ? `${e.status} ${e.code}: ${e.message}` : String(e instanceof Error ? e.message : e));
 }
 
+/** A row's preview of a message; a deleted one's body is "" (a message's is never empty). */
+const previewOf = (m: { senderId: string; body: string }) => `${m.senderId}: ${m.body || "message deleted"}`;
+
 function rowFromInbox(c: InboxEntry): Row {
   return {
     conversationId: c.conversationId,
@@ -103,7 +108,7 @@ function rowFromInbox(c: InboxEntry): Row {
     name: c.type === "direct" ? (c.peerId ?? "direct") : (c.title ?? "group"),
     lastSeq: c.lastSeq,
     lastReadSeq: c.lastReadSeq,
-    preview: c.lastMessage ? `${c.lastMessage.senderId}: ${c.lastMessage.body}` : "no messages yet",
+    preview: c.lastMessage ? previewOf(c.lastMessage) : "no messages yet",
     activity: c.lastMessageAt ?? "",
   };
 }
@@ -200,7 +205,7 @@ function adopt(id: string, latest: Message | null): void {
         name: conversation.type === "direct" ? (conversation.memberIds.find((u) => u !== me) ?? "direct") : (conversation.title ?? "group"),
         lastSeq: Math.max(conversation.lastSeq, m?.seq ?? 0),
         lastReadSeq: mine,
-        preview: m ? `${m.senderId}: ${m.body}` : "no messages yet",
+        preview: m ? previewOf(m) : "no messages yet",
         activity: m?.createdAt ?? conversation.lastMessageAt ?? "",
         adoptedAt: Date.now(),
       };
@@ -220,7 +225,7 @@ function touchRow(m: Message): void {
     return;
   }
   if (m.seq >= row.lastSeq) {
-    row.preview = `${m.senderId}: ${m.body}`;
+    row.preview = previewOf(m);
     row.activity = m.createdAt;
   }
   row.lastSeq = Math.max(row.lastSeq, m.seq);
@@ -279,6 +284,106 @@ function tick(m: Message): { text: string; read: boolean } | null {
 const messageItems = new Map<number, HTMLLIElement>(); // of the open conversation, by seq
 let shownConversation: string | null = null;
 
+// ---- edits, deletions, reactions ----
+
+const EMOJI = ["👍", "❤️", "😂"];
+/** Reactions this page added (`conversationId/seq/reaction`): a second click removes them. */
+const myReactions = new Set<string>();
+/** The message of the open conversation being edited in the composer, if any. */
+let editing: number | null = null;
+
+/** Builds a message's item: meta line, body, reaction counts, and its controls. */
+function messageItem(m: Message): HTMLLIElement {
+  const li = el("li", m.senderId === me ? "mine" : "");
+  li.dataset.seq = String(m.seq);
+  const meta = el("div", "meta");
+  meta.append(el("span", "sender", m.senderId), el("time", "", new Date(m.createdAt).toLocaleTimeString()), el("span", "edited", "edited"));
+  const actions = el("div", "actions");
+  for (const e of EMOJI) {
+    const b = el("button", "", e);
+    b.type = "button";
+    b.dataset.react = e;
+    b.title = `react ${e}`;
+    actions.append(b);
+  }
+  if (m.senderId === me) {
+    for (const [action, label] of [["edit", "edit"], ["delete", "delete"]]) {
+      const b = el("button", "", label);
+      b.type = "button";
+      b.dataset.action = action;
+      actions.append(b);
+    }
+  }
+  li.append(meta, el("div", "body"), el("div", "reactions"), actions);
+  return li;
+}
+
+/** Shows a message's current state in its item: body or tombstone, "edited", reaction counts. */
+function fillItem(li: HTMLLIElement, m: Message): void {
+  const [meta, body, reactions, actions] = li.children as unknown as HTMLElement[];
+  li.classList.toggle("deleted", m.deleted === true);
+  body!.textContent = m.deleted ? "message deleted" : m.body;
+  meta!.querySelector<HTMLElement>(".edited")!.hidden = !m.editedAt || m.deleted === true;
+  actions!.hidden = m.deleted === true;
+  reactions!.replaceChildren(
+    ...(m.reactions ?? []).map((r) => {
+      const b = el("button", myReactions.has(`${m.conversationId}/${m.seq}/${r.reaction}`) ? "reaction mine" : "reaction", `${r.reaction} ${r.count}`);
+      b.type = "button";
+      b.dataset.react = r.reaction;
+      return b;
+    }),
+  );
+}
+
+/** Takes a newer state of a message of the open conversation (an answer of ours, or a change event). */
+function updateMessage(m: Message | { conversationId: string; seq: number; reactions: Message["reactions"] }): void {
+  if (open?.id !== m.conversationId) return;
+  const held = open.messages.get(m.seq);
+  if (!held) return;
+  const next = "version" in m ? applyChange(held, { message: m }) : { ...held, reactions: m.reactions?.length ? m.reactions : undefined };
+  open.messages.set(m.seq, next);
+  renderMessages("keep");
+}
+
+function onChange(c: MessageChange): void {
+  const row = rows.find((r) => r.conversationId === c.conversationId);
+  if (row && c.seq === row.lastSeq && c.type.startsWith("message.")) {
+    row.preview = previewOf(c.message);
+    renderList();
+  }
+  updateMessage(c.message);
+}
+
+function toggleReaction(seq: number, reaction: string): void {
+  if (!client || !open) return;
+  const key = `${open.id}/${seq}/${reaction}`;
+  const had = myReactions.has(key);
+  if (had) myReactions.delete(key);
+  else myReactions.add(key);
+  (had ? client.unreact(open.id, seq, reaction) : client.react(open.id, seq, reaction)).then(updateMessage, (e) => {
+    if (had) myReactions.add(key);
+    else myReactions.delete(key);
+    report(e);
+  });
+}
+
+function startEdit(seq: number): void {
+  const m = open?.messages.get(seq);
+  if (!m || m.deleted) return;
+  editing = seq;
+  const box = $<HTMLTextAreaElement>("body");
+  box.value = m.body;
+  box.focus();
+  $("composer").classList.add("editing");
+  $("send").textContent = "Save edit";
+}
+
+function stopEdit(): void {
+  editing = null;
+  $("composer").classList.remove("editing");
+  $("send").textContent = "Send";
+}
+
 function renderMessages(scroll: "bottom" | "keep" | "follow"): void {
   if (!open) return;
   const scroller = $("scroller");
@@ -294,13 +399,10 @@ function renderMessages(scroll: "bottom" | "keep" | "follow"): void {
   ordered.forEach((m, i) => {
     let li = messageItems.get(m.seq);
     if (!li) {
-      li = el("li", m.senderId === me ? "mine" : "");
-      li.dataset.seq = String(m.seq);
-      const meta = el("div", "meta");
-      meta.append(el("span", "sender", m.senderId), el("time", "", new Date(m.createdAt).toLocaleTimeString()));
-      li.append(meta, el("div", "body", m.body));
+      li = messageItem(m);
       messageItems.set(m.seq, li);
     }
+    fillItem(li, m);
     const t = tick(m);
     if (t) {
       const meta = li.firstElementChild!;
@@ -376,6 +478,7 @@ async function signIn(user: string, secret: string): Promise<void> {
     reconnect: { baseDelayMs: 500, maxDelayMs: 5000 },
   });
   client.on("message", onMessage);
+  client.on("change", onChange);
   client.on("connection", onConnection);
   client.on("read", (r) => {
     const row = rows.find((x) => x.conversationId === r.conversationId);
@@ -416,6 +519,8 @@ function signOut(): void {
   listItems.clear();
   messageItems.clear();
   adopting.clear();
+  myReactions.clear();
+  stopEdit();
   shownConversation = null;
   $("composer").hidden = true;
   $("older").hidden = true;
@@ -464,6 +569,13 @@ $("composer").addEventListener("submit", (ev) => {
   const text = box.value;
   if (!client || !open || text === "") return;
   box.value = "";
+  if (editing !== null) {
+    const seq = editing;
+    stopEdit();
+    // The edited message shows at once; its "change" event then changes nothing.
+    client.edit(open.id, seq, text).then(updateMessage, report);
+    return;
+  }
   // The message shows up through the "message" event once the server numbered it.
   client.send(open.id, text).catch((e) => {
     box.value = text;
@@ -471,7 +583,10 @@ $("composer").addEventListener("submit", (ev) => {
   });
 });
 $("body").addEventListener("keydown", (ev) => {
-  if (ev.key === "Enter" && !ev.shiftKey) {
+  if (ev.key === "Escape" && editing !== null) {
+    stopEdit();
+    $<HTMLTextAreaElement>("body").value = "";
+  } else if (ev.key === "Enter" && !ev.shiftKey) {
     ev.preventDefault();
     $<HTMLFormElement>("composer").requestSubmit();
   }
@@ -481,6 +596,16 @@ $("conversations").addEventListener("click", (ev) => {
   if (li?.dataset.id) void openConversation(li.dataset.id).catch(report);
 });
 $("older").addEventListener("click", () => void loadOlder().catch(report));
+$("messages").addEventListener("click", (ev) => {
+  const b = (ev.target as Element).closest<HTMLButtonElement>("button");
+  const seq = Number(b?.closest<HTMLElement>("li[data-seq]")?.dataset.seq);
+  if (!b || !client || !open || !seq) return;
+  if (b.dataset.react) toggleReaction(seq, b.dataset.react);
+  else if (b.dataset.action === "edit") startEdit(seq);
+  else if (b.dataset.action === "delete" && confirm("Delete this message for everyone?")) {
+    client.delete(open.id, seq).then(updateMessage, report);
+  }
+});
 $("scroller").addEventListener("scroll", () => {
   if ($("scroller").scrollTop === 0 && open?.hasOlder) void loadOlder().catch(report);
 });

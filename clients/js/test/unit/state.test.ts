@@ -42,16 +42,18 @@ const full = (m: Message): ServerEvent => ({ type: "message.new", ...m });
 const light = (conversationId: string, seq: number): ServerEvent => ({ type: "message.new", conversationId, seq });
 
 /** Applies events in order; returns the final state and everything delivered. */
-function run(state: ChatState, events: ServerEvent[]): { state: ChatState; messages: Message[]; reads: ReadUpdatedEvent[] } {
+function run(state: ChatState, events: ServerEvent[]) {
   const messages: Message[] = [];
   const reads: ReadUpdatedEvent[] = [];
+  const changes: MessageChange[] = [];
   for (const e of events) {
     const step = reduce(state, e);
     state = step.state;
     messages.push(...step.messages);
     reads.push(...step.reads);
+    changes.push(...step.changes);
   }
-  return { state, messages, reads };
+  return { state, messages, reads, changes };
 }
 const seqs = (ms: Message[]) => ms.map((m) => m.seq);
 
@@ -145,24 +147,13 @@ const change = (conversationId: string, changeSeq: number, message: Message, typ
   message,
 });
 const changeSeqs = (cs: MessageChange[]) => cs.map((c) => c.changeSeq);
-function runAll(state: ChatState, events: ServerEvent[]) {
-  const messages: Message[] = [];
-  const changes: MessageChange[] = [];
-  for (const e of events) {
-    const step = reduce(state, e);
-    state = step.state;
-    messages.push(...step.messages);
-    changes.push(...step.changes);
-  }
-  return { state, messages, changes };
-}
 
 describe("changes (SPEC §13)", () => {
   const start = () => observeChanges(observe(initialState(), "c", 3).state, "c", 2).state;
 
   it("delivers each change once, in changeSeq order; a gap is filled with afterChange", () => {
     const m2 = msg("c", 2);
-    const out = runAll(start(), [change("c", 3, edited(m2, "a")), change("c", 5, edited(m2, "c", 4)), change("c", 3, edited(m2, "a"))]);
+    const out = run(start(), [change("c", 3, edited(m2, "a")), change("c", 5, edited(m2, "c", 4)), change("c", 3, edited(m2, "a"))]);
     assert.deepEqual(changeSeqs(out.changes), [3]);
     assert.equal(missingChangesAfter(out.state, "c"), 3, "holding 3, seeing 5: fetch afterChange=3");
     const page: Change[] = [4, 5].map((k) => ({ changeSeq: k, type: "message.edited", seq: 2, userId: "bob", at: "x", message: edited(m2, String(k), k - 1) }));
@@ -182,12 +173,12 @@ describe("changes (SPEC §13)", () => {
 
   it("holds a change until its message is delivered, and delivers the message with it applied", () => {
     const m5 = msg("c", 5);
-    const a = runAll(start(), [change("c", 3, tomb(m5), "message.deleted")]);
+    const a = run(start(), [change("c", 3, tomb(m5), "message.deleted")]);
     assert.deepEqual(a.changes, [], "message 5 is not delivered yet");
     assert.equal(missingAfter(a.state, "c"), 3, "a change of seq 5 says message 5 exists");
     assert.equal(missingChangesAfter(a.state, "c"), null, "the held change is not fetched again");
     // The late push of message 5 (as it was sent) comes out as the tombstone, then its change.
-    const b = runAll(a.state, [full(msg("c", 4)), full(m5)]);
+    const b = run(a.state, [full(msg("c", 4)), full(m5)]);
     assert.deepEqual(b.messages, [msg("c", 4), tomb(m5)]);
     assert.deepEqual(changeSeqs(b.changes), [3]);
   });

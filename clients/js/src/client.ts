@@ -257,7 +257,9 @@ export class ChatClient {
    * up with a `ChangeError` carrying it.
    */
   edit(conversationId: string, seq: number, body: string, options: { clientChangeId?: string } = {}): Promise<Message> {
-    return this.change(conversationId, seq, options, (clientChangeId) => this.call("PATCH", messagePath(conversationId, seq), { clientChangeId, body }));
+    return this.change(conversationId, seq, options, (clientChangeId) =>
+      this.call("PATCH", messagePath(conversationId, seq), { clientChangeId, body }),
+    );
   }
 
   /**
@@ -265,7 +267,9 @@ export class ChatClient {
    * you own. Resolves with the tombstone (`deleted: true`, `body: ""`, no reactions). Retried like `edit`.
    */
   delete(conversationId: string, seq: number, options: { clientChangeId?: string } = {}): Promise<Message> {
-    return this.change(conversationId, seq, options, (clientChangeId) => this.call("DELETE", messagePath(conversationId, seq) + query({ clientChangeId })));
+    return this.change(conversationId, seq, options, (clientChangeId) =>
+      this.call("DELETE", messagePath(conversationId, seq) + query({ clientChangeId })),
+    );
   }
 
   private async change(
@@ -311,7 +315,11 @@ export class ChatClient {
   reactions(conversationId: string, seq: number, options: ReactorsOptions = {}): Promise<ReactorsPage> {
     return this.call(
       "GET",
-      `${messagePath(conversationId, seq)}/reactions${query({ reaction: options.reaction, limit: options.limit, cursor: options.cursor ?? undefined })}`,
+      `${messagePath(conversationId, seq)}/reactions${query({
+        reaction: options.reaction,
+        limit: options.limit,
+        cursor: options.cursor ?? undefined,
+      })}`,
     );
   }
 
@@ -324,7 +332,8 @@ export class ChatClient {
       "GET",
       `${conversationPath(conversationId)}/changes${query({ afterChange: options.afterChange, limit: options.limit })}`,
     );
-    this.apply(observeChanges(this.state, conversationId, page.lastChange, page.changes.at(-1)?.changeSeq), conversationId);
+    const newest = page.changes.at(-1)?.changeSeq;
+    this.apply(observeChanges(this.state, conversationId, page.lastChange, newest), conversationId);
     return page;
   }
 
@@ -679,11 +688,12 @@ export class ChatClient {
   }
 
   /**
-   * Fetches `afterSeq = delivered` pages, then `afterChange = changed` pages, until nothing is missing. One run per conversation at a time;
-   * events arriving meanwhile are seen by its next check. Never rejects: a failure is reported as a
-   * `SyncError` and retried with backoff (jittered, at least the server's `Retry-After`), for as long
-   * as the connection is wanted. Until then the state holds this conversation's newer messages back,
-   * so they still come out once each and in order when the gap is filled.
+   * Fetches `afterSeq = delivered` pages, then `afterChange = changed` pages, until nothing is
+   * missing. One run per conversation at a time; events arriving meanwhile are seen by its next
+   * check. Never rejects: a failure is reported as a `SyncError` and retried with backoff (jittered,
+   * at least the server's `Retry-After`), for as long as the connection is wanted. Until then the
+   * state holds this conversation's newer messages and changes back, so they still come out once
+   * each and in order when the gap is filled.
    */
   private fill(conversationId: string): Promise<void> {
     const running = this.filling.get(conversationId);

@@ -87,7 +87,15 @@ const EMPTY_CHANGES: ReadonlyMap<number, MessageChange> = new Map();
 const CHANGE_TYPES = new Set(["message.edited", "message.deleted", "reaction.added", "reaction.removed"]);
 
 function emptyConversation(): ConversationState {
-  return { delivered: null, lastSeq: 0, ahead: EMPTY_AHEAD, reads: EMPTY_READS, changed: null, lastChange: 0, changesAhead: EMPTY_CHANGES };
+  return {
+    delivered: null,
+    lastSeq: 0,
+    ahead: EMPTY_AHEAD,
+    reads: EMPTY_READS,
+    changed: null,
+    lastChange: 0,
+    changesAhead: EMPTY_CHANGES,
+  };
 }
 
 function done(state: ChatState): Step {
@@ -181,6 +189,8 @@ function takeChange(
  */
 function drain(conv: ConversationState, out: Step): ConversationState {
   let { delivered, changed } = conv;
+  const due = (mark: number | null, held: ReadonlyMap<number, unknown>) => mark !== null && held.has(mark + 1);
+  if (!due(delivered, conv.ahead) && !due(changed, conv.changesAhead)) return conv;
   const ahead = new Map(conv.ahead);
   const changesAhead = new Map(conv.changesAhead);
   if (delivered !== null) {
@@ -196,7 +206,11 @@ function drain(conv: ConversationState, out: Step): ConversationState {
     }
   }
   if (changed !== null) {
-    for (let c = changesAhead.get(changed + 1); c && (delivered === null || c.seq <= delivered); c = changesAhead.get(changed + 1)) {
+    for (
+      let c = changesAhead.get(changed + 1);
+      c && (delivered === null || c.seq <= delivered);
+      c = changesAhead.get(changed + 1)
+    ) {
       out.changes.push(c);
       changesAhead.delete(++changed);
     }
@@ -241,7 +255,8 @@ export function reduce(state: ChatState, event: ServerEvent): Step {
     if (!isSeq(changeSeq) || changeSeq === 0 || !isSeq(seq) || seq === 0) return out;
     // The light form (no message, or not this one) only says the change exists: it is fetched.
     const full = typeof message === "object" && message !== null && message.seq === seq && message.conversationId === id;
-    return { ...out, state: withConversation(state, id, takeChange(conv, changeSeq, seq, full ? (event as MessageChange) : null, out)) };
+    const next = takeChange(conv, changeSeq, seq, full ? (event as MessageChange) : null, out);
+    return { ...out, state: withConversation(state, id, next) };
   }
 
   return out;

@@ -10,7 +10,7 @@
 // them. So duplicates, reordering, drops (then filled) and light payloads all end in the same place:
 // messages delivered once each, in seq order, up to the conversation's lastSeq.
 //
-// Changes to messages (edits, deletions, reactions: SPEC §13) have a second gap-free log, `changeSeq`,
+// Changes to messages (edits, deletions, reactions) have a second gap-free log, `changeSeq`,
 // kept the same way: a watermark `changed`, changes above it held in `changesAhead`, `lastChange`
 // above it meaning changes are missing (fetched with `afterChange = changed`). One more rule ties the
 // two logs together: a change is delivered only once the message it changes has been (its seq ≤
@@ -224,7 +224,7 @@ function drain(conv: ConversationState, out: Step): ConversationState {
   };
 }
 
-/** Applies one push event (docs/api.md §15.2, SPEC §13). Membership events change nothing here: the client passes them on. */
+/** Applies one push event (docs/api.md §15.2, and the message changes). Membership events change nothing here: the client passes them on. */
 export function reduce(state: ChatState, event: ServerEvent): Step {
   const out = done(state);
   const id = event.conversationId;

@@ -13,7 +13,7 @@ export interface Conversation {
   lastSeq: number;
   createdAt: string;
   lastMessageAt: string | null;
-  /** The conversation's newest changeSeq (SPEC §13), 0 when none. */
+  /** The conversation's newest changeSeq, 0 when none. */
   lastChange: number;
 }
 
@@ -211,7 +211,7 @@ export interface MessageNewEvent {
 }
 
 /**
- * A change to a message (SPEC §13): with the message as it is now, or, for groups of more than 200
+ * A change to a message: with the message as it is now, or, for groups of more than 200
  * members, the light form `{type, conversationId, changeSeq, seq}` (the client fetches `/changes`).
  */
 export interface MessageChangedEvent {

@@ -14,7 +14,7 @@ interface StoredConversation {
   reads: Map<string, number>;
   createdAt: string;
   byClientMsgId: Map<string, Message>;
-  /** The change log (SPEC §13): entry N has changeSeq N + 1. */
+  /** The change log: entry N has changeSeq N + 1. */
   changes: Change[];
   /** Who reacted with what, per message seq. */
   reactors: Map<number, Map<string, Set<string>>>;
@@ -113,7 +113,7 @@ export class FakeChatServer {
   }
 
   /**
-   * Changes a message as the server would (SPEC §13) and logs the change; returns it, or null when
+   * Changes a message as the server would and logs the change; returns it, or null when
    * nothing changed (a deleted message's repeat delete, a reaction the user already has or has not).
    */
   change(conversationId: string, seq: number, type: ChangeType, userId: string, arg = ""): Change | null {

@@ -1,5 +1,5 @@
 // The same property one level up: the real ChatClient, over the fake socket, given any mix of
-// repeated, reordered, dropped and light pushes of messages and of changes to them (SPEC §13),
+// repeated, reordered, dropped and light pushes of messages and of changes to them,
 // dropped connections, and failing REST calls (the catch-up's inbox walk, history and change-log
 // fetches answering 500, 503, or not at all), ends up having delivered every message exactly once,
 // in seq order, and every change exactly once, in changeSeq order and after its message, per

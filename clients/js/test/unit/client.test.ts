@@ -316,7 +316,7 @@ describe("send", () => {
   });
 });
 
-describe("message changes (SPEC §13)", () => {
+describe("message changes", () => {
   it("edit, delete, react, unreact, reactions and changes call their routes", async () => {
     const { server, client } = setup();
     const id = server.createConversation(["alice", "bob"]);

@@ -1,4 +1,4 @@
-// The pure state module: examples, then the property (issue 10, and issue 19 for SPEC §13's changes):
+// The pure state module: examples, then the property (messages, and the changes to them):
 // a stale state plus any interleaving of duplicated, reordered and dropped message and change events,
 // followed by the SDK's gap fill against a server, delivers exactly what a fresh fetch holds, once
 // each, in order: every message in its current version, every change once, in changeSeq order.
@@ -148,7 +148,7 @@ const change = (conversationId: string, changeSeq: number, message: Message, typ
 });
 const changeSeqs = (cs: MessageChange[]) => cs.map((c) => c.changeSeq);
 
-describe("changes (SPEC §13)", () => {
+describe("changes", () => {
   const start = () => observeChanges(observe(initialState(), "c", 3).state, "c", 2).state;
 
   it("delivers each change once, in changeSeq order; a gap is filled with afterChange", () => {

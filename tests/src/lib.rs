@@ -17,8 +17,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
+use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::api::http::{self, App};
 use chat_shared::api::routes::{self, percent_decode};
@@ -94,7 +99,8 @@ impl Storable for Started {
     type Storer = StoreReplace<Self>;
 }
 
-const WRITES: [&str; 5] = [
+/// The DynamoDB operations that write.
+pub const WRITES: [&str; 5] = [
     "PutItem",
     "UpdateItem",
     "DeleteItem",
@@ -118,10 +124,10 @@ impl Intercept for Counter {
     /// Names the attempt by its `X-Amz-Target` (`DynamoDB_20120810.GetItem` → `GetItem`).
     fn read_before_transmit(
         &self,
-        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+    ) -> Result<(), BoxError> {
         let name = ctx
             .request()
             .headers()
@@ -164,7 +170,7 @@ impl Intercept for Counter {
         ctx: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+    ) -> Result<(), BoxError> {
         if let Some(Started(mut call, at)) = cfg.load::<Started>().cloned() {
             call.elapsed = at.elapsed();
             call.ok = ctx.response().is_some_and(|r| r.status().is_success());
@@ -228,6 +234,89 @@ impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for Ret
 
     fn name(&self) -> &'static str {
         "RetryConflicts"
+    }
+}
+
+type RequestCheck = dyn Fn(&HttpRequest) -> Result<(), BoxError> + Send + Sync;
+type AnswerChange = dyn Fn(&mut HttpResponse) -> Result<(), BoxError> + Send + Sync;
+
+/// A DynamoDB client interceptor of closures, for the tests that make DynamoDB fail or answer
+/// otherwise: `requests` may fail a request before it is sent; `transaction_answers` sees the
+/// answer of each `TransactWriteItems` attempt before the SDK reads it, and may replace it or
+/// fail the attempt.
+pub struct Interfere {
+    requests: Option<Box<RequestCheck>>,
+    transaction_answers: Option<Box<AnswerChange>>,
+}
+
+/// Marks an attempt as a `TransactWriteItems` (in its config bag).
+#[derive(Debug, Clone)]
+struct IsTransaction;
+
+impl Storable for IsTransaction {
+    type Storer = StoreReplace<Self>;
+}
+
+impl Interfere {
+    /// Fails each request for which `check` gives an error, before it is sent.
+    pub fn requests(
+        check: impl Fn(&HttpRequest) -> Result<(), BoxError> + Send + Sync + 'static,
+    ) -> SharedInterceptor {
+        SharedInterceptor::new(Interfere {
+            requests: Some(Box::new(check)),
+            transaction_answers: None,
+        })
+    }
+
+    /// Passes the answer of each `TransactWriteItems` attempt through `change` before the SDK
+    /// reads it (an error: the answer is lost).
+    pub fn transaction_answers(
+        change: impl Fn(&mut HttpResponse) -> Result<(), BoxError> + Send + Sync + 'static,
+    ) -> SharedInterceptor {
+        SharedInterceptor::new(Interfere {
+            requests: None,
+            transaction_answers: Some(Box::new(change)),
+        })
+    }
+}
+
+impl std::fmt::Debug for Interfere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interfere")
+    }
+}
+
+impl Intercept for Interfere {
+    fn name(&self) -> &'static str {
+        "Interfere"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(check) = &self.requests {
+            check(ctx.request())?;
+        }
+        let target = ctx.request().headers().get("x-amz-target");
+        if target.is_some_and(|t| t.ends_with(".TransactWriteItems")) {
+            cfg.interceptor_state().store_put(IsTransaction);
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        match &self.transaction_answers {
+            Some(change) if cfg.load::<IsTransaction>().is_some() => change(ctx.response_mut()),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -714,7 +803,8 @@ impl TestApp {
         r.body["conversationId"].as_str().unwrap().to_owned()
     }
 
-    pub async fn group(&self, owner: &str, members: &[&str]) -> String {
+    pub async fn group(&self, owner: &str, members: &[impl AsRef<str>]) -> String {
+        let members: Vec<&str> = members.iter().map(AsRef::as_ref).collect();
         let r = self
             .post(
                 "/conversations",
@@ -726,11 +816,58 @@ impl TestApp {
         r.body["conversationId"].as_str().unwrap().to_owned()
     }
 
+    /// Two new users, `a` and `b`, and their direct conversation: (a, b, conversation).
+    pub async fn new_direct(&self) -> (String, String, String) {
+        let (a, b) = (unique("a"), unique("b"));
+        let c = self.direct(&a, &b).await;
+        (a, b, c)
+    }
+
+    /// Two new users and a group of them: (owner `a`, member `b`, conversation).
+    pub async fn new_group(&self) -> (String, String, String) {
+        let (a, b) = (unique("a"), unique("b"));
+        let c = self.group(&a, &[&b]).await;
+        (a, b, c)
+    }
+
     pub async fn send(&self, conversation: &str, user: &str, body: &str) -> Resp {
+        self.send_with_id(conversation, user, &new_uuid(), body)
+            .await
+    }
+
+    /// `send` under a `clientMsgId` of the caller's (a replay, a retry).
+    pub async fn send_with_id(
+        &self,
+        conversation: &str,
+        user: &str,
+        client_msg_id: &str,
+        body: &str,
+    ) -> Resp {
         self.post(
             &format!("/conversations/{conversation}/messages"),
             user,
-            json!({"clientMsgId": new_uuid(), "body": body}),
+            json!({"clientMsgId": client_msg_id, "body": body}),
+        )
+        .await
+    }
+
+    /// `markRead`: `user` has read `conversation` up to `seq`.
+    pub async fn mark_read(&self, conversation: &str, user: &str, seq: impl Into<Value>) -> Resp {
+        self.post(
+            &format!("/conversations/{conversation}/read"),
+            user,
+            json!({ "seq": seq.into() }),
+        )
+        .await
+    }
+
+    /// `removeMember`: `by` removes `user` from `conversation` (`by` = `user`: leaves it).
+    pub async fn remove_member(&self, conversation: &str, by: &str, user: &str) -> Resp {
+        self.call(
+            "DELETE",
+            &format!("/conversations/{conversation}/members/{user}"),
+            Some(by),
+            None,
         )
         .await
     }

@@ -205,8 +205,7 @@ fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
 #[tokio::test]
 async fn history_pages_across_the_boundary_as_before_and_replays_return_the_original() {
     let t = app().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     let sent = send_many(&t, &c, [&a, &b], 130).await;
     let paths = history_paths(&c, 130);
     let before = answers(&t, &a, &paths).await;
@@ -322,8 +321,7 @@ async fn history_pages_across_the_boundary_as_before_and_replays_return_the_orig
 #[tokio::test]
 async fn pages_across_chunks_read_at_most_two_objects_and_a_table_page_reads_none() {
     let t = app().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     let n = 2 * CHUNK + 150;
     seed(&t, &c, &a, n).await;
     let paths = history_paths(&c, n);
@@ -436,8 +434,7 @@ async fn an_archiver_stopped_at_any_step_or_failing_loses_and_doubles_nothing() 
         Step::Dropped,
     ];
     for step in steps {
-        let (a, b) = (unique("a"), unique("b"));
-        let c = t.direct(&a, &b).await;
+        let (a, b, c) = t.new_direct().await;
         let sent = send_many(&t, &c, [&a, &b], 24).await;
         let paths = history_paths(&c, 24);
         let before = answers(&t, &a, &paths).await;
@@ -496,8 +493,7 @@ async fn an_archiver_stopped_at_any_step_or_failing_loses_and_doubles_nothing() 
 #[tokio::test]
 async fn two_archivers_at_once_change_nothing_and_keep_seq_order() {
     let t = app().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     let sent = send_many(&t, &c, [&a, &b], 40).await;
     let paths = history_paths(&c, 40);
     let before = answers(&t, &a, &paths).await;
@@ -543,8 +539,7 @@ async fn two_archivers_at_once_change_nothing_and_keep_seq_order() {
 #[tokio::test]
 async fn an_archive_that_fails_a_read_is_503_unavailable() {
     let t = app().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     send_many(&t, &c, [&a, &b], 5).await;
     t.archiver()
         .archive_conversation(&id(&c), &everything(), None)
@@ -571,8 +566,7 @@ async fn the_archiver_finds_due_conversations_through_the_work_list() {
         ..settings()
     })
     .await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     let quiet = t.direct(&a, &unique("q")).await;
     let sent = send_many(&t, &c, [&a, &b], 30).await;
     send_many(&t, &quiet, [&a, &a], 2).await;

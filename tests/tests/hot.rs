@@ -5,18 +5,14 @@
 //! This binary has its own emulator, so one test may change its settings (under `SETTINGS`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::config::interceptors::{
-    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
-};
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::config::Timeouts;
-use chat_tests::{new_uuid, server, unique, Resp, TestApp};
+use chat_tests::{at_once, new_uuid, server, unique, Interfere, Resp, TestApp};
 use serde_json::{json, Value};
 use tokio::sync::RwLock;
 
@@ -105,13 +101,7 @@ async fn history(t: &TestApp, conversation: &str, user: &str) -> Vec<Value> {
 async fn send_like_a_client(t: &TestApp, conversation: &str, user: &str, body: &str) -> Resp {
     let id = new_uuid();
     loop {
-        let r = t
-            .post(
-                &format!("/conversations/{conversation}/messages"),
-                user,
-                json!({"clientMsgId": id, "body": body}),
-            )
-            .await;
+        let r = t.send_with_id(conversation, user, &id, body).await;
         if r.status != 429 && r.status != 503 {
             return r;
         }
@@ -125,13 +115,12 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
     let t = Arc::new(TestApp::new().await);
     let owner = unique("o");
     let members: Vec<String> = (0..15).map(|i| format!("{owner}-{i}")).collect();
-    let refs: Vec<&str> = members.iter().map(String::as_str).collect();
-    let c = t.group(&owner, &refs).await;
+    let c = t.group(&owner, &members).await;
     t.calls.take();
     let senders: Vec<String> = std::iter::once(owner.clone()).chain(members).collect();
     let tasks = senders.iter().cloned().map(|user| {
         let (t, c) = (t.clone(), c.clone());
-        tokio::spawn(async move {
+        async move {
             let mut acked = vec![];
             for i in 0..4 {
                 let r = send_like_a_client(&t, &c, &user, &format!("{user} #{i}")).await;
@@ -139,13 +128,9 @@ async fn concurrent_senders_are_committed_together_without_gaps() {
                 acked.push(r.body);
             }
             acked
-        })
+        }
     });
-    let acked: Vec<Value> = futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .flat_map(|r| r.unwrap())
-        .collect();
+    let acked: Vec<Value> = at_once(tasks).await.into_iter().flatten().collect();
     let calls = t.calls.take();
     assert!(
         calls.iter().any(|c| c == "PutItem"),
@@ -224,8 +209,7 @@ async fn a_queued_send_answered_429_is_never_committed_later() {
         return;
     }
     let t = TestApp::custom(Duration::from_millis(700), None).await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.group(&a, &[&b]).await;
+    let (a, b, c) = t.new_group().await;
     t.mark_busy(&c).await;
     server::dynamodb_faults(
         &json!({"op": "Query", "table": "ChatTable", "key": format!("C#{c}"),
@@ -256,8 +240,7 @@ async fn a_queued_send_answered_429_is_never_committed_later() {
 async fn a_queued_send_past_its_requests_lifetime_is_never_committed() {
     let _shared = SETTINGS.read().await;
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.group(&a, &[&b]).await;
+    let (a, b, c) = t.new_group().await;
     queue_ended_send(&t, &c, &new_uuid(), &b, "from weeks ago", 1, 1).await;
     t.mark_busy(&c).await;
     let r = t.send(&c, &a, "now").await;
@@ -289,14 +272,7 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
         live,
     )
     .await;
-    let r = t
-        .call(
-            "DELETE",
-            &format!("/conversations/{c}/members/{gone}"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let r = t.remove_member(&c, &owner, &gone).await;
     assert_eq!(r.status, 204);
 
     t.mark_busy(&c).await;
@@ -319,8 +295,7 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
 async fn a_queued_send_past_the_first_megabyte_of_the_queue_finds_itself() {
     let _shared = SETTINGS.read().await;
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.group(&a, &[&b]).await;
+    let (a, b, c) = t.new_group().await;
     // 70 queued sends of 16,000 bytes each (more than one 1 MB page of the queue), all sorting
     // before the send below and all queued after it (their requests have ended).
     let body = "😀".repeat(4000);
@@ -329,13 +304,8 @@ async fn a_queued_send_past_the_first_megabyte_of_the_queue_finds_itself() {
         queue_ended_send(&t, &c, &id, &b, &body, u64::MAX, in_a_minute()).await;
     }
     t.mark_busy(&c).await;
-    let r = t
-        .post(
-            &format!("/conversations/{c}/messages"),
-            &a,
-            json!({"clientMsgId": "ffffffff-ffff-4fff-bfff-ffffffffffff", "body": "last in sk order"}),
-        )
-        .await;
+    let last = "ffffffff-ffff-4fff-bfff-ffffffffffff";
+    let r = t.send_with_id(&c, &a, last, "last in sk order").await;
     assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
 }
 
@@ -343,40 +313,22 @@ async fn a_queued_send_past_the_first_megabyte_of_the_queue_finds_itself() {
 async fn replays_of_a_queued_send_create_one_message() {
     let _shared = SETTINGS.read().await;
     let t = Arc::new(TestApp::new().await);
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.group(&a, &[&b]).await;
+    let (a, b, c) = t.new_group().await;
     t.send(&c, &b, "before").await;
     t.mark_busy(&c).await;
     let id = new_uuid();
-    let tasks = (0..6).map(|_| {
+    let results: Vec<Resp> = at_once((0..6).map(|_| {
         let (t, c, a, id) = (t.clone(), c.clone(), a.clone(), id.clone());
-        tokio::spawn(async move {
-            t.post(
-                &format!("/conversations/{c}/messages"),
-                &a,
-                json!({"clientMsgId": id, "body": "once"}),
-            )
-            .await
-        })
-    });
-    let results: Vec<Resp> = futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+        async move { t.send_with_id(&c, &a, &id, "once").await }
+    }))
+    .await;
     let mut statuses: Vec<u16> = results.iter().map(|r| r.status).collect();
     statuses.sort();
     assert_eq!(statuses, [200, 200, 200, 200, 200, 201], "{results:?}");
     assert!(results.iter().all(|r| r.body["seq"] == 2));
     assert_eq!(history(&t, &c, &a).await.len(), 2);
     // And after the commit: the original, again.
-    let again = t
-        .post(
-            &format!("/conversations/{c}/messages"),
-            &a,
-            json!({"clientMsgId": id, "body": "once"}),
-        )
-        .await;
+    let again = t.send_with_id(&c, &a, &id, "once").await;
     assert_eq!((again.status, &again.body["seq"]), (200, &json!(2)));
 }
 
@@ -384,26 +336,14 @@ async fn replays_of_a_queued_send_create_one_message() {
 async fn another_body_under_a_queued_clientmsgid_is_a_conflict() {
     let _shared = SETTINGS.read().await;
     let t = Arc::new(TestApp::new().await);
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.group(&a, &[&b]).await;
+    let (a, _, c) = t.new_group().await;
     t.mark_busy(&c).await;
     let id = new_uuid();
-    let tasks = ["first body", "second body"].map(|body| {
+    let results: Vec<Resp> = at_once(["first body", "second body"].map(|body| {
         let (t, c, a, id) = (t.clone(), c.clone(), a.clone(), id.clone());
-        tokio::spawn(async move {
-            t.post(
-                &format!("/conversations/{c}/messages"),
-                &a,
-                json!({"clientMsgId": id, "body": body}),
-            )
-            .await
-        })
-    });
-    let results: Vec<Resp> = futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+        async move { t.send_with_id(&c, &a, &id, body).await }
+    }))
+    .await;
     let mut outcome: Vec<(u16, &str)> = results.iter().map(|r| (r.status, r.code())).collect();
     outcome.sort();
     assert_eq!(outcome, [(201, ""), (409, "conflict")], "{results:?}");
@@ -428,8 +368,7 @@ async fn members_are_added_while_sends_keep_the_conversation_busy() {
     let t = Arc::new(TestApp::new().await);
     let owner = unique("o");
     let senders: Vec<String> = (0..8).map(|i| format!("{owner}-s{i}")).collect();
-    let refs: Vec<&str> = senders.iter().map(String::as_str).collect();
-    let c = t.group(&owner, &refs).await;
+    let c = t.group(&owner, &senders).await;
     let adding = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let tasks = senders.iter().cloned().map(|user| {
         let (t, c, adding) = (t.clone(), c.clone(), adding.clone());
@@ -502,32 +441,25 @@ async fn read_receipts_go_through_while_the_conversation_is_busy() {
     let t = Arc::new(TestApp::new().await);
     let owner = unique("o");
     let readers: Vec<String> = (0..6).map(|i| format!("{owner}-r{i}")).collect();
-    let refs: Vec<&str> = readers.iter().map(String::as_str).collect();
-    let c = t.group(&owner, &refs).await;
+    let c = t.group(&owner, &readers).await;
     let sends = (0..8).map(|i| {
         let (t, c, owner) = (t.clone(), c.clone(), owner.clone());
-        tokio::spawn(async move { send_like_a_client(&t, &c, &owner, &format!("{i}")).await })
+        async move { send_like_a_client(&t, &c, &owner, &format!("{i}")).await }
     });
     let receipts = readers.iter().cloned().map(|r| {
         let (t, c) = (t.clone(), c.clone());
-        tokio::spawn(async move {
+        async move {
             let mut statuses = vec![];
             for seq in 1..=8 {
-                let resp = t
-                    .post(&format!("/conversations/{c}/read"), &r, json!({"seq": seq}))
-                    .await;
-                statuses.push(resp.status);
+                statuses.push(t.mark_read(&c, &r, seq).await.status);
             }
             statuses
-        })
+        }
     });
-    let (sent, read) = futures::join!(
-        futures::future::join_all(sends),
-        futures::future::join_all(receipts)
-    );
-    assert!(sent.into_iter().all(|r| r.unwrap().status == 201));
+    let (sent, read) = futures::join!(at_once(sends), at_once(receipts));
+    assert!(sent.into_iter().all(|r| r.status == 201));
     for statuses in read {
-        assert!(statuses.unwrap().iter().all(|s| *s == 200), "never 429");
+        assert!(statuses.iter().all(|s| *s == 200), "never 429");
     }
     // Each reader's watermark is at most lastSeq and at least what it last asked for, clamped.
     let states = t.get(&format!("/conversations/{c}/reads"), &owner).await;
@@ -542,8 +474,7 @@ async fn read_receipts_go_through_while_the_conversation_is_busy() {
 async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
     let _exclusive = SETTINGS.write().await;
     let t = Arc::new(TestApp::custom(Duration::from_millis(700), None).await);
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.group(&a, &[&b]).await;
+    let (a, b, c) = t.new_group().await;
     // Every commit holds the conversation item for 3 s: the next send cannot get at it.
     let before = server::emulator_settings(&json!({"txWindowMs": 3000}));
     let first = {
@@ -553,13 +484,7 @@ async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
     let id = new_uuid();
-    let late = t
-        .post(
-            &format!("/conversations/{c}/messages"),
-            &b,
-            json!({"clientMsgId": id, "body": "too late"}),
-        )
-        .await;
+    let late = t.send_with_id(&c, &b, &id, "too late").await;
     let took = started.elapsed();
     assert_eq!(first.await.unwrap().status, 201);
     server::emulator_settings(&before);
@@ -579,13 +504,7 @@ async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
     let all = history(&t, &c, &a).await;
     assert_eq!(all.len(), 1, "nothing of the late send is stored");
     // The client's retry goes through once the item is free.
-    let retry = t
-        .post(
-            &format!("/conversations/{c}/messages"),
-            &b,
-            json!({"clientMsgId": id, "body": "too late"}),
-        )
-        .await;
+    let retry = t.send_with_id(&c, &b, &id, "too late").await;
     assert_eq!(
         (retry.status, &retry.body["seq"]),
         (201, &json!(2)),
@@ -593,57 +512,19 @@ async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
     );
 }
 
-/// Loses the answer of the first `TransactWriteItems` after DynamoDB applied it.
-#[derive(Debug)]
-struct LoseFirstAnswer(AtomicUsize);
-
-#[derive(Debug, Clone)]
-struct IsTransaction;
-
-impl Storable for IsTransaction {
-    type Storer = StoreReplace<Self>;
-}
-
-impl Intercept for LoseFirstAnswer {
-    fn name(&self) -> &'static str {
-        "LoseFirstAnswer"
-    }
-
-    fn read_before_transmit(
-        &self,
-        ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let target = ctx.request().headers().get("x-amz-target");
-        if target.is_some_and(|t| t.ends_with(".TransactWriteItems")) {
-            cfg.interceptor_state().store_put(IsTransaction);
-        }
-        Ok(())
-    }
-
-    fn read_before_deserialization(
-        &self,
-        ctx: &BeforeDeserializationInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let transaction = cfg.load::<IsTransaction>().is_some();
-        let ok = ctx.response().status().is_success();
-        if transaction && ok && self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
-            return Err("the answer was lost on the way back".into());
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_commit_whose_answer_was_lost_is_settled_with_its_token() {
     let _shared = SETTINGS.read().await;
     let setup = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = setup.direct(&a, &b).await;
-    let lose = SharedInterceptor::new(LoseFirstAnswer(AtomicUsize::new(1)));
+    let (a, b, c) = setup.new_direct().await;
+    // Loses the answer of the first `TransactWriteItems` after DynamoDB applied it.
+    let first = AtomicBool::new(true);
+    let lose = Interfere::transaction_answers(move |answer| {
+        if answer.status().is_success() && first.swap(false, Ordering::SeqCst) {
+            return Err("the answer was lost on the way back".into());
+        }
+        Ok(())
+    });
     let t = TestApp::custom(Timeouts::LOCAL.request_budget, Some(lose)).await;
     let r = t.send(&c, &a, "applied, answer lost").await;
     assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
@@ -709,8 +590,7 @@ async fn busy_until(t: &TestApp, conversation: &str) -> Option<u64> {
 async fn the_first_send_to_lose_the_race_marks_the_conversation_busy() {
     let _shared = SETTINGS.read().await;
     let setup = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = setup.direct(&a, &b).await;
+    let (a, b, c) = setup.new_direct().await;
     assert_eq!(setup.send(&c, &b, "first").await.status, 201);
     assert_eq!(busy_until(&setup, &c).await, None, "alone: not busy");
 

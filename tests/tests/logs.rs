@@ -2,8 +2,8 @@
 //! object, one per REST request with what an operator needs (route, status, latency, DynamoDB
 //! calls, ids) and no message body. Its own test binary: it sets the process's environment.
 
-use chat_tests::{new_uuid, unique, LogCapture, TestApp};
-use serde_json::{json, Value};
+use chat_tests::{LogCapture, TestApp};
+use serde_json::Value;
 
 #[tokio::test]
 async fn json_logs_have_one_line_per_request_and_no_bodies() {
@@ -14,16 +14,9 @@ async fn json_logs_have_one_line_per_request_and_no_bodies() {
     chat_shared::telemetry::init_with_writer(false, None, captured.clone());
 
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     let secret = "a body no log may show";
-    let r = t
-        .post(
-            &format!("/conversations/{c}/messages"),
-            &a,
-            json!({"clientMsgId": new_uuid(), "body": secret}),
-        )
-        .await;
+    let r = t.send(&c, &a, secret).await;
     assert_eq!(r.status, 201);
     t.get(&format!("/conversations/{c}/messages"), &b).await;
 

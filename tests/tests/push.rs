@@ -65,13 +65,7 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
             "the sender's connection too"
         );
 
-        let read = t
-            .post(
-                &format!("/conversations/{conv}/read"),
-                &a,
-                json!({"seq": 1}),
-            )
-            .await;
+        let read = t.mark_read(&conv, &a, 1).await;
         assert_eq!(
             (read.status, read.body["advanced"].clone()),
             (200, json!(true))
@@ -102,8 +96,7 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
 async fn a_body_longer_than_the_preview_arrives_whole() {
     bounded(60, async {
         let t = TestApp::new().await;
-        let (a, b) = (unique("a"), unique("b"));
-        let conv = t.direct(&a, &b).await;
+        let (a, b, conv) = t.new_direct().await;
         let mut wa = WsClient::connect(&a).await;
         let body = "ä".repeat(150) + &"z".repeat(3_000);
         let sent = t.send(&conv, &b, &body).await;
@@ -125,8 +118,7 @@ async fn a_body_longer_than_the_preview_arrives_whole() {
 async fn forty_quick_messages_all_arrive_in_seq_order() {
     bounded(90, async {
         let t = TestApp::new().await;
-        let (a, b) = (unique("a"), unique("b"));
-        let conv = t.direct(&a, &b).await;
+        let (a, b, conv) = t.new_direct().await;
         let mut wa = WsClient::connect(&a).await;
         for i in 1..=40 {
             let r = t.send(&conv, &b, &format!("m{i}")).await;
@@ -219,14 +211,7 @@ async fn membership_changes_reach_the_fanout_at_once() {
         t.send(&conv, &owner, "one").await;
         wl.until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
             .await;
-        let removed = t
-            .call(
-                "DELETE",
-                &format!("/conversations/{conv}/members/{leaves}"),
-                Some(&owner),
-                None,
-            )
-            .await;
+        let removed = t.remove_member(&conv, &owner, &leaves).await;
         assert_eq!(removed.status, 204, "{removed:?}");
         let added = t.add_members(&conv, &owner, json!([joins])).await;
         assert_eq!(added.status, 200, "{added:?}");
@@ -249,8 +234,7 @@ async fn a_stale_connection_is_removed_after_410() {
     bounded(60, async {
         let t = TestApp::new().await;
         let store = connection_store().await;
-        let (a, b) = (unique("a"), unique("b"));
-        let conv = t.direct(&a, &b).await;
+        let (a, b, conv) = t.new_direct().await;
         let mut live = WsClient::connect(&a).await;
         let stale = format!("{}=", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         // Registered a minute ago: past the grace in which a 410 is taken for a handshake.
@@ -328,8 +312,7 @@ async fn a_failing_push_is_retried_in_the_invocation_and_the_client_gets_every_e
         let t = TestApp::new().await;
         let store = connection_store().await;
         let gw = gateway();
-        let (a, b) = (unique("a"), unique("b"));
-        let conv = t.direct(&a, &b).await;
+        let (a, b, conv) = t.new_direct().await;
         let mut wa = WsClient::connect(&a).await;
         let ids = connection_ids(&store, &a).await;
         assert_eq!(ids.len(), 1);

@@ -11,16 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::config::SharedInterceptor;
 use chat_shared::events::policy::PUSH_ATTEMPTS;
 use chat_shared::events::{Event, EventBatch};
 use chat_shared::{ChatStore, ConnectionStore, ConversationId, UserId};
 use chat_tests::push::{
     chat_config, connection_ids, connection_store, first_seqs, gateway, now_unix, WsClient,
 };
-use chat_tests::{server, unique, TestApp};
+use chat_tests::{server, unique, Interfere, TestApp};
 use serde_json::Value;
 
 /// Time for an event to reach a client, redeliveries included.
@@ -59,8 +57,7 @@ async fn a_403_never_forgets_a_connection_and_its_push_comes_once_it_clears() {
         let t = TestApp::new().await;
         let store = connection_store().await;
         let gw = gateway();
-        let (a, b) = (unique("a"), unique("b"));
-        let conv = t.direct(&a, &b).await;
+        let (a, b, conv) = t.new_direct().await;
         let mut wa = WsClient::connect(&a).await;
         let ids = connection_ids(&store, &a).await;
         registered_a_minute_ago(&store, &a, &ids[0]).await;
@@ -148,33 +145,6 @@ async fn a_connection_answering_429_past_its_retries_gets_every_push_and_nobody_
     .await
 }
 
-/// Fails every DynamoDB request that names `pk` while `on` is set.
-#[derive(Debug)]
-struct FailReadsOf {
-    pk: String,
-    on: Arc<AtomicBool>,
-}
-
-impl Intercept for FailReadsOf {
-    fn name(&self) -> &'static str {
-        "FailReadsOf"
-    }
-
-    fn read_before_transmit(
-        &self,
-        ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let body = ctx.request().body().bytes().unwrap_or_default();
-        let names = String::from_utf8_lossy(body).contains(&self.pk);
-        if names && self.on.load(Ordering::SeqCst) {
-            return Err("injected: DynamoDB did not answer".into());
-        }
-        Ok(())
-    }
-}
-
 /// A Kinesis record of `conversation` with one `message.new` at `seq`, as the mapping sends it.
 fn record(sequence: &str, conversation: &str, seq: u64) -> KinesisEventRecord {
     let id = ConversationId::parse(conversation).unwrap();
@@ -203,6 +173,18 @@ fn batch(records: &[&KinesisEventRecord]) -> KinesisEvent {
     event
 }
 
+/// Fails every DynamoDB request that names `pk` while `on` is set.
+fn fail_requests_naming(pk: String, on: Arc<AtomicBool>) -> SharedInterceptor {
+    Interfere::requests(move |request| {
+        let body = request.body().bytes().unwrap_or_default();
+        let names = String::from_utf8_lossy(body).contains(&pk);
+        if names && on.load(Ordering::SeqCst) {
+            return Err("injected: DynamoDB did not answer".into());
+        }
+        Ok(())
+    })
+}
+
 #[tokio::test]
 async fn a_failed_read_makes_only_what_failed_be_pushed_again() {
     bounded(60, async {
@@ -222,10 +204,7 @@ async fn a_failed_read_makes_only_what_failed_be_pushed_again() {
         let db = aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(&sdk)
                 .endpoint_url(server::dynamodb_endpoint())
-                .interceptor(FailReadsOf {
-                    pk: format!("C#{x}"),
-                    on: failing.clone(),
-                })
+                .interceptor(fail_requests_naming(format!("C#{x}"), failing.clone()))
                 .build(),
         );
         let management = aws_sdk_apigatewaymanagement::Client::from_conf(

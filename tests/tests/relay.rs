@@ -12,7 +12,7 @@ use std::time::Duration;
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use chat_tests::push::{chat_config, gateway_config, read_record};
 use chat_tests::server::{self, inject_kinesis_put_failures, sqs};
-use chat_tests::{unique, TestApp};
+use chat_tests::TestApp;
 use serde_json::{json, Value};
 
 /// One test at a time: injected failures are emulator-wide.
@@ -255,8 +255,7 @@ async fn stream_records_of(conversation: &str) -> (String, String, Vec<String>) 
 async fn what_reaches_the_failure_queue_is_replayed_with_the_documented_command() {
     let _turn = TURN.lock().await;
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let conv = t.direct(&a, &b).await;
+    let (a, _, conv) = t.new_direct().await;
     for i in 1..=3 {
         assert_eq!(t.send(&conv, &a, &format!("m{i}")).await.status, 201);
     }

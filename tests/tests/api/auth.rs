@@ -21,8 +21,7 @@ fn with_header(
 #[tokio::test]
 async fn requests_without_a_valid_token_are_unauthorized() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     let now = chat_shared::time::unix_seconds(chat_shared::time::now());
     let bad_headers = [
         None,

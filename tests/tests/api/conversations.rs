@@ -217,7 +217,7 @@ async fn adding_members_starts_them_at_last_seq() {
 async fn concurrent_adds_keep_member_count_exact() {
     let t = Arc::new(TestApp::new().await);
     let o = unique("o");
-    let c = t.group(&o, &[]).await;
+    let c = t.group(&o, &[] as &[&str]).await;
     let tasks = (0..8).map(|i| {
         let (t, o, c) = (t.clone(), o.clone(), c.clone());
         tokio::spawn(async move {
@@ -251,15 +251,7 @@ async fn removing_members_follows_roles() {
     let c = t.group(&o, &[&m, &n]).await;
     let del = |by: String, who: String| {
         let (t, c) = (&t, c.clone());
-        async move {
-            t.call(
-                "DELETE",
-                &format!("/conversations/{c}/members/{who}"),
-                Some(&by),
-                None,
-            )
-            .await
-        }
+        async move { t.remove_member(&c, &by, &who).await }
     };
     let r = del(m.clone(), n.clone()).await;
     assert_eq!((r.status, r.code()), (403, "forbidden"));
@@ -278,16 +270,8 @@ async fn removing_members_follows_roles() {
     let r = del(o.clone(), n.clone()).await;
     assert_eq!((r.status, r.code()), (404, "not_found"));
 
-    let (a, b) = (unique("a"), unique("b"));
-    let d = t.direct(&a, &b).await;
-    let r = t
-        .call(
-            "DELETE",
-            &format!("/conversations/{d}/members/{b}"),
-            Some(&a),
-            None,
-        )
-        .await;
+    let (a, b, d) = t.new_direct().await;
+    let r = t.remove_member(&d, &a, &b).await;
     assert_eq!((r.status, r.code()), (409, "conflict"));
     let r = t.add_members(&d, &a, json!([unique("c")])).await;
     assert_eq!((r.status, r.code()), (409, "conflict"));

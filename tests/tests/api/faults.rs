@@ -4,7 +4,7 @@
 //! the retry with the same `clientMsgId`; never a bare 5xx. (A commit whose answer is lost:
 //! `hot.rs`, `a_commit_whose_answer_was_lost_is_settled_with_its_token`.)
 
-use chat_tests::{new_uuid, server, unique, TestApp};
+use chat_tests::{new_uuid, server, TestApp};
 use serde_json::json;
 
 /// Whether this binary's DynamoDB has the layer in front (it has unless `CHAT_STRICT=off`).
@@ -41,8 +41,7 @@ async fn a_database_failing_a_send_answers_503_and_its_retry_sends_it_once() {
         return;
     }
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     // Past the SDK's 3 attempts.
     faults(
         "TransactWriteItems",
@@ -70,8 +69,7 @@ async fn a_throttled_read_receipt_is_429_and_moves_nothing() {
         return;
     }
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     assert_eq!(t.send(&c, &a, "one").await.status, 201);
     // Past the SDK's 3 attempts, on the member partition a receipt writes.
     faults(
@@ -103,8 +101,7 @@ async fn a_history_read_the_database_fails_is_503_not_500() {
         return;
     }
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, _, c) = t.new_direct().await;
     faults("Query", &format!("C#{c}"), "InternalServerError", 3);
     let r = t.get(&format!("/conversations/{c}/messages"), &a).await;
     assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
@@ -120,8 +117,7 @@ async fn a_call_that_hangs_does_not_hold_the_request_past_its_deadline() {
         return;
     }
     let t = TestApp::custom(std::time::Duration::from_millis(500), None).await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     server::dynamodb_faults(&json!({"op": "GetItem", "table": "ChatTable",
         "key": format!("C#{c}"), "kind": "slow", "delayMs": 4000, "count": 1}));
     let body = json!({"clientMsgId": new_uuid(), "body": "late"});

@@ -1,6 +1,6 @@
 //! User ids as identity providers issue them (docs/api.md §3): Auth0-style subjects with `|`.
 
-use chat_tests::{new_uuid, unique, TestApp};
+use chat_tests::{unique, TestApp};
 use serde_json::json;
 
 #[tokio::test]
@@ -32,9 +32,7 @@ async fn auth0_style_subjects_chat_like_anyone_else() {
     assert_eq!(history.status, 200, "{history:?}");
     assert_eq!(history.body["messages"][0]["senderId"], a.as_str());
 
-    let read = t
-        .post(&format!("/conversations/{c}/read"), &b, json!({"seq": 1}))
-        .await;
+    let read = t.mark_read(&c, &b, 1).await;
     assert_eq!((read.status, &read.body["advanced"]), (200, &json!(true)));
     let reads = t.get(&format!("/conversations/{c}/reads"), &a).await;
     assert_eq!(reads.status, 200, "{reads:?}");
@@ -68,12 +66,6 @@ async fn auth0_style_subjects_chat_like_anyone_else() {
     let path = format!("/conversations/{g}/members/{}", b.replace('|', "%7C"));
     let removed = t.call("DELETE", &path, Some(&a), None).await;
     assert_eq!(removed.status, 204, "{removed:?}");
-    let after = t
-        .post(
-            &format!("/conversations/{g}/messages"),
-            &b,
-            json!({"clientMsgId": new_uuid(), "body": "x"}),
-        )
-        .await;
+    let after = t.send(&g, &b, "x").await;
     assert_eq!(after.status, 404, "removed: {after:?}");
 }

@@ -64,8 +64,7 @@ async fn inbox_orders_by_activity_with_unread_counts() {
     assert_eq!(empty["unreadCount"], 0);
 
     // Reading clears the count; sending moves a conversation to the top.
-    t.post(&format!("/conversations/{g}/read"), &me, json!({"seq": 2}))
-        .await;
+    t.mark_read(&g, &me, 2).await;
     t.send(&d2, &p2, "now me").await;
     let r = t.get("/inbox", &me).await;
     let list = r.body["conversations"].as_array().unwrap();
@@ -220,13 +219,7 @@ async fn unread_counts_are_exact_right_after_a_read_or_a_send() {
                 .unwrap();
             // Read all but `round - 1` of them, then look at once.
             let read_to = last_seq + 1 - round;
-            let r = t
-                .post(
-                    &format!("/conversations/{c}/read"),
-                    &me,
-                    json!({"seq": read_to}),
-                )
-                .await;
+            let r = t.mark_read(&c, &me, read_to).await;
             assert_eq!(r.status, 200, "{r:?}");
             let page = t.get("/inbox", &me).await;
             let entry = find(&page, c).expect("listed");
@@ -286,14 +279,7 @@ async fn a_removed_member_never_sees_the_conversation_again() {
     t.send(&g, &owner, "before").await;
     let filed = index_entries(&t, &me).await;
     assert!(filed.iter().any(|(_, id)| id == &g), "{filed:?}");
-    let removed = t
-        .call(
-            "DELETE",
-            &format!("/conversations/{g}/members/{me}"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let removed = t.remove_member(&g, &owner, &me).await;
     assert_eq!(removed.status, 204, "{removed:?}");
     assert!(
         index_entries(&t, &me).await.iter().any(|(_, id)| id == &g),
@@ -346,13 +332,7 @@ async fn an_entry_left_from_an_earlier_membership_is_never_shown() {
     t.send(&g, &owner, "one").await;
     // Removed while the entry lags, and added back after another message: the entry from the
     // first membership is still there, below the key the new membership was filed under.
-    t.call(
-        "DELETE",
-        &format!("/conversations/{g}/members/{me}"),
-        Some(&owner),
-        None,
-    )
-    .await;
+    t.remove_member(&g, &owner, &me).await;
     t.send(&g, &owner, "two").await;
     t.add_members(&g, &owner, json!([me])).await;
     let filed = index_entries(&t, &me).await;

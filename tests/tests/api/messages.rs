@@ -7,8 +7,7 @@ use std::sync::Arc;
 #[tokio::test]
 async fn send_returns_message_and_replay_returns_the_same() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     let id = new_uuid();
     let body = json!({"clientMsgId": id, "body": "hello"});
     let first = t
@@ -32,22 +31,10 @@ async fn send_returns_message_and_replay_returns_the_same() {
         "a replay returns the identical message"
     );
 
-    let other = t
-        .post(
-            &format!("/conversations/{c}/messages"),
-            &a,
-            json!({"clientMsgId": id, "body": "changed"}),
-        )
-        .await;
+    let other = t.send_with_id(&c, &a, &id, "changed").await;
     assert_eq!((other.status, other.code()), (409, "conflict"));
     // The peer reusing the id is a conflict too, and creates nothing.
-    let peer = t
-        .post(
-            &format!("/conversations/{c}/messages"),
-            &b,
-            json!({"clientMsgId": id, "body": "hello"}),
-        )
-        .await;
+    let peer = t.send_with_id(&c, &b, &id, "hello").await;
     assert_eq!((peer.status, peer.code()), (409, "conflict"));
 
     let next = t.send(&c, &b, "second").await;
@@ -60,8 +47,7 @@ async fn send_returns_message_and_replay_returns_the_same() {
 #[tokio::test]
 async fn sending_marks_read_for_the_sender() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     t.send(&c, &a, "one").await;
     t.send(&c, &a, "two").await;
     let r = t.get(&format!("/conversations/{c}/reads"), &b).await;
@@ -138,8 +124,7 @@ async fn concurrent_senders_get_exactly_one_to_n() {
 #[tokio::test]
 async fn concurrent_replays_create_one_message() {
     let t = Arc::new(TestApp::new().await);
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     t.send(&c, &b, "before").await;
     let body = json!({"clientMsgId": new_uuid(), "body": "once"});
     let tasks = (0..10).map(|_| {
@@ -161,8 +146,7 @@ async fn concurrent_replays_create_one_message() {
 #[tokio::test]
 async fn bodies_are_stored_byte_for_byte_within_bounds() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     let samples = [
         "  leading and trailing  ".to_owned(),
         "quotes \" ' ` and \\ backslash".to_owned(),
@@ -195,8 +179,7 @@ async fn bodies_are_stored_byte_for_byte_within_bounds() {
 #[tokio::test]
 async fn bad_sends_get_4xx_and_change_nothing() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, _, c) = t.new_direct().await;
     t.send(&c, &a, "kept").await;
     let path = format!("/conversations/{c}/messages");
     let id = new_uuid();
@@ -266,8 +249,7 @@ async fn bad_sends_get_4xx_and_change_nothing() {
 #[tokio::test]
 async fn history_pages_in_both_directions() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     for i in 1..=12 {
         assert_eq!(
             t.send(&c, if i % 2 == 0 { &a } else { &b }, &format!("m{i}"))

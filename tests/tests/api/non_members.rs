@@ -2,17 +2,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use aws_sdk_dynamodb::config::interceptors::{
-    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
-};
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
-use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::config::SharedInterceptor;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
-use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::config::Timeouts;
-use chat_tests::{new_uuid, unique, TestApp};
+use chat_tests::{new_uuid, unique, Interfere, TestApp, WRITES};
 use serde_json::json;
 
 #[tokio::test]
@@ -79,13 +74,6 @@ async fn non_member_gets_not_found_everywhere() {
 
 /// Calls that write.
 fn writes(calls: &[String]) -> Vec<&String> {
-    const WRITES: [&str; 5] = [
-        "PutItem",
-        "UpdateItem",
-        "DeleteItem",
-        "TransactWriteItems",
-        "BatchWriteItem",
-    ];
     calls
         .iter()
         .filter(|c| WRITES.contains(&c.as_str()))
@@ -121,61 +109,28 @@ async fn a_non_member_cannot_join_a_busy_conversations_queue() {
     assert_eq!((r.status, &r.body["seq"]), (201, &json!(2)), "{r:?}");
 }
 
-/// Answers the first TransactWriteItems it sees with a `TransactionConflict` cancellation, as
-/// DynamoDB does while another transaction holds one of its items.
-#[derive(Debug)]
-struct FirstTransactionConflicts(AtomicBool);
-
-/// Marks an attempt as a TransactWriteItems (in its config bag).
-#[derive(Debug, Clone)]
-struct Transaction;
-
-impl Storable for Transaction {
-    type Storer = StoreReplace<Self>;
-}
-
-impl Intercept for FirstTransactionConflicts {
-    fn name(&self) -> &'static str {
-        "FirstTransactionConflicts"
-    }
-
-    fn read_before_transmit(
-        &self,
-        ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let target = ctx.request().headers().get("x-amz-target");
-        if target.is_some_and(|t| t.ends_with(".TransactWriteItems")) {
-            cfg.interceptor_state().store_put(Transaction);
+/// Answers the first TransactWriteItems with a `TransactionConflict` cancellation, as DynamoDB
+/// does while another transaction holds one of its items.
+fn first_transaction_conflicts() -> SharedInterceptor {
+    let first = AtomicBool::new(true);
+    Interfere::transaction_answers(move |answer| {
+        if first.swap(false, Ordering::SeqCst) {
+            let body = json!({
+                "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                "message": "Transaction cancelled, please refer cancellation reasons for specific \
+                            reasons [TransactionConflict, None, None, None]",
+                "CancellationReasons": [
+                    {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"},
+                    {"Code": "None"}, {"Code": "None"}, {"Code": "None"}
+                ]
+            });
+            *answer = HttpResponse::new(
+                StatusCode::try_from(400).unwrap(),
+                SdkBody::from(body.to_string()),
+            );
         }
         Ok(())
-    }
-
-    fn modify_before_deserialization(
-        &self,
-        ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if cfg.load::<Transaction>().is_none() || self.0.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let body = json!({
-            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-            "message": "Transaction cancelled, please refer cancellation reasons for specific \
-                        reasons [TransactionConflict, None, None, None]",
-            "CancellationReasons": [
-                {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"},
-                {"Code": "None"}, {"Code": "None"}, {"Code": "None"}
-            ]
-        });
-        *ctx.response_mut() = HttpResponse::new(
-            StatusCode::try_from(400).unwrap(),
-            SdkBody::from(body.to_string()),
-        );
-        Ok(())
-    }
+    })
 }
 
 #[tokio::test]
@@ -184,8 +139,11 @@ async fn a_non_member_losing_a_race_marks_nothing_busy() {
     let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
     let g = setup.group(&a, &[&b]).await;
     assert_eq!(setup.send(&g, &a, "first").await.status, 201);
-    let conflict = SharedInterceptor::new(FirstTransactionConflicts(AtomicBool::new(false)));
-    let t = TestApp::custom(Timeouts::LOCAL.request_budget, Some(conflict)).await;
+    let t = TestApp::custom(
+        Timeouts::LOCAL.request_budget,
+        Some(first_transaction_conflicts()),
+    )
+    .await;
     let body = json!({"clientMsgId": new_uuid(), "body": "x"});
     let r = t
         .post(&format!("/conversations/{g}/messages"), &stranger, body)
@@ -229,19 +187,11 @@ async fn a_non_members_history_reads_no_message() {
 #[tokio::test]
 async fn a_removed_members_replay_is_not_found() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let g = t.group(&a, &[&b]).await;
+    let (a, b, g) = t.new_group().await;
     let sent = json!({"clientMsgId": new_uuid(), "body": "before leaving"});
     let path = format!("/conversations/{g}/messages");
     assert_eq!(t.post(&path, &b, sent.clone()).await.status, 201);
-    let removed = t
-        .call(
-            "DELETE",
-            &format!("/conversations/{g}/members/{b}"),
-            Some(&a),
-            None,
-        )
-        .await;
+    let removed = t.remove_member(&g, &a, &b).await;
     assert_eq!(removed.status, 204);
     let r = t.post(&path, &b, sent.clone()).await;
     assert_eq!((r.status, r.code()), (404, "not_found"), "alone: {r:?}");

@@ -7,52 +7,30 @@ use std::sync::Arc;
 #[tokio::test]
 async fn watermark_moves_forward_only_and_clamps() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     for i in 0..5 {
         t.send(&c, &a, &format!("{i}")).await;
     }
-    let read = |seq: serde_json::Value| {
-        let (t, c, b) = (&t, c.clone(), b.clone());
-        async move {
-            t.post(
-                &format!("/conversations/{c}/read"),
-                &b,
-                json!({ "seq": seq }),
-            )
-            .await
-        }
-    };
-    let r = read(json!(3)).await;
-    assert_eq!(r.status, 200);
-    assert_eq!(
-        r.body,
-        json!({"conversationId": c, "lastReadSeq": 3, "advanced": true})
-    );
-    let r = read(json!(2)).await;
-    assert_eq!(
-        r.body,
-        json!({"conversationId": c, "lastReadSeq": 3, "advanced": false}),
-        "a late older request"
-    );
-    let r = read(json!(3)).await;
-    assert_eq!(r.body["advanced"], false);
-    let r = read(json!(120)).await;
-    assert_eq!(
-        r.body,
-        json!({"conversationId": c, "lastReadSeq": 5, "advanced": true}),
-        "clamped to lastSeq"
-    );
-    let r = read(json!(121)).await;
-    assert_eq!(
-        (r.body["lastReadSeq"].as_u64(), r.body["advanced"].as_bool()),
-        (Some(5), Some(false))
-    );
-    let r = read(json!(0)).await;
-    assert_eq!(
-        (r.body["lastReadSeq"].as_u64(), r.body["advanced"].as_bool()),
-        (Some(5), Some(false))
-    );
+    let read = |seq: serde_json::Value| t.mark_read(&c, &b, seq);
+    // (asked, the watermark after, whether it advanced): forward only, clamped to lastSeq.
+    for (seq, last_read, advanced, case) in [
+        (3, 3, true, "forward"),
+        (2, 3, false, "a late older request"),
+        (3, 3, false, "the same again"),
+        (120, 5, true, "clamped to lastSeq"),
+        (121, 5, false, "past lastSeq again"),
+        (0, 5, false, "zero"),
+    ] {
+        let r = read(json!(seq)).await;
+        assert_eq!(
+            (r.status, r.body),
+            (
+                200,
+                json!({"conversationId": c, "lastReadSeq": last_read, "advanced": advanced})
+            ),
+            "{case}"
+        );
+    }
 
     for bad in [json!(-1), json!(1.5), json!("4"), json!(null)] {
         let r = read(bad.clone()).await;
@@ -74,11 +52,8 @@ async fn watermark_moves_forward_only_and_clamps() {
 #[tokio::test]
 async fn empty_conversation_read_stays_at_zero() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
-    let r = t
-        .post(&format!("/conversations/{c}/read"), &a, json!({"seq": 10}))
-        .await;
+    let (a, _, c) = t.new_direct().await;
+    let r = t.mark_read(&c, &a, 10).await;
     assert_eq!(
         r.body,
         json!({"conversationId": c, "lastReadSeq": 0, "advanced": false})
@@ -88,8 +63,7 @@ async fn empty_conversation_read_stays_at_zero() {
 #[tokio::test]
 async fn concurrent_out_of_order_reads_end_at_the_maximum() {
     let t = Arc::new(TestApp::new().await);
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     for i in 0..20 {
         t.send(&c, &a, &format!("{i}")).await;
     }
@@ -98,10 +72,7 @@ async fn concurrent_out_of_order_reads_end_at_the_maximum() {
     seqs.rotate_left(7);
     let tasks = seqs.into_iter().map(|s| {
         let (t, b, c) = (t.clone(), b.clone(), c.clone());
-        async move {
-            t.post(&format!("/conversations/{c}/read"), &b, json!({ "seq": s }))
-                .await
-        }
+        async move { t.mark_read(&c, &b, s).await }
     });
     let results = at_once(tasks).await;
     assert!(results.iter().all(|r| r.status == 200));
@@ -174,8 +145,7 @@ async fn contended_fallback_keeps_the_same_rules() {
 #[tokio::test]
 async fn read_states_never_show_a_watermark_past_last_seq() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     t.send(&c, &a, "one").await;
     // What one non-snapshot Query can see while a's second send commits: a's member item
     // already at seq 2, the conversation item still at lastSeq 1.

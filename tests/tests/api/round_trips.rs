@@ -1,44 +1,34 @@
 //! DynamoDB calls per operation (the budget of the data model, docs/data-model.md).
 
-use chat_tests::{unique, TestApp};
+use chat_tests::TestApp;
 use serde_json::json;
 
 #[tokio::test]
 async fn operations_stay_within_their_round_trip_budget() {
     let t = TestApp::new().await;
-    let (a, b) = (unique("a"), unique("b"));
-    let c = t.direct(&a, &b).await;
+    let (a, b, c) = t.new_direct().await;
     t.calls.take();
 
     let r = t.send(&c, &a, "hello").await;
     assert_eq!(r.status, 201);
     assert_eq!(t.calls.take(), ["GetItem", "TransactWriteItems"], "send");
 
-    let body = r.body.clone();
-    let replay = t
-        .post(
-            &format!("/conversations/{c}/messages"),
-            &a,
-            json!({"clientMsgId": body["clientMsgId"], "body": "hello"}),
-        )
-        .await;
+    let id = r.body["clientMsgId"].as_str().unwrap();
+    let replay = t.send_with_id(&c, &a, id, "hello").await;
     assert_eq!(replay.status, 200);
     assert_eq!(t.calls.take().len(), 2, "replay");
 
     // A read receipt never locks the conversation item: lastSeq is read, the member item alone
     // is written; a seq at or below a lastSeq the instance has read needs no read again.
-    t.post(&format!("/conversations/{c}/read"), &b, json!({"seq": 1}))
-        .await;
+    t.mark_read(&c, &b, 1).await;
     assert_eq!(t.calls.take(), ["GetItem", "UpdateItem"], "read");
-    t.post(&format!("/conversations/{c}/read"), &b, json!({"seq": 1}))
-        .await;
+    t.mark_read(&c, &b, 1).await;
     assert_eq!(
         t.calls.take(),
         ["UpdateItem"],
         "read of a known seq, not advancing"
     );
-    t.post(&format!("/conversations/{c}/read"), &b, json!({"seq": 99}))
-        .await;
+    t.mark_read(&c, &b, 99).await;
     assert_eq!(
         t.calls.take(),
         ["GetItem", "UpdateItem"],
@@ -79,13 +69,7 @@ async fn operations_stay_within_their_round_trip_budget() {
     calls[..5].sort();
     assert_eq!(calls[..5], shards, "add members: one round trip of reads");
     assert_eq!(calls[5..], ["TransactWriteItems"], "add members");
-    t.call(
-        "DELETE",
-        &format!("/conversations/{g}/members/{b}"),
-        Some(&a),
-        None,
-    )
-    .await;
+    t.remove_member(&g, &a, &b).await;
     assert_eq!(
         t.calls.take(),
         ["BatchGetItem", "TransactWriteItems"],

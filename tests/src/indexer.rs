@@ -46,20 +46,12 @@ pub struct Indexed {
     pub invocations: usize,
 }
 
-/// Reads the chat table's stream from where the last catch-up stopped to its end and hands it to
-/// the indexer in batches of at most `batch` records, as Lambda would; a batch whose response
-/// reports a failure is handed over again from the reported record (at most 10 times, then the
-/// test fails). Only the holder of `Exclusive` indexes.
-pub async fn catch_up(
-    _gate: &Exclusive,
+/// The table's current stream: its ARN and its shards.
+pub async fn stream_shards(
     db: &aws_sdk_dynamodb::Client,
     streams: &aws_sdk_dynamodbstreams::Client,
-    store: &ChatStore,
     table: &str,
-    batch: i32,
-) -> Indexed {
-    let mut read_up_to = READ_UP_TO.lock().await;
-    let positions = read_up_to.get_or_insert_with(HashMap::new);
+) -> (String, Vec<aws_sdk_dynamodbstreams::types::Shard>) {
     let arn = db
         .describe_table()
         .table_name(table)
@@ -79,6 +71,24 @@ pub async fn catch_up(
         .stream_description()
         .map(|d| d.shards().to_vec())
         .unwrap_or_default();
+    (arn, shards)
+}
+
+/// Reads the chat table's stream from where the last catch-up stopped to its end and hands it to
+/// the indexer in batches of at most `batch` records, as Lambda would; a batch whose response
+/// reports a failure is handed over again from the reported record (at most 10 times, then the
+/// test fails). Only the holder of `Exclusive` indexes.
+pub async fn catch_up(
+    _gate: &Exclusive,
+    db: &aws_sdk_dynamodb::Client,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    store: &ChatStore,
+    table: &str,
+    batch: i32,
+) -> Indexed {
+    let mut read_up_to = READ_UP_TO.lock().await;
+    let positions = read_up_to.get_or_insert_with(HashMap::new);
+    let (arn, shards) = stream_shards(db, streams, table).await;
     let indexer = InboxIndex::new(store.clone());
     let mut done = Indexed::default();
     for shard in shards {

@@ -17,13 +17,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::config::interceptors::{
-    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
-};
+use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_shared::api::http::{self, App};
 use chat_shared::api::routes::{self, percent_decode};
@@ -124,10 +122,10 @@ impl Intercept for Counter {
     /// Names the attempt by its `X-Amz-Target` (`DynamoDB_20120810.GetItem` → `GetItem`).
     fn read_before_transmit(
         &self,
-        ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
         let name = ctx
             .request()
             .headers()
@@ -170,7 +168,7 @@ impl Intercept for Counter {
         ctx: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
         if let Some(Started(mut call, at)) = cfg.load::<Started>().cloned() {
             call.elapsed = at.elapsed();
             call.ok = ctx.response().is_some_and(|r| r.status().is_success());
@@ -237,74 +235,30 @@ impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for Ret
     }
 }
 
-type RequestCheck = dyn Fn(&HttpRequest) -> Result<(), BoxError> + Send + Sync;
 type AnswerChange = dyn Fn(&mut HttpResponse) -> Result<(), BoxError> + Send + Sync;
 
-/// A DynamoDB client interceptor of closures, for the tests that make DynamoDB fail or answer
-/// otherwise: `requests` may fail a request before it is sent; `transaction_answers` sees the
-/// answer of each `TransactWriteItems` attempt before the SDK reads it, and may replace it or
-/// fail the attempt.
-pub struct Interfere {
-    requests: Option<Box<RequestCheck>>,
-    transaction_answers: Option<Box<AnswerChange>>,
-}
+/// Passes the answer of each `TransactWriteItems` attempt through a closure before the SDK reads
+/// it: the closure may replace the answer, or fail the attempt (an answer lost on the way back).
+/// For `TestApp::custom`: it knows a transaction by the call log's record of the attempt.
+pub struct TransactionAnswers(Box<AnswerChange>);
 
-/// Marks an attempt as a `TransactWriteItems` (in its config bag).
-#[derive(Debug, Clone)]
-struct IsTransaction;
-
-impl Storable for IsTransaction {
-    type Storer = StoreReplace<Self>;
-}
-
-impl Interfere {
-    /// Fails each request for which `check` gives an error, before it is sent.
-    pub fn requests(
-        check: impl Fn(&HttpRequest) -> Result<(), BoxError> + Send + Sync + 'static,
-    ) -> SharedInterceptor {
-        SharedInterceptor::new(Interfere {
-            requests: Some(Box::new(check)),
-            transaction_answers: None,
-        })
-    }
-
-    /// Passes the answer of each `TransactWriteItems` attempt through `change` before the SDK
-    /// reads it (an error: the answer is lost).
-    pub fn transaction_answers(
+impl TransactionAnswers {
+    pub fn new(
         change: impl Fn(&mut HttpResponse) -> Result<(), BoxError> + Send + Sync + 'static,
     ) -> SharedInterceptor {
-        SharedInterceptor::new(Interfere {
-            requests: None,
-            transaction_answers: Some(Box::new(change)),
-        })
+        SharedInterceptor::new(TransactionAnswers(Box::new(change)))
     }
 }
 
-impl std::fmt::Debug for Interfere {
+impl std::fmt::Debug for TransactionAnswers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Interfere")
+        f.write_str("TransactionAnswers")
     }
 }
 
-impl Intercept for Interfere {
+impl Intercept for TransactionAnswers {
     fn name(&self) -> &'static str {
-        "Interfere"
-    }
-
-    fn read_before_transmit(
-        &self,
-        ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if let Some(check) = &self.requests {
-            check(ctx.request())?;
-        }
-        let target = ctx.request().headers().get("x-amz-target");
-        if target.is_some_and(|t| t.ends_with(".TransactWriteItems")) {
-            cfg.interceptor_state().store_put(IsTransaction);
-        }
-        Ok(())
+        "TransactionAnswers"
     }
 
     fn modify_before_deserialization(
@@ -313,10 +267,13 @@ impl Intercept for Interfere {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        match &self.transaction_answers {
-            Some(change) if cfg.load::<IsTransaction>().is_some() => change(ctx.response_mut()),
-            _ => Ok(()),
+        let attempt = cfg
+            .load::<Started>()
+            .map(|Started(call, _)| call.name.as_str());
+        if attempt == Some("TransactWriteItems") {
+            return (self.0)(ctx.response_mut());
         }
+        Ok(())
     }
 }
 

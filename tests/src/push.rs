@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::{token, TEST_SECRET};
+use crate::{token, TestApp, TEST_SECRET};
 
 /// The handlers' settings for the test emulator (local HS256 auth with the tests' secret), with
 /// its Kinesis (`server::kinesis_endpoint`: DynamoDB Local has none).
@@ -51,26 +51,14 @@ pub fn gateway() -> &'static RunningGateway {
     static GATEWAY: OnceLock<RunningGateway> = OnceLock::new();
     GATEWAY.get_or_init(|| {
         let config = gateway_config();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("local-gateway".into())
-            .spawn(move || {
-                if std::env::var_os("RUST_LOG").is_some() {
-                    chat_shared::telemetry::init(false, None);
-                }
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async move {
-                    let started = Gateway::start(config).await.map_err(|e| e.to_string());
-                    tx.send(started).unwrap();
-                    std::future::pending::<()>().await
-                })
-            })
-            .unwrap();
-        rx.recv().unwrap().expect("local gateway starts")
+        crate::server::on_own_runtime("local-gateway", || async move {
+            if std::env::var_os("RUST_LOG").is_some() {
+                chat_shared::telemetry::init(false, None);
+            }
+            let started = Gateway::start(config).await.map_err(|e| e.to_string());
+            (started, ())
+        })
+        .expect("local gateway starts")
     })
 }
 
@@ -82,6 +70,44 @@ pub async fn connection_store() -> ConnectionStore {
         config.dynamodb_client(&sdk),
         config.connections_table.clone(),
     )
+}
+
+/// Registers `connection` of `user` again as if it had connected a minute ago: past the grace in
+/// which a refusal (a 410, a 403) is taken for a handshake.
+pub async fn register_a_minute_ago(store: &ConnectionStore, user: &str, connection: &str) {
+    let user = UserId::parse(user).unwrap();
+    store
+        .register(&user, connection, now_unix() - 60)
+        .await
+        .unwrap();
+}
+
+/// Waits until `user` has no connection record left (`$disconnect` removed it).
+pub async fn until_unregistered(store: &ConnectionStore, user: &str, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while !connection_ids(store, user).await.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "$disconnect did not unregister"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs a test, failing it if it takes longer than `limit` seconds.
+pub async fn bounded<F: std::future::Future>(limit: u64, test: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(limit), test)
+        .await
+        .expect("test took too long")
+}
+
+/// A new app with a direct conversation of two new users, `a` connected to the gateway: (app,
+/// a, b, conversation, a's client).
+pub async fn connected_direct() -> (TestApp, String, String, String, WsClient) {
+    let t = TestApp::new().await;
+    let (a, b, conv) = t.new_direct().await;
+    let wa = WsClient::connect(&a).await;
+    (t, a, b, conv, wa)
 }
 
 /// The user's live connection ids, as the fanout sees them.
@@ -177,6 +203,28 @@ impl WsClient {
         events
     }
 
+    /// Events until `done`, then all that arrives within `quiet` after (what must not come).
+    pub async fn until_quiet(
+        &mut self,
+        within: Duration,
+        quiet: Duration,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let events = self.until(within, done).await;
+        [events, self.drain(quiet).await].concat()
+    }
+
+    /// Events until `conversation`'s `message.new` at `seq`.
+    pub async fn until_message(
+        &mut self,
+        within: Duration,
+        conversation: &str,
+        seq: u64,
+    ) -> Vec<Value> {
+        self.until(within, |e| has(e, "message.new", conversation, Some(seq)))
+            .await
+    }
+
     /// Everything that arrives within `period`.
     pub async fn drain(&mut self, period: Duration) -> Vec<Value> {
         let deadline = tokio::time::Instant::now() + period;
@@ -216,6 +264,21 @@ pub fn has(events: &[Value], kind: &str, conversation: &str, seq: Option<u64>) -
             && e["conversationId"] == conversation
             && seq.is_none_or(|s| e["seq"] == s)
     })
+}
+
+/// `conversation`'s `message.new` at `seq` in `events`.
+pub fn message<'a>(events: &'a [Value], conversation: &str, seq: u64) -> &'a Value {
+    events
+        .iter()
+        .find(|e| {
+            has(
+                std::slice::from_ref(e),
+                "message.new",
+                conversation,
+                Some(seq),
+            )
+        })
+        .unwrap_or_else(|| panic!("no message.new {conversation} {seq}: {events:#?}"))
 }
 
 /// `message.new` seqs of a conversation in arrival order, each only at its first arrival.

@@ -125,9 +125,27 @@ fn in_front_of_dynamodb(kind: DynamoDb, dynamodb: String) -> (String, Option<Str
     }
     config.dynamodb = dynamodb;
     config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let url = on_own_runtime("dynamodb-strict", || async move {
+        let running = dynamodb_strict::start(config).await;
+        let url = running.as_ref().map(|r| r.url()).map_err(|e| e.to_string());
+        (url, running)
+    })
+    .expect("the DynamoDB strictness layer starts");
+    (url.clone(), Some(url))
+}
+
+/// Starts a service on a runtime thread of its own, which runs for the rest of the test binary
+/// (each `#[tokio::test]` runtime ends with its test): `start` gives what the caller gets and
+/// what the thread keeps (the running service).
+pub fn on_own_runtime<T, K, F>(name: &str, start: impl FnOnce() -> F + Send + 'static) -> T
+where
+    T: Send + 'static,
+    K: 'static,
+    F: std::future::Future<Output = (T, K)>,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
-        .name("dynamodb-strict".into())
+        .name(name.into())
         .spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -135,19 +153,13 @@ fn in_front_of_dynamodb(kind: DynamoDb, dynamodb: String) -> (String, Option<Str
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                let running = dynamodb_strict::start(config).await;
-                let url = running.as_ref().map(|r| r.url()).map_err(|e| e.to_string());
-                tx.send(url).unwrap();
-                let _keep = running;
+                let (out, _keep) = start().await;
+                tx.send(out).unwrap();
                 std::future::pending::<()>().await
             })
         })
         .unwrap();
-    let url = rx
-        .recv()
-        .unwrap()
-        .expect("the DynamoDB strictness layer starts");
-    (url.clone(), Some(url))
+    rx.recv().unwrap()
 }
 
 /// The process of this binary's DynamoDB Local (None on other backends), found by its port: the

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use aws_sdk_dynamodb::types::AttributeValue;
 use chat_shared::config::Timeouts;
-use chat_tests::{at_once, new_uuid, server, unique, Interfere, Resp, TestApp};
+use chat_tests::{at_once, new_uuid, server, unique, Resp, TestApp, TransactionAnswers};
 use serde_json::{json, Value};
 use tokio::sync::RwLock;
 
@@ -519,7 +519,7 @@ async fn a_commit_whose_answer_was_lost_is_settled_with_its_token() {
     let (a, b, c) = setup.new_direct().await;
     // Loses the answer of the first `TransactWriteItems` after DynamoDB applied it.
     let first = AtomicBool::new(true);
-    let lose = Interfere::transaction_answers(move |answer| {
+    let lose = TransactionAnswers::new(move |answer| {
         if answer.status().is_success() && first.swap(false, Ordering::SeqCst) {
             return Err("the answer was lost on the way back".into());
         }

@@ -8,8 +8,9 @@ use aws_sdk_apigatewaymanagement::operation::post_to_connection::PostToConnectio
 use aws_sdk_apigatewaymanagement::primitives::Blob;
 use chat_shared::auth::mint_hs256;
 use chat_tests::push::{
-    chat_config, connection_ids, connection_store, first_seqs, gateway, gateway_config, has,
-    now_unix, read_record, WsClient,
+    bounded, chat_config, connected_direct, connection_ids, connection_store, first_seqs, gateway,
+    gateway_config, has, message, now_unix, read_record, register_a_minute_ago, until_unregistered,
+    WsClient,
 };
 use chat_tests::{token, unique, TestApp, TEST_SECRET};
 use local_gateway::Gateway;
@@ -20,19 +21,11 @@ const EVENT: Duration = Duration::from_secs(10);
 /// How long to listen for an event that must not come, after the events that did came.
 const QUIET: Duration = Duration::from_millis(400);
 
-async fn bounded<F: std::future::Future>(limit: u64, test: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(limit), test)
-        .await
-        .expect("test took too long")
-}
-
 #[tokio::test]
 async fn members_receive_message_and_read_events_and_outsiders_nothing() {
     bounded(60, async {
-        let t = TestApp::new().await;
-        let (a, b, outsider) = (unique("a"), unique("b"), unique("c"));
-        let conv = t.direct(&a, &b).await;
-        let mut wa = WsClient::connect(&a).await;
+        let (t, a, b, conv, mut wa) = connected_direct().await;
+        let outsider = unique("c");
         let mut wb = WsClient::connect(&b).await;
         let mut wc = WsClient::connect(&outsider).await;
         let other = t.direct(&outsider, &unique("d")).await;
@@ -40,14 +33,12 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
         let started = Instant::now();
         let sent = t.send(&conv, &b, "hello <b>\"☃\"</b>\n日本語").await;
         assert_eq!(sent.status, 201, "{sent:?}");
-        let events = wa
-            .until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
-            .await;
+        let events = wa.until_message(EVENT, &conv, 1).await;
         println!(
             "message.new reached the member after {:?}",
             started.elapsed()
         );
-        let message = events.iter().find(|e| e["type"] == "message.new").unwrap();
+        let message = message(&events, &conv, 1);
         assert_eq!(
             message,
             &json!({
@@ -57,9 +48,7 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
             }),
             "the full message, as the REST response has it"
         );
-        let sender_events = wb
-            .until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
-            .await;
+        let sender_events = wb.until_message(EVENT, &conv, 1).await;
         assert!(
             sender_events.contains(message),
             "the sender's connection too"
@@ -79,9 +68,8 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
         // The outsider's own conversation reaches it, the other one never does.
         t.send(&other, &outsider, "mine").await;
         let seen = wc
-            .until(EVENT, |e| has(e, "message.new", &other, Some(1)))
+            .until_quiet(EVENT, QUIET, |e| has(e, "message.new", &other, Some(1)))
             .await;
-        let seen = [seen, wc.drain(QUIET).await].concat();
         assert!(
             seen.iter().all(|e| e["conversationId"] == other.as_str()),
             "an outsider got events of a conversation it is not in: {seen:#?}"
@@ -95,18 +83,13 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
 #[tokio::test]
 async fn a_body_longer_than_the_preview_arrives_whole() {
     bounded(60, async {
-        let t = TestApp::new().await;
-        let (a, b, conv) = t.new_direct().await;
-        let mut wa = WsClient::connect(&a).await;
+        let (t, _, b, conv, mut wa) = connected_direct().await;
         let body = "ä".repeat(150) + &"z".repeat(3_000);
         let sent = t.send(&conv, &b, &body).await;
         assert_eq!(sent.status, 201, "{sent:?}");
-        let events = wa
-            .until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
-            .await;
-        let message = events.iter().find(|e| e["type"] == "message.new").unwrap();
+        let events = wa.until_message(EVENT, &conv, 1).await;
         assert_eq!(
-            message["body"],
+            message(&events, &conv, 1)["body"],
             json!(body),
             "the whole body, not the preview"
         );
@@ -117,9 +100,7 @@ async fn a_body_longer_than_the_preview_arrives_whole() {
 #[tokio::test]
 async fn forty_quick_messages_all_arrive_in_seq_order() {
     bounded(90, async {
-        let t = TestApp::new().await;
-        let (a, b, conv) = t.new_direct().await;
-        let mut wa = WsClient::connect(&a).await;
+        let (t, _, b, conv, mut wa) = connected_direct().await;
         for i in 1..=40 {
             let r = t.send(&conv, &b, &format!("m{i}")).await;
             assert_eq!((r.status, r.body["seq"].clone()), (201, json!(i)), "{r:?}");
@@ -148,17 +129,10 @@ async fn a_group_over_200_members_gets_the_light_message() {
         let owner = unique("owner");
         let first: Vec<String> = (0..199).map(|i| unique(&format!("m{i}"))).collect();
         let more: Vec<String> = (0..50).map(|i| unique(&format!("n{i}"))).collect();
-        let refs: Vec<&str> = first.iter().map(String::as_str).collect();
-        let conv = t.group(&owner, &refs).await;
+        let conv = t.group(&owner, &first).await;
         let mut member = WsClient::connect(&first[7]).await;
 
-        let added = t
-            .post(
-                &format!("/conversations/{conv}/members"),
-                &owner,
-                json!({ "userIds": more }),
-            )
-            .await;
+        let added = t.add_members(&conv, &owner, json!(more)).await;
         assert_eq!(
             (added.status, added.body["memberCount"].clone()),
             (200, json!(250))
@@ -166,12 +140,9 @@ async fn a_group_over_200_members_gets_the_light_message() {
         let sent = t.send(&conv, &owner, "for 250 people").await;
         assert_eq!(sent.status, 201, "{sent:?}");
 
-        let events = member
-            .until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
-            .await;
-        let message = events.iter().find(|e| e["type"] == "message.new").unwrap();
+        let events = member.until_message(EVENT, &conv, 1).await;
         assert_eq!(
-            message,
+            message(&events, &conv, 1),
             &json!({"type": "message.new", "conversationId": conv, "seq": 1}),
             "only the light form above 200 members"
         );
@@ -209,17 +180,14 @@ async fn membership_changes_reach_the_fanout_at_once() {
             WsClient::connect(&joins).await,
         );
         t.send(&conv, &owner, "one").await;
-        wl.until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
-            .await;
+        wl.until_message(EVENT, &conv, 1).await;
         let removed = t.remove_member(&conv, &owner, &leaves).await;
         assert_eq!(removed.status, 204, "{removed:?}");
         let added = t.add_members(&conv, &owner, json!([joins])).await;
         assert_eq!(added.status, 200, "{added:?}");
         t.send(&conv, &owner, "two").await;
-        ws.until(EVENT, |e| has(e, "message.new", &conv, Some(2)))
-            .await;
-        wj.until(EVENT, |e| has(e, "message.new", &conv, Some(2)))
-            .await;
+        ws.until_message(EVENT, &conv, 2).await;
+        wj.until_message(EVENT, &conv, 2).await;
         let late = wl.drain(QUIET).await;
         assert!(
             !has(&late, "message.new", &conv, Some(2)),
@@ -232,25 +200,14 @@ async fn membership_changes_reach_the_fanout_at_once() {
 #[tokio::test]
 async fn a_stale_connection_is_removed_after_410() {
     bounded(60, async {
-        let t = TestApp::new().await;
         let store = connection_store().await;
-        let (a, b, conv) = t.new_direct().await;
-        let mut live = WsClient::connect(&a).await;
+        let (t, a, b, conv, mut live) = connected_direct().await;
         let stale = format!("{}=", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        // Registered a minute ago: past the grace in which a 410 is taken for a handshake.
-        store
-            .register(
-                &chat_shared::UserId::parse(&a).unwrap(),
-                &stale,
-                now_unix() - 60,
-            )
-            .await
-            .unwrap();
+        register_a_minute_ago(&store, &a, &stale).await;
         assert_eq!(connection_ids(&store, &a).await.len(), 2);
 
         t.send(&conv, &b, "hi").await;
-        live.until(EVENT, |e| has(e, "message.new", &conv, Some(1)))
-            .await;
+        live.until_message(EVENT, &conv, 1).await;
         let deadline = Instant::now() + EVENT;
         loop {
             let ids = connection_ids(&store, &a).await;
@@ -309,11 +266,9 @@ async fn the_relay_reports_exactly_the_undecodable_record() {
 #[tokio::test]
 async fn a_failing_push_is_retried_in_the_invocation_and_the_client_gets_every_event_in_order() {
     bounded(90, async {
-        let t = TestApp::new().await;
         let store = connection_store().await;
         let gw = gateway();
-        let (a, b, conv) = t.new_direct().await;
-        let mut wa = WsClient::connect(&a).await;
+        let (t, a, b, conv, mut wa) = connected_direct().await;
         let ids = connection_ids(&store, &a).await;
         assert_eq!(ids.len(), 1);
         // Two failures, fewer than the invocation's attempts: the third gets through (the SDK's
@@ -328,9 +283,10 @@ async fn a_failing_push_is_retried_in_the_invocation_and_the_client_gets_every_e
             assert_eq!(t.send(&conv, &b, &format!("m{i}")).await.status, 201);
         }
         let events = wa
-            .until(Duration::from_secs(60), |e| first_seqs(e, &conv).len() == 5)
+            .until_quiet(Duration::from_secs(60), QUIET, |e| {
+                first_seqs(e, &conv).len() == 5
+            })
             .await;
-        let events = [events, wa.drain(QUIET).await].concat();
         assert_eq!(first_seqs(&events, &conv), vec![1, 2, 3, 4, 5]);
         let seqs: Vec<_> = events
             .iter()
@@ -364,13 +320,10 @@ async fn a_failing_push_is_retried_in_the_invocation_and_the_client_gets_every_e
 #[tokio::test]
 async fn a_410_right_after_connect_keeps_the_connection() {
     bounded(60, async {
-        let t = TestApp::new().await;
         let store = connection_store().await;
         let gw = gateway();
-        let (a, b) = (unique("a"), unique("b"));
+        let (t, a, b, conv, mut live) = connected_direct().await;
         let user = chat_shared::UserId::parse(&a).unwrap();
-        let conv = t.direct(&a, &b).await;
-        let mut live = WsClient::connect(&a).await;
         let ids = connection_ids(&store, &a).await;
         // A record registered just now that API Gateway does not know (yet), like one whose
         // handshake is still completing.
@@ -390,9 +343,7 @@ async fn a_410_right_after_connect_keeps_the_connection() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         t.send(&conv, &b, "after it").await;
-        let events = live
-            .until(EVENT, |e| has(e, "message.new", &conv, Some(2)))
-            .await;
+        let events = live.until_message(EVENT, &conv, 2).await;
         assert_eq!(
             first_seqs(&events, &conv),
             vec![2],
@@ -596,11 +547,7 @@ async fn the_management_api_answers_like_api_gateway() {
             Some(PostToConnectionError::GoneException(_))
         ));
         // Its $disconnect removed the connection record.
-        let deadline = Instant::now() + EVENT;
-        while !connection_ids(&store, &user).await.is_empty() {
-            assert!(Instant::now() < deadline, "$disconnect did not unregister");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_unregistered(&store, &user, EVENT).await;
     })
     .await
 }
@@ -613,11 +560,7 @@ async fn a_client_closing_is_unregistered_by_disconnect() {
         let client = WsClient::connect(&user).await;
         assert_eq!(connection_ids(&store, &user).await.len(), 1);
         client.close().await;
-        let deadline = Instant::now() + EVENT;
-        while !connection_ids(&store, &user).await.is_empty() {
-            assert!(Instant::now() < deadline, "$disconnect did not unregister");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_unregistered(&store, &user, EVENT).await;
     })
     .await
 }

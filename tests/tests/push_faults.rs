@@ -11,36 +11,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use aws_sdk_dynamodb::config::SharedInterceptor;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
 use chat_shared::events::policy::PUSH_ATTEMPTS;
 use chat_shared::events::{Event, EventBatch};
-use chat_shared::{ChatStore, ConnectionStore, ConversationId, UserId};
+use chat_shared::{ChatStore, ConnectionStore, ConversationId};
 use chat_tests::push::{
-    chat_config, connection_ids, connection_store, first_seqs, gateway, now_unix, WsClient,
+    bounded, chat_config, connected_direct, connection_ids, connection_store, first_seqs, gateway,
+    register_a_minute_ago, WsClient,
 };
-use chat_tests::{server, unique, Interfere, TestApp};
+use chat_tests::{server, unique, TestApp};
 use serde_json::Value;
 
 /// Time for an event to reach a client, redeliveries included.
 const EVENT: Duration = Duration::from_secs(30);
 /// How long to listen for an event that must not come.
 const QUIET: Duration = Duration::from_millis(600);
-
-async fn bounded<F: std::future::Future>(limit: u64, test: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(limit), test)
-        .await
-        .expect("test took too long")
-}
-
-/// Registers a live connection again as if it had connected a minute ago: past the grace in
-/// which a refusal is taken for a handshake, so only the failure policy keeps its record.
-async fn registered_a_minute_ago(store: &ConnectionStore, user: &str, connection: &str) {
-    let user = UserId::parse(user).unwrap();
-    store
-        .register(&user, connection, now_unix() - 60)
-        .await
-        .unwrap();
-}
 
 /// `message.new` seqs of `conversation` in `events`, every arrival.
 fn arrivals(events: &[Value], conversation: &str) -> Vec<u64> {
@@ -54,13 +41,11 @@ fn arrivals(events: &[Value], conversation: &str) -> Vec<u64> {
 #[tokio::test]
 async fn a_403_never_forgets_a_connection_and_its_push_comes_once_it_clears() {
     bounded(90, async {
-        let t = TestApp::new().await;
         let store = connection_store().await;
         let gw = gateway();
-        let (a, b, conv) = t.new_direct().await;
-        let mut wa = WsClient::connect(&a).await;
+        let (t, a, b, conv, mut wa) = connected_direct().await;
         let ids = connection_ids(&store, &a).await;
-        registered_a_minute_ago(&store, &a, &ids[0]).await;
+        register_a_minute_ago(&store, &a, &ids[0]).await;
         // Longer than one invocation's retries: as while IAM propagates after a deploy.
         gw.inject_post_failures(&ids[0], 403, PUSH_ATTEMPTS + 2);
         let (redeliveries, forgotten) = (
@@ -69,8 +54,9 @@ async fn a_403_never_forgets_a_connection_and_its_push_comes_once_it_clears() {
         );
 
         assert_eq!(t.send(&conv, &b, "during the 403s").await.status, 201);
-        let events = wa.until(EVENT, |e| first_seqs(e, &conv) == [1]).await;
-        let events = [events, wa.drain(QUIET).await].concat();
+        let events = wa
+            .until_quiet(EVENT, QUIET, |e| first_seqs(e, &conv) == [1])
+            .await;
         assert_eq!(arrivals(&events, &conv), [1], "{events:#?}");
         assert_eq!(gw.pending_post_failures(&ids[0]), 0);
         assert!(
@@ -100,7 +86,7 @@ async fn a_failing_connection_gets_its_pushes_after_a_redelivery(status: u16) {
     }
     let mut bad_client = WsClient::connect(&bad).await;
     let bad_ids = connection_ids(&store, &bad).await;
-    registered_a_minute_ago(&store, &bad, &bad_ids[0]).await;
+    register_a_minute_ago(&store, &bad, &bad_ids[0]).await;
     gw.inject_post_failures(&bad_ids[0], status, PUSH_ATTEMPTS + 2);
     let redeliveries = gw.stats().fanout.redeliveries();
 
@@ -113,9 +99,8 @@ async fn a_failing_connection_gets_its_pushes_after_a_redelivery(status: u16) {
     assert_eq!(first_seqs(&events, &conv), [1, 2, 3, 4, 5], "in order");
     for client in &mut clients {
         let events = client
-            .until(EVENT, |e| first_seqs(e, &conv).len() == 5)
+            .until_quiet(EVENT, QUIET, |e| first_seqs(e, &conv).len() == 5)
             .await;
-        let events = [events, client.drain(QUIET).await].concat();
         assert_eq!(
             arrivals(&events, &conv),
             [1, 2, 3, 4, 5],
@@ -143,6 +128,33 @@ async fn a_connection_answering_429_past_its_retries_gets_every_push_and_nobody_
         a_failing_connection_gets_its_pushes_after_a_redelivery(429),
     )
     .await
+}
+
+/// Fails every DynamoDB request that names `pk` while `on` is set.
+#[derive(Debug)]
+struct FailReadsOf {
+    pk: String,
+    on: Arc<AtomicBool>,
+}
+
+impl Intercept for FailReadsOf {
+    fn name(&self) -> &'static str {
+        "FailReadsOf"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let body = ctx.request().body().bytes().unwrap_or_default();
+        let names = String::from_utf8_lossy(body).contains(&self.pk);
+        if names && self.on.load(Ordering::SeqCst) {
+            return Err("injected: DynamoDB did not answer".into());
+        }
+        Ok(())
+    }
 }
 
 /// A Kinesis record of `conversation` with one `message.new` at `seq`, as the mapping sends it.
@@ -173,18 +185,6 @@ fn batch(records: &[&KinesisEventRecord]) -> KinesisEvent {
     event
 }
 
-/// Fails every DynamoDB request that names `pk` while `on` is set.
-fn fail_requests_naming(pk: String, on: Arc<AtomicBool>) -> SharedInterceptor {
-    Interfere::requests(move |request| {
-        let body = request.body().bytes().unwrap_or_default();
-        let names = String::from_utf8_lossy(body).contains(&pk);
-        if names && on.load(Ordering::SeqCst) {
-            return Err("injected: DynamoDB did not answer".into());
-        }
-        Ok(())
-    })
-}
-
 #[tokio::test]
 async fn a_failed_read_makes_only_what_failed_be_pushed_again() {
     bounded(60, async {
@@ -204,7 +204,10 @@ async fn a_failed_read_makes_only_what_failed_be_pushed_again() {
         let db = aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(&sdk)
                 .endpoint_url(server::dynamodb_endpoint())
-                .interceptor(fail_requests_naming(format!("C#{x}"), failing.clone()))
+                .interceptor(FailReadsOf {
+                    pk: format!("C#{x}"),
+                    on: failing.clone(),
+                })
                 .build(),
         );
         let management = aws_sdk_apigatewaymanagement::Client::from_conf(
@@ -245,23 +248,21 @@ async fn a_failed_read_makes_only_what_failed_be_pushed_again() {
             "y's record was skipped"
         );
 
-        let got_d = [
-            wd.until(Duration::from_secs(10), |e| arrivals(e, &y).len() == 2)
-                .await,
-            wd.drain(QUIET).await,
-        ]
-        .concat();
+        let got_d = wd
+            .until_quiet(Duration::from_secs(10), QUIET, |e| {
+                arrivals(e, &y).len() == 2
+            })
+            .await;
         assert_eq!(
             arrivals(&got_d, &y),
             [1, 2],
             "y's events once each: {got_d:#?}"
         );
-        let got_b = [
-            wb.until(Duration::from_secs(10), |e| arrivals(e, &x).len() == 1)
-                .await,
-            wb.drain(QUIET).await,
-        ]
-        .concat();
+        let got_b = wb
+            .until_quiet(Duration::from_secs(10), QUIET, |e| {
+                arrivals(e, &x).len() == 1
+            })
+            .await;
         assert_eq!(arrivals(&got_b, &x), [1]);
     })
     .await

@@ -195,28 +195,8 @@ async fn stream_records_of(conversation: &str) -> (String, String, Vec<String>) 
             .endpoint_url(config.dynamodb_endpoint.clone().unwrap())
             .build(),
     );
-    let table = db
-        .describe_table()
-        .table_name(&config.chat_table)
-        .send()
-        .await
-        .unwrap();
-    let arn = table
-        .table()
-        .unwrap()
-        .latest_stream_arn()
-        .unwrap()
-        .to_owned();
-    let shards = streams
-        .describe_stream()
-        .stream_arn(&arn)
-        .send()
-        .await
-        .unwrap();
-    let shard = shards.stream_description().unwrap().shards()[0]
-        .shard_id()
-        .unwrap()
-        .to_owned();
+    let (arn, shards) = chat_tests::indexer::stream_shards(&db, &streams, &config.chat_table).await;
+    let shard = shards[0].shard_id().unwrap().to_owned();
     let mut iterator = streams
         .get_shard_iterator()
         .stream_arn(&arn)

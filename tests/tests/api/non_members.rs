@@ -7,7 +7,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use chat_shared::config::Timeouts;
-use chat_tests::{new_uuid, unique, Interfere, TestApp, WRITES};
+use chat_tests::{new_uuid, unique, TestApp, TransactionAnswers, WRITES};
 use serde_json::json;
 
 #[tokio::test]
@@ -113,7 +113,7 @@ async fn a_non_member_cannot_join_a_busy_conversations_queue() {
 /// does while another transaction holds one of its items.
 fn first_transaction_conflicts() -> SharedInterceptor {
     let first = AtomicBool::new(true);
-    Interfere::transaction_answers(move |answer| {
+    TransactionAnswers::new(move |answer| {
         if first.swap(false, Ordering::SeqCst) {
             let body = json!({
                 "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",

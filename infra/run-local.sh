@@ -14,6 +14,8 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+# shellcheck source=infra/wait.sh
+source infra/wait.sh
 
 REST_PORT="${CHAT_REST_PORT:-9000}"
 FUNCTIONS_PORT="${CHAT_FUNCTIONS_PORT:-9010}"
@@ -57,12 +59,7 @@ mkdir -p "$repo/.local"
 python infra/local_aws.py --dynamodb "$DYNAMODB_BACKEND" --dynamodb-endpoint "${DYNAMODB_ENDPOINT:-}" \
   --port "$EMULATOR_PORT" --dynamodb-port "$DYNAMODB_PORT" --template template.yaml >"$log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 240); do
-  grep -q '^READY' "$log" 2>/dev/null && break
-  kill -0 "${pids[-1]}" 2>/dev/null || { cat "$log"; echo "run-local: DynamoDB/Kinesis failed to start" >&2; exit 1; }
-  sleep 0.25
-done
-grep -q '^READY' "$log" || { cat "$log"; echo "run-local: DynamoDB/Kinesis did not start in time" >&2; exit 1; }
+wait_for_line "$log" '^READY' "${pids[-1]}" 240 0.25 "run-local: DynamoDB/Kinesis"
 read -r _ dynamodb kinesis < <(grep -m1 '^READY' "$log")
 if [[ -n "${DYNAMODB_ENDPOINT:-}" ]]; then
   dynamodb_what="DYNAMODB_ENDPOINT"
@@ -107,11 +104,7 @@ if [[ "${CHAT_STRICT:-on}" != off ]]; then
   strict_log="$repo/.local/dynamodb-strict-$STRICT_PORT.log"
   "$bin/dynamodb-strict" --listen "127.0.0.1:$STRICT_PORT" --dynamodb "$dynamodb" >"$strict_log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 1 100); do
-    grep -q '^READY' "$strict_log" 2>/dev/null && break
-    kill -0 "${pids[-1]}" 2>/dev/null || { cat "$strict_log"; echo "run-local: dynamodb-strict failed to start" >&2; exit 1; }
-    sleep 0.1
-  done
+  wait_for_line "$strict_log" '^READY' "${pids[-1]}" 100 0.1 "run-local: dynamodb-strict"
   strict_what=", behind the strictness layer: control at http://127.0.0.1:$STRICT_PORT/strict/config"
   dynamodb="http://127.0.0.1:$STRICT_PORT"
 fi

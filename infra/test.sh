@@ -15,6 +15,8 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+# shellcheck source=infra/wait.sh
+source infra/wait.sh
 bash infra/setup.sh
 if [[ -z "${DYNAMODB_ENDPOINT:-}" && "${CHAT_DYNAMODB:-local}" == local ]]; then
   bash infra/setup-dynamodb-local.sh
@@ -51,12 +53,7 @@ stack_log="$repo/.local/test-stack.log"
 mkdir -p "$repo/.local"
 bash infra/run-local.sh >"$stack_log" 2>&1 &
 stack_pid=$!
-for _ in $(seq 1 600); do
-  grep -q "^Chat backend running locally" "$stack_log" 2>/dev/null && break
-  kill -0 "$stack_pid" 2>/dev/null || { cat "$stack_log"; echo "test.sh: the local stack did not start" >&2; exit 1; }
-  sleep 0.5
-done
-grep -q "^Chat backend running locally" "$stack_log" || { cat "$stack_log"; echo "test.sh: the local stack did not start in time" >&2; exit 1; }
+wait_for_line "$stack_log" "^Chat backend running locally" "$stack_pid" 600 0.5 "test.sh: the local stack"
 
 export CHAT_API_URL="http://127.0.0.1:$CHAT_REST_PORT" CHAT_WS_URL="ws://127.0.0.1:$CHAT_WS_PORT"
 export CHAT_DEMO_URL="http://127.0.0.1:$CHAT_DEMO_PORT/"

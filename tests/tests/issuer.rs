@@ -87,6 +87,15 @@ async fn keys(i: &Issuer, min_interval: Duration) -> IssuerKeys {
     keys_refreshed(i, refresh).await
 }
 
+/// Keys fetched again once the set is `max_age` old, and on any unknown key id.
+async fn keys_kept_for(i: &Issuer, max_age: Duration) -> IssuerKeys {
+    let refresh = Refresh {
+        min_interval: Duration::ZERO,
+        max_age,
+    };
+    keys_refreshed(i, refresh).await
+}
+
 async fn keys_refreshed(i: &Issuer, refresh: Refresh) -> IssuerKeys {
     IssuerKeys::with_discovery_url(
         i.fixture["issuer"].as_str().unwrap(),
@@ -179,14 +188,7 @@ async fn keys_the_service_cannot_use_do_not_spoil_the_set() {
 async fn an_old_set_is_fetched_again_and_a_withdrawn_key_stops_working() {
     let i = issuer().await;
     let max_age = Duration::from_millis(300);
-    let k = keys_refreshed(
-        &i,
-        Refresh {
-            min_interval: Duration::ZERO,
-            max_age,
-        },
-    )
-    .await;
+    let k = keys_kept_for(&i, max_age).await;
     let old = i.fixture["valid_id_token"].as_str().unwrap();
     assert_eq!(k.verify(old, NOW).await.unwrap().as_str(), "user-1");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 1, "fresh: no fetch");
@@ -214,14 +216,7 @@ async fn an_old_set_is_fetched_again_and_a_withdrawn_key_stops_working() {
 async fn a_failed_refresh_keeps_the_keys() {
     let i = issuer().await;
     let max_age = Duration::from_millis(200);
-    let k = keys_refreshed(
-        &i,
-        Refresh {
-            min_interval: Duration::ZERO,
-            max_age,
-        },
-    )
-    .await;
+    let k = keys_kept_for(&i, max_age).await;
     // The issuer now serves a document with no usable key.
     i.serve(serde_json::json!({"keys": [{"kty": "EC", "kid": "ec-1"}]}));
     tokio::time::sleep(max_age + Duration::from_millis(50)).await;

@@ -120,27 +120,24 @@ impl Conflicts {
         items: Vec<String>,
         window: Duration,
     ) -> Result<Hold, Vec<usize>> {
-        let now = Instant::now();
-        let mut map = self.lock(now);
-        let hit: Vec<usize> = (0..items.len())
-            .filter(|&i| map.get(&items[i]).is_some_and(|e| e.in_tx(now)))
-            .collect();
-        if !hit.is_empty() {
-            return Err(hit);
-        }
-        for id in &items {
-            let e = map.entry(id.clone()).or_default();
-            e.tx_writes += 1;
-            e.doom_readers();
-        }
-        drop(map);
-        Ok(self.hold(items, Kind::TxWrite(window)))
+        self.hold_writes(items, true, Kind::TxWrite(window))
     }
 
     /// Single-item writes (`reject`: PutItem/UpdateItem/DeleteItem, refused on an item in a
     /// transaction; not for BatchWriteItem, which only counts for TransactGetItems).
     /// Refused: the positions in a transaction.
     pub fn write(self: &Arc<Self>, items: Vec<String>, reject: bool) -> Result<Hold, Vec<usize>> {
+        self.hold_writes(items, reject, Kind::Write)
+    }
+
+    /// Writes of `kind` on `items`, unless (`reject`) some are in a transaction: each item counts
+    /// the write, and dooms the transactional reads that hold it.
+    fn hold_writes(
+        self: &Arc<Self>,
+        items: Vec<String>,
+        reject: bool,
+        kind: Kind,
+    ) -> Result<Hold, Vec<usize>> {
         let now = Instant::now();
         let mut map = self.lock(now);
         let hit: Vec<usize> = (0..items.len())
@@ -151,11 +148,15 @@ impl Conflicts {
         }
         for id in &items {
             let e = map.entry(id.clone()).or_default();
-            e.writes += 1;
+            if matches!(kind, Kind::TxWrite(_)) {
+                e.tx_writes += 1;
+            } else {
+                e.writes += 1;
+            }
             e.doom_readers();
         }
         drop(map);
-        Ok(self.hold(items, Kind::Write))
+        Ok(self.hold(items, kind))
     }
 
     /// A TransactGetItems: held (a later write dooms it), or the conflicting positions.
@@ -204,9 +205,7 @@ impl Conflicts {
 mod tests {
     use super::*;
 
-    fn ids(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::strings as ids;
 
     #[test]
     fn transactions_conflict_while_in_flight_and_for_the_window_after() {

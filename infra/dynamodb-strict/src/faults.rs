@@ -134,9 +134,7 @@ fn splitmix64(x: u64) -> u64 {
 mod tests {
     use super::*;
 
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
-    }
+    use crate::strings as s;
 
     #[test]
     fn faults_match_op_table_and_key_and_are_used_up() {

@@ -100,6 +100,12 @@ mod wire;
 
 pub use faults::{FaultKind, FaultSpec};
 
+/// Owned strings of a list of literals (the unit tests' item ids and keys).
+#[cfg(test)]
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::SocketAddr;

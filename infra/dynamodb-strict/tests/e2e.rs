@@ -7,6 +7,9 @@
 
 use aws_sdk_dynamodb::config::{retry::RetryConfig, BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_get_items::builders::TransactGetItemsFluentBuilder;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::CancellationReason;
 use aws_sdk_dynamodb::types::*;
 use aws_sdk_dynamodb::Client;
 use bytes::Bytes;
@@ -235,6 +238,36 @@ fn tx_put(t: &str, pk: &str, sk: &str, v: &str) -> TransactWriteItem {
     TransactWriteItem::builder().put(put).build()
 }
 
+/// The reasons of a TransactWriteItems refused with a TransactionCanceledException.
+fn cancellation_reasons<R: std::fmt::Debug>(
+    err: &SdkError<TransactWriteItemsError, R>,
+) -> &[CancellationReason] {
+    let Some(TransactWriteItemsError::TransactionCanceledException(x)) = err.as_service_error()
+    else {
+        panic!("{err:?}")
+    };
+    x.cancellation_reasons()
+}
+
+fn codes(reasons: &[CancellationReason]) -> Vec<&str> {
+    reasons
+        .iter()
+        .map(|r| r.code().unwrap_or_default())
+        .collect()
+}
+
+/// A TransactGetItems of one item.
+fn tx_get(c: &Client, t: &str, pk: &str, sk: &str) -> TransactGetItemsFluentBuilder {
+    let get = Get::builder()
+        .table_name(t)
+        .key("pk", s(pk))
+        .key("sk", s(sk))
+        .build()
+        .unwrap();
+    c.transact_get_items()
+        .transact_items(TransactGetItem::builder().get(get).build())
+}
+
 fn partition<'a>(record: &'a Value, key: &str, index: Option<&str>) -> &'a Value {
     let rows = record["partitions"].as_array().unwrap();
     rows.iter()
@@ -371,18 +404,10 @@ async fn overlapping_transactions_conflict_and_refused_writes_do_not_happen() {
             .transact_items(tx_put(t, "c1", "b", "B"))
     };
     let err = b().send().await.unwrap_err();
-    let canceled = err.as_service_error().unwrap();
-    let aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(x) = canceled else {
-        panic!("{canceled:?}")
-    };
-    let codes: Vec<_> = x
-        .cancellation_reasons()
-        .iter()
-        .map(|r| r.code().unwrap_or_default())
-        .collect();
-    assert_eq!(codes, ["None", "TransactionConflict"]);
+    let reasons = cancellation_reasons(&err);
+    assert_eq!(codes(reasons), ["None", "TransactionConflict"]);
     assert_eq!(
-        x.cancellation_reasons()[1].message(),
+        reasons[1].message(),
         Some("Transaction is ongoing for the item")
     );
     assert_eq!(
@@ -391,16 +416,7 @@ async fn overlapping_transactions_conflict_and_refused_writes_do_not_happen() {
     );
     // A plain read is not blocked (and sees nothing uncommitted); a transactional one is.
     assert_eq!(get(&c, t, "c1", "a").await, None);
-    let g = Get::builder()
-        .table_name(t)
-        .key("pk", s("c1"))
-        .key("sk", s("a"))
-        .build()
-        .unwrap();
-    let tg = c
-        .transact_get_items()
-        .transact_items(TransactGetItem::builder().get(g).build());
-    let err = tg.send().await.unwrap_err();
+    let err = tx_get(&c, t, "c1", "a").send().await.unwrap_err();
     assert_eq!(code(&err), "TransactionCanceledException");
 
     a.await.unwrap().unwrap();
@@ -452,16 +468,7 @@ async fn transact_get_in_flight_is_cancelled_by_a_write_arriving() {
         delay_ms: 300,
         ..FaultSpec::new(FaultKind::Slow)
     });
-    let g = Get::builder()
-        .table_name(t)
-        .key("pk", s("c1"))
-        .key("sk", s("a"))
-        .build()
-        .unwrap();
-    let tg = c
-        .transact_get_items()
-        .transact_items(TransactGetItem::builder().get(g).build());
-    let read = tokio::spawn(tg.send());
+    let read = tokio::spawn(tx_get(&c, t, "c1", "a").send());
     tokio::time::sleep(Duration::from_millis(100)).await;
     put(&c, t, "c1", "a", "new").await.unwrap();
     let err = read.await.unwrap().unwrap_err();
@@ -513,15 +520,10 @@ async fn a_hot_partition_is_throttled_another_is_not() {
         .transact_items(tx_put(t, "hot", "tx", "x"))
         .transact_items(tx_put(t, "cold", "tx", "x"));
     let err = tx.send().await.unwrap_err();
-    let aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(x) = err.as_service_error().unwrap() else {
-        panic!("{err:?}")
-    };
-    let codes: Vec<_> = x
-        .cancellation_reasons()
-        .iter()
-        .map(|r| r.code().unwrap_or_default())
-        .collect();
-    assert_eq!(codes, ["ThrottlingError", "None"]);
+    assert_eq!(
+        codes(cancellation_reasons(&err)),
+        ["ThrottlingError", "None"]
+    );
     let req = |pk: &str| {
         let item = [("pk", pk), ("sk", "b"), ("v", "x")]
             .into_iter()

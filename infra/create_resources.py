@@ -331,21 +331,33 @@ def _table_request(name: str, props: dict[str, Any]) -> dict[str, Any]:
     return req
 
 
+# How long the create calls wait for a new table or stream to be usable.
+_WAIT = {"Delay": 1, "MaxAttempts": 120}
+
+
+def _exists(describe: Callable[[], Any],
+            missing: Callable[[str], bool] = lambda code: code == "ResourceNotFoundException") -> bool:
+    """Whether `describe()` finds the resource; an error other than `missing` is raised."""
+    try:
+        describe()
+        return True
+    except ClientError as e:
+        if not missing(_error_code(e)):
+            raise
+        return False
+
+
 def create_table(ddb: Any, name: str, props: dict[str, Any], log: Callable[[str], None]) -> bool:
     """Creates the table unless it exists; returns True when it was created."""
-    try:
-        ddb.describe_table(TableName=name)
+    if _exists(lambda: ddb.describe_table(TableName=name)):
         return False
-    except ClientError as e:
-        if _error_code(e) != "ResourceNotFoundException":
-            raise
     try:
         ddb.create_table(**_table_request(name, props))
     except ClientError as e:
         if _error_code(e) == "ResourceInUseException":  # created concurrently
             return False
         raise
-    ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig=_WAIT)
 
     ttl = props.get("TimeToLiveSpecification")
     if ttl and ttl.get("Enabled"):
@@ -364,12 +376,8 @@ def create_table(ddb: Any, name: str, props: dict[str, Any], log: Callable[[str]
 
 def create_stream(kinesis: Any, name: str, props: dict[str, Any], log: Callable[[str], None]) -> bool:
     """Creates the Kinesis stream unless it exists; returns True when it was created."""
-    try:
-        kinesis.describe_stream_summary(StreamName=name)
+    if _exists(lambda: kinesis.describe_stream_summary(StreamName=name)):
         return False
-    except ClientError as e:
-        if _error_code(e) != "ResourceNotFoundException":
-            raise
     mode = (props.get("StreamModeDetails") or {}).get("StreamMode", "PROVISIONED")
     try:
         if "ShardCount" in props or mode != "ON_DEMAND":
@@ -386,24 +394,21 @@ def create_stream(kinesis: Any, name: str, props: dict[str, Any], log: Callable[
         if _error_code(e) == "ResourceInUseException":
             return False
         raise
-    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig=_WAIT)
 
     hours = int(props.get("RetentionPeriodHours", 24))
     if hours > 24:
         kinesis.increase_stream_retention_period(StreamName=name, RetentionPeriodHours=hours)
-        kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+        kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig=_WAIT)
     shards = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["OpenShardCount"]
     log(f"created stream {name} ({mode}, {shards} shards)")
     return True
 
 
 def create_queue(sqs: Any, name: str, props: dict[str, Any], log: Callable[[str], None]) -> bool:
-    try:
-        sqs.get_queue_url(QueueName=name)
+    if _exists(lambda: sqs.get_queue_url(QueueName=name),
+               lambda code: "NonExistentQueue" in code or code == "QueueDoesNotExist"):
         return False
-    except ClientError as e:
-        if "NonExistentQueue" not in _error_code(e) and _error_code(e) != "QueueDoesNotExist":
-            raise
     attributes = {k: str(v) for k, v in props.items()}
     sqs.create_queue(QueueName=name, Attributes=attributes)
     log(f"created queue {name}")
@@ -416,12 +421,8 @@ def bucket_name(logical_id: str) -> str:
 
 
 def create_bucket(s3: Any, name: str, log: Callable[[str], None]) -> bool:
-    try:
-        s3.head_bucket(Bucket=name)
+    if _exists(lambda: s3.head_bucket(Bucket=name), lambda code: code in ("404", "NoSuchBucket", "NotFound")):
         return False
-    except ClientError as e:
-        if _error_code(e) not in ("404", "NoSuchBucket", "NotFound"):
-            raise
     s3.create_bucket(Bucket=name)
     log(f"created bucket {name}")
     return True

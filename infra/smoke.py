@@ -167,6 +167,11 @@ def error_code(parsed):
 # WebSocket: a minimal client (RFC 6455, the frame helpers of infra/ws_listen.py) that collects
 # the events in a background thread.
 
+def event_like(**fields):
+    """Matches an event that has each of `fields` at its value."""
+    return lambda event: all(event.get(k) == v for k, v in fields.items())
+
+
 class Listener:
     def __init__(self, base: str, token: str):
         url = urllib.parse.urlparse(base)
@@ -518,8 +523,8 @@ def main() -> int:
         def push_read():
             need(listener, read_ok)
             e, took = listener.wait_for(
-                lambda e: e.get("type") == "read.updated" and e.get("conversationId") == cid
-                and e.get("userId") == b and e.get("lastReadSeq") == m1["seq"], read_at, args.push_timeout)
+                event_like(type="read.updated", conversationId=cid, userId=b, lastReadSeq=m1["seq"]),
+                read_at, args.push_timeout)
             return {"detail": f"A got read.updated (B, lastReadSeq {e['lastReadSeq']}) {took:.2f} s after the read"}
         r.step("push: read.updated to A", push_read)
 
@@ -542,8 +547,7 @@ def main() -> int:
         def push_message():
             need(listener, m2)
             e, took = listener.wait_for(
-                lambda e: e.get("type") == "message.new" and e.get("conversationId") == cid
-                and e.get("seq") == m2["seq"], sent_at, args.push_timeout)
+                event_like(type="message.new", conversationId=cid, seq=m2["seq"]), sent_at, args.push_timeout)
             check(e.get("senderId") == b and e.get("body") == body2 and e.get("clientMsgId") == m2["clientMsgId"],
                   f"unexpected event {short(json.dumps(e, ensure_ascii=False))}")
             return {"detail": f"A got message.new seq {e['seq']} from B {took:.2f} s after the send"}

@@ -541,27 +541,32 @@ $("logout").addEventListener("click", () => {
   $("app").hidden = true;
   onConnection("closed");
 });
-$("new-direct").addEventListener("submit", (ev) => {
-  ev.preventDefault();
-  const peer = $<HTMLInputElement>("peer");
+/** Opens the conversation `create` made (or found), after `clear`ing its form and reloading the inbox. */
+function openCreated(create: () => Promise<{ conversationId: string }>, clear: () => void): void {
   void (async () => {
-    const c = await client!.openDirect(peer.value.trim());
-    peer.value = "";
+    const c = await create();
+    clear();
     await loadInbox();
     await openConversation(c.conversationId);
   })().catch(report);
+}
+$("new-direct").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const peer = $<HTMLInputElement>("peer");
+  openCreated(
+    () => client!.openDirect(peer.value.trim()),
+    () => (peer.value = ""),
+  );
 });
 $("new-group").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const title = $<HTMLInputElement>("group-title");
   const members = $<HTMLInputElement>("group-members");
   const memberIds = members.value.split(",").map((s) => s.trim()).filter(Boolean);
-  void (async () => {
-    const c = await client!.createGroup({ title: title.value, memberIds });
-    title.value = members.value = "";
-    await loadInbox();
-    await openConversation(c.conversationId);
-  })().catch(report);
+  openCreated(
+    () => client!.createGroup({ title: title.value, memberIds }),
+    () => (title.value = members.value = ""),
+  );
 });
 $("composer").addEventListener("submit", (ev) => {
   ev.preventDefault();

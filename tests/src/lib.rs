@@ -420,6 +420,32 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// `n` new user ids.
+pub fn unique_users(n: usize) -> Vec<String> {
+    let prefix = unique("u");
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// The seqs of the messages of a history answer, in its order.
+pub fn seqs(history: &Value) -> Vec<u64> {
+    history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect()
+}
+
+/// `user`'s entry among the members of a read-states answer.
+pub fn member_state<'a>(read_states: &'a Value, user: &str) -> &'a Value {
+    read_states["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["userId"] == user)
+        .unwrap_or_else(|| panic!("no read state of {user}: {read_states}"))
+}
+
 pub fn new_uuid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
@@ -752,10 +778,14 @@ impl TestApp {
         self.call("GET", path, Some(user), None).await
     }
 
+    /// `a` opens (creates, or finds) its direct conversation with `b`.
+    pub async fn open_direct(&self, a: &str, b: &str) -> Resp {
+        self.post("/conversations", a, json!({"type": "direct", "peerId": b}))
+            .await
+    }
+
     pub async fn direct(&self, a: &str, b: &str) -> String {
-        let r = self
-            .post("/conversations", a, json!({"type": "direct", "peerId": b}))
-            .await;
+        let r = self.open_direct(a, b).await;
         assert!(r.status == 201 || r.status == 200, "{r:?}");
         r.body["conversationId"].as_str().unwrap().to_owned()
     }

@@ -163,12 +163,7 @@ async fn walk(t: &TestApp, c: &str, user: &str) -> Vec<u64> {
             )
             .await;
         assert_eq!(r.status, 200, "{r:?}");
-        let page: Vec<u64> = r.body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["seq"].as_u64().unwrap())
-            .collect();
+        let page = chat_tests::seqs(&r.body);
         seqs.extend(&page);
         if !r.body["hasMore"].as_bool().unwrap() {
             return seqs;

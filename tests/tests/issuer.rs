@@ -27,6 +27,11 @@ struct Issuer {
 }
 
 impl Issuer {
+    /// A string of the fixture (a token, the issuer's URL, the audience).
+    fn text(&self, name: &str) -> &str {
+        self.fixture[name].as_str().unwrap()
+    }
+
     fn serve(&self, keys: Value) {
         *self.served.lock().unwrap() = keys;
     }
@@ -98,8 +103,8 @@ async fn keys_kept_for(i: &Issuer, max_age: Duration) -> IssuerKeys {
 
 async fn keys_refreshed(i: &Issuer, refresh: Refresh) -> IssuerKeys {
     IssuerKeys::with_discovery_url(
-        i.fixture["issuer"].as_str().unwrap(),
-        vec![i.fixture["audience"].as_str().unwrap().to_owned()],
+        i.text("issuer"),
+        vec![i.text("audience").to_owned()],
         i.discovery_url.clone(),
         refresh,
     )
@@ -116,7 +121,7 @@ async fn tokens_of_the_issuer_are_accepted_others_refused() {
         1,
         "fetched once, at start"
     );
-    let token = |name: &str| i.fixture[name].as_str().unwrap().to_owned();
+    let token = |name: &str| i.text(name).to_owned();
     assert_eq!(
         k.verify(&token("valid_id_token"), NOW)
             .await
@@ -152,14 +157,14 @@ async fn tokens_of_the_issuer_are_accepted_others_refused() {
 async fn a_rotated_key_is_fetched_when_a_token_names_it() {
     let i = issuer().await;
     let k = keys(&i, Duration::ZERO).await;
-    let rotated = i.fixture["rotated_token"].as_str().unwrap();
+    let rotated = i.text("rotated_token");
     assert!(k.verify(rotated, NOW).await.is_err(), "not published yet");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 2, "looked again once");
     i.serve(i.fixture["rotated_jwks"].clone());
     assert_eq!(k.verify(rotated, NOW).await.unwrap().as_str(), "user-3");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 3);
     // Known keys need no fetch.
-    let old = i.fixture["valid_id_token"].as_str().unwrap();
+    let old = i.text("valid_id_token");
     assert_eq!(k.verify(old, NOW).await.unwrap().as_str(), "user-1");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 3);
 }
@@ -180,7 +185,7 @@ async fn keys_the_service_cannot_use_do_not_spoil_the_set() {
     ]);
     i.serve(set);
     let k = keys(&i, Duration::from_secs(3600)).await;
-    let token = i.fixture["valid_id_token"].as_str().unwrap();
+    let token = i.text("valid_id_token");
     assert_eq!(k.verify(token, NOW).await.unwrap().as_str(), "user-1");
 }
 
@@ -189,7 +194,7 @@ async fn an_old_set_is_fetched_again_and_a_withdrawn_key_stops_working() {
     let i = issuer().await;
     let max_age = Duration::from_millis(300);
     let k = keys_kept_for(&i, max_age).await;
-    let old = i.fixture["valid_id_token"].as_str().unwrap();
+    let old = i.text("valid_id_token");
     assert_eq!(k.verify(old, NOW).await.unwrap().as_str(), "user-1");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 1, "fresh: no fetch");
 
@@ -208,7 +213,7 @@ async fn an_old_set_is_fetched_again_and_a_withdrawn_key_stops_working() {
         2,
         "fetched once, for its age"
     );
-    let rotated = i.fixture["rotated_token"].as_str().unwrap();
+    let rotated = i.text("rotated_token");
     assert_eq!(k.verify(rotated, NOW).await.unwrap().as_str(), "user-3");
 }
 
@@ -220,7 +225,7 @@ async fn a_failed_refresh_keeps_the_keys() {
     // The issuer now serves a document with no usable key.
     i.serve(serde_json::json!({"keys": [{"kty": "EC", "kid": "ec-1"}]}));
     tokio::time::sleep(max_age + Duration::from_millis(50)).await;
-    let old = i.fixture["valid_id_token"].as_str().unwrap();
+    let old = i.text("valid_id_token");
     assert_eq!(k.verify(old, NOW).await.unwrap().as_str(), "user-1");
     assert_eq!(i.key_fetches.load(Ordering::SeqCst), 2, "it did look");
 }

@@ -8,9 +8,7 @@ use std::sync::Arc;
 async fn direct_conversation_is_one_per_pair() {
     let t = TestApp::new().await;
     let (a, b) = (unique("a"), unique("b"));
-    let first = t
-        .post("/conversations", &a, json!({"type": "direct", "peerId": b}))
-        .await;
+    let first = t.open_direct(&a, &b).await;
     assert_eq!(first.status, 201, "{first:?}");
     let c = &first.body;
     assert_eq!(c["type"], "direct");
@@ -22,9 +20,7 @@ async fn direct_conversation_is_one_per_pair() {
     ids.sort();
     assert_eq!(c["memberIds"], json!(ids));
 
-    let again = t
-        .post("/conversations", &b, json!({"type": "direct", "peerId": a}))
-        .await;
+    let again = t.open_direct(&b, &a).await;
     assert_eq!(again.status, 200);
     assert_eq!(again.body["conversationId"], c["conversationId"]);
 
@@ -36,9 +32,7 @@ async fn direct_conversation_is_one_per_pair() {
         .await;
     assert_eq!((got.status, &got.body), (200, c));
 
-    let me = t
-        .post("/conversations", &a, json!({"type": "direct", "peerId": a}))
-        .await;
+    let me = t.open_direct(&a, &a).await;
     assert_eq!((me.status, me.code()), (400, "invalid_request"));
 }
 
@@ -91,20 +85,14 @@ async fn group_creation_and_idempotent_retry() {
     assert_eq!(again.status, 200);
     assert_eq!(again.body, first.body);
     // Without a request id every creation is a new group.
-    let a = t
-        .post(
+    let create = || {
+        t.post(
             "/conversations",
             &o,
             json!({"type": "group", "title": "T", "memberIds": [m1]}),
         )
-        .await;
-    let b = t
-        .post(
-            "/conversations",
-            &o,
-            json!({"type": "group", "title": "T", "memberIds": [m1]}),
-        )
-        .await;
+    };
+    let (a, b) = (create().await, create().await);
     assert_ne!(a.body["conversationId"], b.body["conversationId"]);
 
     for (body, status) in [
@@ -147,13 +135,14 @@ async fn members_bound_of_1000_on_create_and_add() {
     let o = unique("o");
     let prefix = unique("x");
     let members: Vec<String> = (0..999).map(|i| format!("{prefix}-{i}")).collect();
-    let full = t
-        .post(
+    let create = |members: Vec<String>| {
+        t.post(
             "/conversations",
             &o,
             json!({"type": "group", "title": "Big", "memberIds": members}),
         )
-        .await;
+    };
+    let full = create(members).await;
     assert_eq!(full.status, 201, "{:?}", full.body["error"]);
     assert_eq!(full.body["memberCount"], 1000);
     assert_eq!(full.body["memberIds"].as_array().unwrap().len(), 1000);
@@ -163,13 +152,7 @@ async fn members_bound_of_1000_on_create_and_add() {
 
     let mut too_many: Vec<String> = (0..1000).map(|i| format!("{prefix}-{i}")).collect();
     too_many.push(unique("y"));
-    let over = t
-        .post(
-            "/conversations",
-            &o,
-            json!({"type": "group", "title": "Big", "memberIds": too_many}),
-        )
-        .await;
+    let over = create(too_many).await;
     assert_eq!((over.status, over.code()), (409, "conflict"));
     let got = t.get(&format!("/conversations/{c}"), &o).await;
     assert_eq!(got.body["memberCount"], 1000);

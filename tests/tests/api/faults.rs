@@ -4,7 +4,7 @@
 //! the retry with the same `clientMsgId`; never a bare 5xx. (A commit whose answer is lost:
 //! `hot.rs`, `a_commit_whose_answer_was_lost_is_settled_with_its_token`.)
 
-use chat_tests::{new_uuid, server, TestApp};
+use chat_tests::{member_state, new_uuid, server, TestApp};
 use serde_json::json;
 
 /// Whether this binary's DynamoDB has the layer in front (it has unless `CHAT_STRICT=off`).
@@ -14,6 +14,17 @@ fn layered() -> bool {
         eprintln!("skipped: DynamoDB faults need the strictness layer (on unless CHAT_STRICT=off)");
     }
     on
+}
+
+/// A new app and a direct conversation of two new users (`TestApp::new_direct`), if the layer
+/// is there to inject faults.
+async fn direct_if_layered() -> Option<(TestApp, String, String, String)> {
+    if !layered() {
+        return None;
+    }
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    Some((t, a, b, c))
 }
 
 /// `count` faults of `kind` for `op` on the chat table's partition `pk`.
@@ -27,21 +38,14 @@ async fn seqs(t: &TestApp, c: &str, user: &str) -> Vec<u64> {
         .get(&format!("/conversations/{c}/messages?limit=100"), user)
         .await;
     assert_eq!(page.status, 200, "{page:?}");
-    page.body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["seq"].as_u64().unwrap())
-        .collect()
+    chat_tests::seqs(&page.body)
 }
 
 #[tokio::test]
 async fn a_database_failing_a_send_answers_503_and_its_retry_sends_it_once() {
-    if !layered() {
+    let Some((t, a, b, c)) = direct_if_layered().await else {
         return;
-    }
-    let t = TestApp::new().await;
-    let (a, b, c) = t.new_direct().await;
+    };
     // Past the SDK's 3 attempts.
     faults(
         "TransactWriteItems",
@@ -65,11 +69,9 @@ async fn a_database_failing_a_send_answers_503_and_its_retry_sends_it_once() {
 
 #[tokio::test]
 async fn a_throttled_read_receipt_is_429_and_moves_nothing() {
-    if !layered() {
+    let Some((t, a, b, c)) = direct_if_layered().await else {
         return;
-    }
-    let t = TestApp::new().await;
-    let (a, b, c) = t.new_direct().await;
+    };
     assert_eq!(t.send(&c, &a, "one").await.status, 201);
     // Past the SDK's 3 attempts, on the member partition a receipt writes.
     faults(
@@ -83,25 +85,17 @@ async fn a_throttled_read_receipt_is_429_and_moves_nothing() {
     assert_eq!((r.status, r.code()), (429, "throttled"), "{r:?}");
     assert_eq!(r.headers.get("retry-after").map(String::as_str), Some("1"));
     let states = t.get(&format!("/conversations/{c}/reads"), &a).await;
-    let mine = states.body["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["userId"] == b.as_str())
-        .unwrap()["lastReadSeq"]
-        .clone();
-    assert_eq!(mine, json!(0), "nothing moved: {states:?}");
+    let mine = &member_state(&states.body, &b)["lastReadSeq"];
+    assert_eq!(mine, &json!(0), "nothing moved: {states:?}");
     let again = t.post(&read, &b, json!({"seq": 1})).await;
     assert_eq!((again.status, &again.body["advanced"]), (200, &json!(true)));
 }
 
 #[tokio::test]
 async fn a_history_read_the_database_fails_is_503_not_500() {
-    if !layered() {
+    let Some((t, a, _, c)) = direct_if_layered().await else {
         return;
-    }
-    let t = TestApp::new().await;
-    let (a, _, c) = t.new_direct().await;
+    };
     faults("Query", &format!("C#{c}"), "InternalServerError", 3);
     let r = t.get(&format!("/conversations/{c}/messages"), &a).await;
     assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");

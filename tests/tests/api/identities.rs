@@ -8,18 +8,14 @@ async fn auth0_style_subjects_chat_like_anyone_else() {
     let t = TestApp::new().await;
     let (a, b) = (unique("google-oauth2|123"), unique("auth0|5f7c8ec7"));
 
-    let opened = t
-        .post("/conversations", &a, json!({"type": "direct", "peerId": b}))
-        .await;
+    let opened = t.open_direct(&a, &b).await;
     assert_eq!(opened.status, 201, "{opened:?}");
     let c = opened.body["conversationId"].as_str().unwrap().to_owned();
     let mut members = vec![a.clone(), b.clone()];
     members.sort();
     assert_eq!(opened.body["memberIds"], json!(members));
     // The peer opening it lands on the same conversation.
-    let again = t
-        .post("/conversations", &b, json!({"type": "direct", "peerId": a}))
-        .await;
+    let again = t.open_direct(&b, &a).await;
     assert_eq!(
         (again.status, again.body["conversationId"].as_str()),
         (200, Some(c.as_str()))

@@ -3,7 +3,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use chat_shared::domain::inbox::{activity_key, ConversationMove};
 use chat_shared::ConversationId;
-use chat_tests::{indexer, unique, Resp, TestApp};
+use chat_tests::{indexer, unique, unique_users, Resp, TestApp};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -541,10 +541,8 @@ async fn moves_are_idempotent_and_survive_a_redelivered_batch() {
 async fn a_group_past_200_members_moves_in_five_second_steps() {
     let t = TestApp::new().await;
     let owner = unique("owner");
-    let prefix = unique("m");
-    let members: Vec<String> = (0..199).map(|i| format!("{prefix}-{i}")).collect();
-    let refs: Vec<&str> = members.iter().map(String::as_str).collect();
-    let g = t.group(&owner, &refs).await;
+    let members = unique_users(199);
+    let g = t.group(&owner, &members).await;
     let item = |t: &TestApp| {
         let (db, table, key) = (t.db.clone(), t.table.clone(), g.clone());
         async move {

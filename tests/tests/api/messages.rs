@@ -264,14 +264,11 @@ async fn history_pages_in_both_directions() {
         async move {
             let r = t.get(&format!("/conversations/{c}/messages{q}"), a).await;
             assert_eq!(r.status, 200, "{q}: {r:?}");
-            let seqs: Vec<u64> = r.body["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m["seq"].as_u64().unwrap())
-                .collect();
             assert_eq!(r.body["lastSeq"], 12);
-            (seqs, r.body["hasMore"].as_bool().unwrap())
+            (
+                chat_tests::seqs(&r.body),
+                r.body["hasMore"].as_bool().unwrap(),
+            )
         }
     };
     assert_eq!(page("").await, ((1..=12).collect(), false));

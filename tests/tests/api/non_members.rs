@@ -10,12 +10,18 @@ use chat_shared::config::Timeouts;
 use chat_tests::{new_uuid, unique, TestApp, TransactionAnswers, WRITES};
 use serde_json::json;
 
+/// A group of two new users with one message, and a new user who is not in it: (a, b, stranger,
+/// group).
+async fn a_group_with_a_secret(t: &TestApp) -> (String, String, String, String) {
+    let (a, b, g) = t.new_group().await;
+    assert_eq!(t.send(&g, &a, "secret").await.status, 201);
+    (a, b, unique("s"), g)
+}
+
 #[tokio::test]
 async fn non_member_gets_not_found_everywhere() {
     let t = TestApp::new().await;
-    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
-    let g = t.group(&a, &[&b]).await;
-    t.send(&g, &a, "secret").await;
+    let (a, b, stranger, g) = a_group_with_a_secret(&t).await;
     let unknown = "g-0123456789abcdef0123456789abcdef";
     for c in [g.as_str(), unknown, "nonsense"] {
         let requests: Vec<(&str, String, Option<String>)> = vec![
@@ -83,9 +89,7 @@ fn writes(calls: &[String]) -> Vec<&String> {
 #[tokio::test]
 async fn a_non_member_cannot_join_a_busy_conversations_queue() {
     let t = TestApp::new().await;
-    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
-    let g = t.group(&a, &[&b]).await;
-    assert_eq!(t.send(&g, &a, "secret").await.status, 201);
+    let (_, b, stranger, g) = a_group_with_a_secret(&t).await;
     t.mark_busy(&g).await;
     t.calls.take();
     // The first send reads the conversation (busy: queue up); the next one knows it is busy
@@ -136,9 +140,7 @@ fn first_transaction_conflicts() -> SharedInterceptor {
 #[tokio::test]
 async fn a_non_member_losing_a_race_marks_nothing_busy() {
     let setup = TestApp::new().await;
-    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
-    let g = setup.group(&a, &[&b]).await;
-    assert_eq!(setup.send(&g, &a, "first").await.status, 201);
+    let (_, _, stranger, g) = a_group_with_a_secret(&setup).await;
     let t = TestApp::custom(
         Timeouts::LOCAL.request_budget,
         Some(first_transaction_conflicts()),
@@ -167,9 +169,7 @@ async fn a_non_member_losing_a_race_marks_nothing_busy() {
 #[tokio::test]
 async fn a_non_members_history_reads_no_message() {
     let t = TestApp::new().await;
-    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
-    let g = t.group(&a, &[&b]).await;
-    t.send(&g, &a, "secret").await;
+    let (_, b, stranger, g) = a_group_with_a_secret(&t).await;
     t.calls.take();
     let r = t
         .get(&format!("/conversations/{g}/messages?limit=100"), &stranger)
@@ -203,8 +203,8 @@ async fn a_removed_members_replay_is_not_found() {
 #[tokio::test]
 async fn a_non_member_learns_nothing_from_a_used_client_msg_id() {
     let t = TestApp::new().await;
-    let (a, b, stranger) = (unique("a"), unique("b"), unique("s"));
-    let g = t.group(&a, &[&b]).await;
+    let (a, b, g) = t.new_group().await;
+    let stranger = unique("s");
     let id = new_uuid();
     let path = format!("/conversations/{g}/messages");
     let sent = t

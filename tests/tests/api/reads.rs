@@ -1,6 +1,6 @@
 //! Read state: the monotonic, clamped watermark.
 
-use chat_tests::{at_once, unique, TestApp};
+use chat_tests::{at_once, member_state, unique, TestApp};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -91,13 +91,7 @@ async fn concurrent_out_of_order_reads_end_at_the_maximum() {
         "no two requests advanced to the same value"
     );
     let states = t.get(&format!("/conversations/{c}/reads"), &a).await;
-    let b_state = states.body["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["userId"] == b.as_str())
-        .unwrap()
-        .clone();
+    let b_state = member_state(&states.body, &b);
     assert_eq!(b_state["lastReadSeq"], 20);
 }
 

@@ -243,7 +243,8 @@ type AnswerChange = dyn Fn(&mut HttpResponse) -> Result<(), BoxError> + Send + S
 pub struct TransactionAnswers(Box<AnswerChange>);
 
 impl TransactionAnswers {
-    pub fn new(
+    /// An interceptor that passes each `TransactWriteItems` answer through `change`.
+    pub fn through(
         change: impl Fn(&mut HttpResponse) -> Result<(), BoxError> + Send + Sync + 'static,
     ) -> SharedInterceptor {
         SharedInterceptor::new(TransactionAnswers(Box::new(change)))
@@ -418,6 +419,12 @@ pub fn unique(prefix: &str) -> String {
         "{prefix}-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     )
+}
+
+/// Asserts a send's answer: `status` (201 sent, 200 a replay) with its message at `seq`.
+#[track_caller]
+pub fn assert_sent(r: &Resp, status: u16, seq: u64) {
+    assert_eq!((r.status, &r.body["seq"]), (status, &json!(seq)), "{r:?}");
 }
 
 /// `n` new user ids.

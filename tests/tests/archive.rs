@@ -11,7 +11,7 @@ use chat_shared::store::archive::{self, CHUNK};
 use chat_shared::store::items::{MessageItem, SendKeyItem};
 use chat_shared::store::{keys, ArchiveSettings, Step};
 use chat_shared::{ConversationId, UserId};
-use chat_tests::{new_uuid, server, unique, TestApp};
+use chat_tests::{assert_sent, new_uuid, server, unique, TestApp};
 use serde_json::{json, Value};
 
 fn settings() -> ArchiveSettings {
@@ -278,7 +278,7 @@ async fn history_pages_across_the_boundary_as_before_and_replays_return_the_orig
         );
     }
     let next = t.send(&c, &a, "after the archive").await;
-    assert_eq!((next.status, &next.body["seq"]), (201, &json!(131)));
+    assert_sent(&next, 201, 131);
 
     // Inbox and read state are untouched (but for the new message).
     let reads = t.get(&format!("/conversations/{c}/reads"), &a).await.body;

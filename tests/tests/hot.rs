@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use aws_sdk_dynamodb::types::AttributeValue;
 use chat_shared::config::Timeouts;
-use chat_tests::{at_once, new_uuid, server, unique, Resp, TestApp, TransactionAnswers};
+use chat_tests::{
+    assert_sent, at_once, new_uuid, server, unique, Resp, TestApp, TransactionAnswers,
+};
 use serde_json::{json, Value};
 use tokio::sync::RwLock;
 
@@ -224,11 +226,7 @@ async fn a_queued_send_answered_429_is_never_committed_later() {
     );
 
     let next = t.send(&c, &b, "the next group commit").await;
-    assert_eq!(
-        (next.status, &next.body["seq"]),
-        (201, &json!(1)),
-        "{next:?}"
-    );
+    assert_sent(&next, 201, 1);
     let all = history(&t, &c, &a).await;
     let bodies: Vec<&str> = all.iter().map(|m| m["body"].as_str().unwrap()).collect();
     assert_eq!(bodies, ["the next group commit"], "no ghost of the 429");
@@ -244,7 +242,7 @@ async fn a_queued_send_past_its_requests_lifetime_is_never_committed() {
     queue_ended_send(&t, &c, &new_uuid(), &b, "from weeks ago", 1, 1).await;
     t.mark_busy(&c).await;
     let r = t.send(&c, &a, "now").await;
-    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
+    assert_sent(&r, 201, 1);
     let all = history(&t, &c, &a).await;
     assert_eq!(all.len(), 1, "only the live send: {all:?}");
     assert_eq!(all[0]["body"], "now");
@@ -277,7 +275,7 @@ async fn a_queued_send_of_a_removed_member_is_dropped() {
 
     t.mark_busy(&c).await;
     let r = t.send(&c, &stays, "still here").await;
-    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
+    assert_sent(&r, 201, 1);
     let all = history(&t, &c, &owner).await;
     assert_eq!(
         all.len(),
@@ -306,7 +304,7 @@ async fn a_queued_send_past_the_first_megabyte_of_the_queue_finds_itself() {
     t.mark_busy(&c).await;
     let last = "ffffffff-ffff-4fff-bfff-ffffffffffff";
     let r = t.send_with_id(&c, &a, last, "last in sk order").await;
-    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
+    assert_sent(&r, 201, 1);
 }
 
 #[tokio::test]
@@ -329,7 +327,7 @@ async fn replays_of_a_queued_send_create_one_message() {
     assert_eq!(history(&t, &c, &a).await.len(), 2);
     // And after the commit: the original, again.
     let again = t.send_with_id(&c, &a, &id, "once").await;
-    assert_eq!((again.status, &again.body["seq"]), (200, &json!(2)));
+    assert_sent(&again, 200, 2);
 }
 
 #[tokio::test]
@@ -505,11 +503,7 @@ async fn a_send_that_cannot_commit_in_time_answers_429_and_leaves_nothing() {
     assert_eq!(all.len(), 1, "nothing of the late send is stored");
     // The client's retry goes through once the item is free.
     let retry = t.send_with_id(&c, &b, &id, "too late").await;
-    assert_eq!(
-        (retry.status, &retry.body["seq"]),
-        (201, &json!(2)),
-        "{retry:?}"
-    );
+    assert_sent(&retry, 201, 2);
 }
 
 #[tokio::test]
@@ -519,7 +513,7 @@ async fn a_commit_whose_answer_was_lost_is_settled_with_its_token() {
     let (a, b, c) = setup.new_direct().await;
     // Loses the answer of the first `TransactWriteItems` after DynamoDB applied it.
     let first = AtomicBool::new(true);
-    let lose = TransactionAnswers::new(move |answer| {
+    let lose = TransactionAnswers::through(move |answer| {
         if answer.status().is_success() && first.swap(false, Ordering::SeqCst) {
             return Err("the answer was lost on the way back".into());
         }
@@ -527,7 +521,7 @@ async fn a_commit_whose_answer_was_lost_is_settled_with_its_token() {
     });
     let t = TestApp::custom(Timeouts::LOCAL.request_budget, Some(lose)).await;
     let r = t.send(&c, &a, "applied, answer lost").await;
-    assert_eq!((r.status, &r.body["seq"]), (201, &json!(1)), "{r:?}");
+    assert_sent(&r, 201, 1);
     let calls = t.calls.take();
     assert_eq!(
         calls.iter().filter(|c| *c == "TransactWriteItems").count(),
@@ -597,7 +591,7 @@ async fn the_first_send_to_lose_the_race_marks_the_conversation_busy() {
     let stale = SharedInterceptor::new(StaleFirstRead(AtomicUsize::new(1)));
     let t = TestApp::custom(Timeouts::LOCAL.request_budget, Some(stale)).await;
     let r = t.send(&c, &a, "lost the race").await;
-    assert_eq!((r.status, &r.body["seq"]), (201, &json!(2)), "{r:?}");
+    assert_sent(&r, 201, 2);
     let calls = t.calls.take();
     assert!(
         calls.contains(&"UpdateItem".to_owned()) && calls.contains(&"PutItem".to_owned()),

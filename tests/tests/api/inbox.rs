@@ -219,7 +219,7 @@ async fn unread_counts_are_exact_right_after_a_read_or_a_send() {
                 .unwrap();
             // Read all but `round - 1` of them, then look at once.
             let read_to = last_seq + 1 - round;
-            let r = t.mark_read(&c, &me, read_to).await;
+            let r = t.mark_read(c, &me, read_to).await;
             assert_eq!(r.status, 200, "{r:?}");
             let page = t.get("/inbox", &me).await;
             let entry = find(&page, c).expect("listed");

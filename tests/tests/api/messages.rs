@@ -4,6 +4,17 @@ use chat_tests::{at_once, new_uuid, unique, TestApp};
 use serde_json::json;
 use std::sync::Arc;
 
+/// Asserts that `user` reads exactly `n` messages in `c`, the last at seq `n`.
+async fn assert_holds(t: &TestApp, c: &str, user: &str, n: u64) {
+    let h = t.get(&format!("/conversations/{c}/messages"), user).await;
+    assert_eq!(h.body["lastSeq"], n, "{h:?}");
+    assert_eq!(
+        h.body["messages"].as_array().unwrap().len() as u64,
+        n,
+        "{h:?}"
+    );
+}
+
 #[tokio::test]
 async fn send_returns_message_and_replay_returns_the_same() {
     let t = TestApp::new().await;
@@ -39,9 +50,7 @@ async fn send_returns_message_and_replay_returns_the_same() {
 
     let next = t.send(&c, &b, "second").await;
     assert_eq!(next.body["seq"], 2, "nothing was created by the replays");
-    let h = t.get(&format!("/conversations/{c}/messages"), &a).await;
-    assert_eq!(h.body["lastSeq"], 2);
-    assert_eq!(h.body["messages"].as_array().unwrap().len(), 2);
+    assert_holds(&t, &c, &a, 2).await;
 }
 
 #[tokio::test]
@@ -138,9 +147,7 @@ async fn concurrent_replays_create_one_message() {
     assert!(results.iter().all(|r| r.body["seq"] == 2), "{results:?}");
     assert_eq!(results.iter().filter(|r| r.status == 201).count(), 1);
     assert_eq!(results.iter().filter(|r| r.status == 200).count(), 9);
-    let h = t.get(&format!("/conversations/{c}/messages"), &a).await;
-    assert_eq!(h.body["lastSeq"], 2);
-    assert_eq!(h.body["messages"].as_array().unwrap().len(), 2);
+    assert_holds(&t, &c, &a, 2).await;
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use chat_shared::config::Timeouts;
-use chat_tests::{new_uuid, unique, TestApp, TransactionAnswers, WRITES};
+use chat_tests::{assert_sent, new_uuid, unique, TestApp, TransactionAnswers, WRITES};
 use serde_json::json;
 
 /// A group of two new users with one message, and a new user who is not in it: (a, b, stranger,
@@ -110,14 +110,14 @@ async fn a_non_member_cannot_join_a_busy_conversations_queue() {
     }
     // Members still queue and commit.
     let r = t.send(&g, &b, "queued").await;
-    assert_eq!((r.status, &r.body["seq"]), (201, &json!(2)), "{r:?}");
+    assert_sent(&r, 201, 2);
 }
 
 /// Answers the first TransactWriteItems with a `TransactionConflict` cancellation, as DynamoDB
 /// does while another transaction holds one of its items.
 fn first_transaction_conflicts() -> SharedInterceptor {
     let first = AtomicBool::new(true);
-    TransactionAnswers::new(move |answer| {
+    TransactionAnswers::through(move |answer| {
         if first.swap(false, Ordering::SeqCst) {
             let body = json!({
                 "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",

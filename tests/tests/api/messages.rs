@@ -278,25 +278,22 @@ async fn history_pages_in_both_directions() {
             )
         }
     };
-    assert_eq!(page("").await, ((1..=12).collect(), false));
-    assert_eq!(page("?limit=5").await, ((8..=12).collect(), true));
-    assert_eq!(
-        page("?beforeSeq=8&limit=5").await,
-        ((3..=7).collect(), true)
-    );
-    assert_eq!(page("?beforeSeq=3&limit=5").await, (vec![1, 2], false));
-    assert_eq!(page("?beforeSeq=1").await, (vec![], false));
-    assert_eq!(page("?afterSeq=0&limit=5").await, ((1..=5).collect(), true));
-    assert_eq!(
-        page("?afterSeq=5&limit=5").await,
-        ((6..=10).collect(), true)
-    );
-    assert_eq!(page("?afterSeq=10&limit=5").await, (vec![11, 12], false));
-    assert_eq!(page("?afterSeq=12").await, (vec![], false));
-    assert_eq!(
-        page("?afterSeq=7&limit=5").await,
-        ((8..=12).collect(), false)
-    );
+    // (query, the seqs of its page, hasMore)
+    let cases: [(&str, Vec<u64>, bool); 10] = [
+        ("", (1..=12).collect(), false),
+        ("?limit=5", (8..=12).collect(), true),
+        ("?beforeSeq=8&limit=5", (3..=7).collect(), true),
+        ("?beforeSeq=3&limit=5", vec![1, 2], false),
+        ("?beforeSeq=1", vec![], false),
+        ("?afterSeq=0&limit=5", (1..=5).collect(), true),
+        ("?afterSeq=5&limit=5", (6..=10).collect(), true),
+        ("?afterSeq=10&limit=5", vec![11, 12], false),
+        ("?afterSeq=12", vec![], false),
+        ("?afterSeq=7&limit=5", (8..=12).collect(), false),
+    ];
+    for (query, seqs, has_more) in cases {
+        assert_eq!(page(query).await, (seqs, has_more), "{query}");
+    }
     assert_eq!(page("?limit=100").await.0.len(), 12);
     assert_eq!(page("?limit=1").await, (vec![12], true));
 

@@ -14,7 +14,7 @@ if [[ "${1:-}" == run ]]; then
   done
   exe="${CHAT_BIN_DIR:?}/$bin"
   if [[ -n "$bin" && -x "$exe" ]]; then
-    newer=$(find "$CHAT_REPO/shared" "$CHAT_REPO/functions" "$CHAT_REPO/Cargo.toml" -newer "$exe" \
+    newer=$(find "$CHAT_REPO/crates" "$CHAT_REPO/functions" "$CHAT_REPO/Cargo.toml" -newer "$exe" \
       \( -name '*.rs' -o -name Cargo.toml \) -print -quit 2>/dev/null || true)
     [[ -z "$newer" ]] && exec "$exe"
   fi

@@ -8,12 +8,12 @@
 
 use std::time::{Duration, Instant};
 
-use chat_shared::store::ArchiveSettings;
-use chat_shared::ConversationId;
+use chat_domain::ConversationId;
+use chat_store::ArchiveSettings;
 
 use super::{item_json, percentile, write_units, Table};
-use crate::capacity;
-use crate::{unique, TestApp};
+use chat_tests::capacity;
+use chat_tests::{unique, TestApp};
 
 /// On-demand write request unit, per million (docs/cost.md "Prices").
 const WRU: f64 = 0.625;
@@ -53,7 +53,7 @@ pub async fn run(messages: usize) -> Table {
 
     t.calls.keep_reads();
     t.calls.take();
-    let cutoff = chat_shared::time::rfc3339(chat_shared::time::now() + Duration::from_secs(60));
+    let cutoff = chat_domain::time::rfc3339(chat_domain::time::now() + Duration::from_secs(60));
     let started = Instant::now();
     let moved = t
         .archiver()
@@ -165,10 +165,10 @@ async fn stored(t: &TestApp, c: &str) -> Stored {
 async fn archive_bytes(t: &TestApp, c: &str) -> i64 {
     let archive = t.archiver();
     let archive = archive.archive().unwrap();
-    let sdk = crate::config().sdk_config().await;
+    let sdk = chat_tests::config().sdk_config().await;
     let s3 = aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(crate::server::kinesis_endpoint())
+            .endpoint_url(chat_tests::server::kinesis_endpoint())
             .force_path_style(true)
             .build(),
     );
@@ -183,13 +183,13 @@ async fn archive_bytes(t: &TestApp, c: &str) -> i64 {
 }
 
 /// Strongly consistent read units of the recorded reads, from their responses.
-fn read_units(calls: &[crate::Call]) -> u64 {
+fn read_units(calls: &[chat_tests::Call]) -> u64 {
     calls
         .iter()
         .filter_map(|c| {
             let body = c.read.as_ref()?.response.as_ref()?;
             let body: serde_json::Value = serde_json::from_slice(body).ok()?;
-            Some(crate::bench_inbox::response_read_units(&c.name, &body))
+            Some(crate::inbox::response_read_units(&c.name, &body))
         })
         .sum()
 }

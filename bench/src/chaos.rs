@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::Table;
-use crate::{new_uuid, unique, TestApp};
+use chat_tests::{new_uuid, unique, TestApp};
 
 const USERS: usize = 8;
 /// When the brownout starts, how long it lasts, how long traffic runs in all.
@@ -153,7 +153,7 @@ impl Brownout {
         if let Some(pid) = local {
             signal(pid, "-STOP");
             Brownout::Process(pid)
-        } else if crate::server::freeze_dynamodb(true) {
+        } else if chat_tests::server::freeze_dynamodb(true) {
             Brownout::Layer
         } else {
             Brownout::None
@@ -164,7 +164,7 @@ impl Brownout {
         match self {
             Brownout::Process(pid) => signal(*pid, "-CONT"),
             Brownout::Layer => {
-                crate::server::freeze_dynamodb(false);
+                chat_tests::server::freeze_dynamodb(false);
             }
             Brownout::None => {}
         }
@@ -174,13 +174,13 @@ impl Brownout {
         let how = match self {
             Brownout::Process(_) => "DynamoDB Local's process stopped (SIGSTOP)".to_owned(),
             Brownout::Layer => {
-                let held = crate::server::dynamodb_partitions()
+                let held = chat_tests::server::dynamodb_partitions()
                     .and_then(|r| r["heldByFreeze"].as_u64())
                     .unwrap_or(0);
-                let what = match crate::server::dynamodb_kind() {
-                    crate::server::DynamoDb::Moto => "moto's DynamoDB",
-                    crate::server::DynamoDb::Local => "DynamoDB Local",
-                    crate::server::DynamoDb::Given => "DYNAMODB_ENDPOINT",
+                let what = match chat_tests::server::dynamodb_kind() {
+                    chat_tests::server::DynamoDb::Moto => "moto's DynamoDB",
+                    chat_tests::server::DynamoDb::Local => "DynamoDB Local",
+                    chat_tests::server::DynamoDb::Given => "DYNAMODB_ENDPOINT",
                 };
                 format!("{what} frozen by the strictness layer ({held} calls held)")
             }
@@ -226,7 +226,7 @@ pub async fn run() -> Table {
         .map(|(i, (u, cs))| tokio::spawn(worker(t.clone(), u.clone(), cs, until, i as u64 + 7)))
         .collect();
     // Found before the traffic: its /proc walk is no part of the brownout.
-    let local = crate::server::dynamodb_local_pid();
+    let local = chat_tests::server::dynamodb_local_pid();
     tokio::time::sleep(FREEZE_AT).await;
     let brownout = Brownout::start(local);
     tokio::time::sleep(FREEZE_FOR).await;

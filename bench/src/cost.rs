@@ -13,14 +13,15 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use chat_shared::events::{Event, EventBatch};
-use chat_shared::{ConnectionStore, ConversationId, UserId};
-use lambda_http::tracing::Instrument;
+use chat_domain::events::{Event, EventBatch};
+use chat_domain::{ConversationId, UserId};
+use chat_store::ConnectionStore;
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use super::{percentile, write_units_in};
-use crate::capacity::{item_size, read_units};
-use crate::{new_uuid, unique, Call, LogCapture, TestApp};
+use chat_tests::capacity::{item_size, read_units};
+use chat_tests::{new_uuid, unique, Call, LogCapture, TestApp};
 
 // --- prices -------------------------------------------------------------------------------------
 
@@ -541,7 +542,8 @@ impl Bench<'_> {
         m.index_rru_1to1 = rru / messages as f64;
 
         // $connect: the two of the 1:1 conversation, then each again (a further connection).
-        let connections = ConnectionStore::new(t.db.clone(), crate::config().connections_table);
+        let connections =
+            ConnectionStore::new(t.db.clone(), chat_tests::config().connections_table);
         let (first, _) = self.connect(&connections, &[a.clone(), b.clone()]).await;
         let (again, ms) = self.connect(&connections, &[a.clone(), b.clone()]).await;
         let (fanout, query) = fanout_reads(t, &c, &[a.clone(), b.clone()]).await;
@@ -639,7 +641,7 @@ impl Bench<'_> {
             self.forget();
             self.logs.take();
             // The span Lambda's runtime opens around an invocation: its fields are in every line.
-            let span = lambda_http::tracing::info_span!(
+            let span = tracing::info_span!(
                 "Lambda runtime invoke",
                 requestId = %new_uuid(),
                 xrayTraceId = "Root=1-674a5e2b-3f1c2a9d8e7b6c5d4e3f2a1b;Parent=53995c3f42cd8ad8;Sampled=0;Lineage=1:a3f1b2c4:0"
@@ -683,7 +685,7 @@ impl Bench<'_> {
         self.forget();
         let mut latencies = Vec::new();
         for u in users {
-            let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+            let now = chat_domain::time::unix_seconds(chat_domain::time::now());
             let started = Instant::now();
             connections
                 .register(&UserId::parse(u).unwrap(), &unique("conn"), now)
@@ -692,7 +694,7 @@ impl Bench<'_> {
             latencies.push(started.elapsed());
         }
         let calls = self.t.calls.take_calls();
-        let table = crate::config().connections_table;
+        let table = chat_tests::config().connections_table;
         let (_, wru) = write_units_in(self.t, &table, &calls).await;
         self.forget();
         (wru as f64 / users.len() as f64, percentile(&latencies, 0.5))
@@ -708,12 +710,12 @@ impl Bench<'_> {
 async fn fanout_reads(t: &TestApp, conversation: &str, everyone: &[String]) -> (f64, f64) {
     let conversation_item = partition(t, &format!("C#{conversation}")).await["C"];
     // One Query per member partition, each charged for its own items.
-    let id = chat_shared::ConversationId::parse(conversation).unwrap();
+    let id = chat_domain::ConversationId::parse(conversation).unwrap();
     let mut members = 0;
-    for pk in chat_shared::store::keys::members_pks(&id) {
+    for pk in chat_store::keys::members_pks(&id) {
         members += read_units(partition(t, &pk).await.values().sum());
     }
-    let table = crate::config().connections_table;
+    let table = chat_tests::config().connections_table;
     let mut presence = 0.0;
     for user in everyone {
         let found =
@@ -918,7 +920,7 @@ fn install_log_capture() -> LogCapture {
     std::env::set_var("AWS_LAMBDA_LOG_LEVEL", "INFO");
     std::env::remove_var("RUST_LOG");
     let capture = LogCapture::default();
-    chat_shared::telemetry::init_with_writer(false, None, capture.clone());
+    chat_store::telemetry::init_with_writer(false, None, capture.clone());
     capture
 }
 
@@ -926,7 +928,7 @@ fn install_log_capture() -> LogCapture {
 /// `telemetry::count`/`metric` (and the fanout's list of counters). A name in `shared/` counts for
 /// each function whose code path emits it.
 pub fn emf_metrics() -> std::collections::BTreeSet<(String, String)> {
-    let root = crate::server::workspace_root();
+    let root = chat_tests::server::workspace_root();
     let mut files = Vec::new();
     let mut dirs = vec![root.join("shared/src"), root.join("functions")];
     while let Some(dir) = dirs.pop() {
@@ -991,7 +993,7 @@ fn dollars(x: f64) -> String {
 }
 
 fn print_report(m: &Measured, a: &Assumptions, n: usize) {
-    let today = &chat_shared::time::now_rfc3339()[..10];
+    let today = &chat_domain::time::now_rfc3339()[..10];
     println!(
         "cost model figures, {today}: {n} requests per operation, handlers in process, emulator"
     );

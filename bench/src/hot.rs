@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::target::Target;
 use super::{percentile, write_units, Table};
-use crate::{new_uuid, unique};
+use chat_tests::{new_uuid, unique};
 
 const READERS: usize = 50;
 const RECEIPTS_PER_SEND: usize = 10;
@@ -37,7 +37,7 @@ pub enum Receipts {
 /// sits in front of DynamoDB Local in this process: `server::dynamodb_partitions`).
 fn partition_write_units(target: &Target, keys: &[String]) -> Option<f64> {
     target.app()?;
-    let record = crate::server::dynamodb_partitions()?;
+    let record = chat_tests::server::dynamodb_partitions()?;
     let units = record["partitions"]
         .as_array()?
         .iter()
@@ -116,10 +116,10 @@ pub async fn row(
     if let Some(t) = target.app() {
         t.calls.take_calls();
     }
-    let id = chat_shared::ConversationId::parse(&c).unwrap();
+    let id = chat_domain::ConversationId::parse(&c).unwrap();
     let (log, members) = (
-        vec![chat_shared::store::keys::conversation_pk(&id)],
-        chat_shared::store::keys::members_pks(&id),
+        vec![chat_store::keys::conversation_pk(&id)],
+        chat_store::keys::members_pks(&id),
     );
     let units_before =
         partition_write_units(target, &log).zip(partition_write_units(target, &members));

@@ -16,13 +16,13 @@
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use chat_shared::domain::inbox::InboxPosition;
-use chat_shared::domain::{ConversationId, ConversationType, UserId};
-use chat_shared::store::items::{ConversationItem, InboxEntryItem, LastMessage, MemberItem};
+use chat_domain::inbox::InboxPosition;
+use chat_domain::{ConversationId, ConversationType, UserId};
+use chat_store::items::{ConversationItem, InboxEntryItem, LastMessage, MemberItem};
 use serde_json::{Map, Value};
 
-use crate::capacity::{item_size, read_units, write_units};
-use crate::{unique, TestApp};
+use chat_tests::capacity::{item_size, read_units, write_units};
+use chat_tests::{unique, TestApp};
 
 /// A page of the inbox for one user.
 #[derive(Debug, Clone)]
@@ -190,10 +190,10 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 /// characters: the conversation, `user`'s member item and inbox entry, as the store writes them.
 async fn set_up_memberships(t: &TestApp, user: &str, n: usize) {
     let me = UserId::parse(user).unwrap();
-    let start = chat_shared::time::now() - Duration::from_secs(30 * 86_400);
+    let start = chat_domain::time::now() - Duration::from_secs(30 * 86_400);
     let mut items = Vec::with_capacity(3 * n);
     for i in 0..n {
-        let at = chat_shared::time::rfc3339(start + Duration::from_secs(i as u64 * 7));
+        let at = chat_domain::time::rfc3339(start + Duration::from_secs(i as u64 * 7));
         let peer = UserId::parse(&format!("{user}-peer{i}")).unwrap();
         let group = i % 10 == 0;
         let id = if group {
@@ -290,9 +290,9 @@ fn index_writes(t: &TestApp, conversation: &str, member: &str) -> (u64, usize) {
 /// Read units of the Query a move makes: all the conversation's member items, strongly consistent
 /// (DynamoDB charges the items read, not the projected attributes).
 async fn member_query_units(t: &TestApp, conversation: &str) -> u64 {
-    let id = chat_shared::ConversationId::parse(conversation).unwrap();
+    let id = chat_domain::ConversationId::parse(conversation).unwrap();
     let mut units = 0;
-    for pk in chat_shared::store::keys::members_pks(&id) {
+    for pk in chat_store::keys::members_pks(&id) {
         units += partition_query_units(t, &pk).await;
     }
     units
@@ -379,10 +379,10 @@ async fn big_group_messages(t: &TestApp, burst: usize) -> Vec<WriteRow> {
     // that step), before the indexer runs: then the indexer, one stream record per invocation, so
     // that each message is its own batch, as with an indexer that keeps up. The first message
     // moves every entry; the others leave the key where it is, and nothing moves.
-    let now_ms = chat_shared::time::unix_millis(chat_shared::time::now());
+    let now_ms = chat_domain::time::unix_millis(chat_domain::time::now());
     tokio::time::sleep(Duration::from_millis(5_000 - now_ms % 5_000 + 20)).await;
     let started = Instant::now();
-    let hold = crate::indexer::hold().await;
+    let hold = chat_tests::indexer::hold().await;
     let first = t.send(&g, &owner, "one for a thousand").await;
     assert_eq!(first.status, 201);
     let mut times = vec![first.body["createdAt"].as_str().unwrap().to_owned()];
@@ -397,7 +397,7 @@ async fn big_group_messages(t: &TestApp, burst: usize) -> Vec<WriteRow> {
     t.index_in_batches_of(1).await;
     let (units, moves) = index_writes(t, &g, &owner);
     // The 5-second step of a time (bucketed from the empty key: the step itself).
-    let step = |at: &str| chat_shared::domain::inbox::activity_key(at, Some(""));
+    let step = |at: &str| chat_domain::inbox::activity_key(at, Some(""));
     let crossed = times.iter().any(|at| step(at) != step(&times[0]));
     vec![WriteRow {
         scenario: format!(

@@ -1,11 +1,13 @@
-//! The benchmark's scenarios (`cargo run -p chat-tests --bin bench`), each a module that returns
+//! The benchmark's scenarios (`cargo run -p chat-bench --bin bench`), each a module that returns
 //! a markdown table for docs/benchmarks.md.
 
 pub mod archive;
 pub mod chaos;
 pub mod cost;
 pub mod hot;
+pub mod inbox;
 pub mod ops;
+pub mod push;
 pub mod target;
 
 use std::collections::HashMap;
@@ -13,8 +15,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 
-use crate::capacity;
-use crate::{Call, TestApp};
+use chat_tests::capacity::{self, item_json};
+use chat_tests::{Call, TestApp};
 
 /// The value after `flag` in `args` (`--api URL` → `URL`).
 pub fn flag_value(args: &[String], flag: &str) -> Option<String> {
@@ -121,29 +123,4 @@ pub async fn write_units_in(t: &TestApp, table: &str, calls: &[Call]) -> (u64, u
         capacity::write_units_of(&requests, &sizes, false),
         capacity::write_units_of(&requests, &sizes, true),
     )
-}
-
-/// An SDK item in DynamoDB JSON (for sizing).
-pub fn item_json(item: &HashMap<String, AttributeValue>) -> serde_json::Value {
-    serde_json::Value::Object(
-        item.iter()
-            .map(|(k, v)| (k.clone(), value_json(v)))
-            .collect(),
-    )
-}
-
-fn value_json(v: &AttributeValue) -> serde_json::Value {
-    use serde_json::json;
-    match v {
-        AttributeValue::S(s) => json!({"S": s}),
-        AttributeValue::N(n) => json!({"N": n}),
-        AttributeValue::Bool(b) => json!({"BOOL": b}),
-        AttributeValue::Null(_) => json!({"NULL": true}),
-        AttributeValue::L(l) => json!({"L": l.iter().map(value_json).collect::<Vec<_>>()}),
-        AttributeValue::M(m) => json!({"M": item_json(m)}),
-        AttributeValue::Ss(s) => json!({"SS": s}),
-        AttributeValue::Ns(s) => json!({"NS": s}),
-        AttributeValue::B(b) => json!({"B": "x".repeat(b.as_ref().len() * 4 / 3)}),
-        _ => json!({"NULL": true}),
-    }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::{percentile, write_units, Table};
-use crate::{new_uuid, unique, TestApp};
+use chat_tests::{new_uuid, unique, TestApp};
 
 pub fn table() -> Table {
     Table::new(vec![

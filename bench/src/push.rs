@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::bench::flag_value;
-use crate::bench::target::Target;
-use crate::push::{gateway, WsClient};
-use crate::{unique, TestApp};
+use crate::flag_value;
+use crate::target::Target;
+use chat_tests::push::{gateway, WsClient};
+use chat_tests::{unique, TestApp};
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -54,7 +54,7 @@ pub async fn run(args: &[String]) {
     let online: usize = value("--online").map_or(300, |n| n.parse().expect("--online N"));
     let named = |s: &str| args.iter().any(|a| a == s);
     let all = !named("storm") && !named("big-group");
-    let today = &chat_shared::time::now_rfc3339()[..10];
+    let today = &chat_domain::time::now_rfc3339()[..10];
     let stack = match value("--api") {
         Some(api) => {
             let ws = value("--ws").unwrap_or_else(|| "ws://127.0.0.1:9001/".into());
@@ -285,7 +285,7 @@ struct Calls {
 const CLIENT_ATTEMPTS: u32 = 20;
 
 fn client_backoff(attempt: u32) -> Duration {
-    chat_shared::retry::jitter(
+    chat_domain::retry::jitter(
         Duration::from_millis(100),
         Duration::from_millis(250 << attempt.min(4)).min(Duration::from_secs(3)),
     )

@@ -11,7 +11,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::TestApp;
+use chat_tests::TestApp;
 
 #[derive(Clone)]
 pub enum Target {
@@ -40,9 +40,9 @@ impl Target {
     /// A token for `user` that this target accepts (REST and WebSocket).
     pub fn token(&self, user: &str) -> String {
         match self {
-            Target::InProcess(_) => crate::token(user),
+            Target::InProcess(_) => chat_tests::token(user),
             Target::Http { secret, .. } => {
-                chat_shared::auth::mint_hs256(user, 4_000_000_000, secret.as_bytes())
+                chat_http::auth::mint_hs256(user, 4_000_000_000, secret.as_bytes())
             }
         }
     }

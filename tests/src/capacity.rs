@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
 
 /// The size DynamoDB counts for an item in DynamoDB JSON (`{"name": {"S": "…"}, …}`).
@@ -171,6 +172,31 @@ pub fn keys_to_measure(requests: &[&[u8]]) -> Vec<(String, String)> {
     out.sort();
     out.dedup();
     out
+}
+
+/// An SDK item in DynamoDB JSON (for sizing).
+pub fn item_json(item: &HashMap<String, AttributeValue>) -> serde_json::Value {
+    serde_json::Value::Object(
+        item.iter()
+            .map(|(k, v)| (k.clone(), value_json(v)))
+            .collect(),
+    )
+}
+
+fn value_json(v: &AttributeValue) -> serde_json::Value {
+    use serde_json::json;
+    match v {
+        AttributeValue::S(s) => json!({"S": s}),
+        AttributeValue::N(n) => json!({"N": n}),
+        AttributeValue::Bool(b) => json!({"BOOL": b}),
+        AttributeValue::Null(_) => json!({"NULL": true}),
+        AttributeValue::L(l) => json!({"L": l.iter().map(value_json).collect::<Vec<_>>()}),
+        AttributeValue::M(m) => json!({"M": item_json(m)}),
+        AttributeValue::Ss(s) => json!({"SS": s}),
+        AttributeValue::Ns(s) => json!({"NS": s}),
+        AttributeValue::B(b) => json!({"B": "x".repeat(b.as_ref().len() * 4 / 3)}),
+        _ => json!({"NULL": true}),
+    }
 }
 
 #[cfg(test)]

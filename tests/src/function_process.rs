@@ -298,7 +298,7 @@ async fn answer(
                 None => api.arrived.notified().await,
             }
         };
-        let deadline = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
+        let deadline = chat_domain::time::unix_millis(chat_domain::time::now()) + 60_000;
         let resp = Response::builder()
             .status(StatusCode::OK)
             .header("content-type", "application/json")

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-use chat_shared::ChatStore;
+use chat_store::ChatStore;
 use inbox_index::InboxIndex;
 use serde_json::{json, Value};
 use tokio::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};

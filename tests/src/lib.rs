@@ -2,9 +2,6 @@
 //! template.yaml) once per test binary, or uses `DYNAMODB_ENDPOINT` when set, and calls the real
 //! function handlers with API Gateway v2 (HTTP API) events routed like `cargo lambda watch` does.
 
-pub mod bench;
-pub mod bench_inbox;
-pub mod bench_push;
 pub mod capacity;
 pub mod function_process;
 pub mod indexer;
@@ -23,13 +20,13 @@ use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
-use chat_shared::api::http::{self, App};
-use chat_shared::api::routes::{self, percent_decode};
-use chat_shared::auth::{mint_hs256, Authenticator};
-use chat_shared::config::Timeouts;
-use chat_shared::store::archive::Archive;
-use chat_shared::store::ArchiveSettings;
-use chat_shared::{ChatStore, Config};
+use chat_http::auth::{mint_hs256, Authenticator};
+use chat_http::http::{self, App};
+use chat_http::routes::{self, percent_decode};
+use chat_store::archive::Archive;
+use chat_store::retry::Timeouts;
+use chat_store::ArchiveSettings;
+use chat_store::{ChatStore, Config};
 use serde_json::{json, Value};
 
 pub const TEST_SECRET: &str = "test-secret";
@@ -278,7 +275,7 @@ impl Intercept for TransactionAnswers {
     }
 }
 
-/// Log output kept in memory, for `chat_shared::telemetry::init_with_writer`: every writer it
+/// Log output kept in memory, for `chat_store::telemetry::init_with_writer`: every writer it
 /// makes appends to the same buffer.
 #[derive(Debug, Clone, Default)]
 pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
@@ -503,7 +500,7 @@ impl TestApp {
         let client = |function: Option<&str>| {
             let mut conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
                 .endpoint_url(server::dynamodb_endpoint())
-                .interceptor(chat_shared::telemetry::CountCalls)
+                .interceptor(chat_store::telemetry::CountCalls)
                 .interceptor(Counter(calls.clone()));
             if let Some(i) = &interceptor {
                 conf = conf.interceptor(i.clone());
@@ -878,12 +875,12 @@ impl TestApp {
 
     /// Marks the conversation busy for a minute, as a group commit does: every send queues.
     pub async fn mark_busy(&self, conversation: &str) {
-        let until = chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000;
-        let id = chat_shared::ConversationId::parse(conversation).unwrap();
+        let until = chat_domain::time::unix_millis(chat_domain::time::now()) + 60_000;
+        let id = chat_domain::ConversationId::parse(conversation).unwrap();
         self.db
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(chat_shared::store::keys::conversation_key(&id)))
+            .set_key(Some(chat_store::keys::conversation_key(&id)))
             .update_expression("SET busyUntil = :u")
             .expression_attribute_values(":u", AttributeValue::N(until.to_string()))
             .send()
@@ -897,12 +894,12 @@ impl TestApp {
         conversation: &str,
         sk: &str,
     ) -> Option<HashMap<String, AttributeValue>> {
-        let id = chat_shared::ConversationId::parse(conversation).unwrap();
-        let pk = chat_shared::store::keys::conversation_pk(&id);
+        let id = chat_domain::ConversationId::parse(conversation).unwrap();
+        let pk = chat_store::keys::conversation_pk(&id);
         self.db
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(chat_shared::store::keys::key(pk, sk.to_owned())))
+            .set_key(Some(chat_store::keys::key(pk, sk.to_owned())))
             .consistent_read(true)
             .send()
             .await
@@ -912,7 +909,7 @@ impl TestApp {
 
     /// The `clientMsgId`s (lower-cased) of the sends still queued in the conversation.
     pub async fn queued_sends(&self, conversation: &str) -> Vec<String> {
-        let id = chat_shared::ConversationId::parse(conversation).unwrap();
+        let id = chat_domain::ConversationId::parse(conversation).unwrap();
         let out = self
             .db
             .query()
@@ -921,11 +918,11 @@ impl TestApp {
             .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
             .expression_attribute_values(
                 ":pk",
-                AttributeValue::S(chat_shared::store::keys::conversation_pk(&id)),
+                AttributeValue::S(chat_store::keys::conversation_pk(&id)),
             )
             .expression_attribute_values(
                 ":p",
-                AttributeValue::S(chat_shared::store::keys::PENDING_PREFIX.into()),
+                AttributeValue::S(chat_store::keys::PENDING_PREFIX.into()),
             )
             .send()
             .await

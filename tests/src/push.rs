@@ -9,8 +9,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use chat_shared::config::AuthMode;
-use chat_shared::{Config, ConnectionStore, UserId};
+use chat_domain::UserId;
+use chat_store::config::AuthMode;
+use chat_store::{Config, ConnectionStore};
 use futures::{SinkExt, StreamExt};
 use local_gateway::{Gateway, GatewayConfig, PipelineConfig, RunningGateway, StartingPosition};
 use serde_json::{json, Value};
@@ -53,7 +54,7 @@ pub fn gateway() -> &'static RunningGateway {
         let config = gateway_config();
         crate::server::on_own_runtime("local-gateway", || async move {
             if std::env::var_os("RUST_LOG").is_some() {
-                chat_shared::telemetry::init(false, None);
+                chat_store::telemetry::init(false, None);
             }
             let started = Gateway::start(config).await.map_err(|e| e.to_string());
             (started, ())
@@ -112,7 +113,7 @@ pub async fn connected_direct() -> (TestApp, String, String, String, WsClient) {
 
 /// The user's live connection ids, as the fanout sees them.
 pub async fn connection_ids(store: &ConnectionStore, user: &str) -> Vec<String> {
-    let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+    let now = chat_domain::time::unix_seconds(chat_domain::time::now());
     store
         .live_connections(&[UserId::parse(user).unwrap()], now)
         .await
@@ -123,7 +124,7 @@ pub async fn connection_ids(store: &ConnectionStore, user: &str) -> Vec<String> 
 }
 
 pub fn now_unix() -> i64 {
-    chat_shared::time::unix_seconds(chat_shared::time::now())
+    chat_domain::time::unix_seconds(chat_domain::time::now())
 }
 
 /// A WebSocket client of the gateway.
@@ -293,8 +294,8 @@ pub fn first_seqs(events: &[Value], conversation: &str) -> Vec<u64> {
 }
 
 fn member_pk(conversation: &str, user: &str) -> String {
-    let id = chat_shared::ConversationId::parse(conversation).unwrap();
-    chat_shared::store::keys::members_pk(&id, &chat_shared::UserId::parse(user).unwrap())
+    let id = chat_domain::ConversationId::parse(conversation).unwrap();
+    chat_store::keys::members_pk(&id, &chat_domain::UserId::parse(user).unwrap())
 }
 
 /// A member item changing its read watermark, as a Lambda DynamoDB stream record.

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use chat_shared::retry::Deadline;
-use chat_shared::store::archive::{self, CHUNK};
-use chat_shared::store::items::{MessageItem, SendKeyItem};
-use chat_shared::store::{keys, ArchiveSettings, Step};
-use chat_shared::{ConversationId, UserId};
+use chat_domain::{ConversationId, UserId};
+use chat_store::archive::{self, CHUNK};
+use chat_store::items::{MessageItem, SendKeyItem};
+use chat_store::retry::Deadline;
+use chat_store::{keys, ArchiveSettings, Step};
 use chat_tests::{assert_sent, new_uuid, server, unique, TestApp};
 use serde_json::{json, Value};
 
@@ -35,7 +35,7 @@ fn id(c: &str) -> ConversationId {
 
 /// A cutoff after every message so far: the archiver moves them all.
 fn everything() -> String {
-    chat_shared::time::rfc3339(chat_shared::time::now() + Duration::from_secs(60))
+    chat_domain::time::rfc3339(chat_domain::time::now() + Duration::from_secs(60))
 }
 
 /// `n` messages sent through the API, alternating senders; their responses.
@@ -60,7 +60,7 @@ async fn send_many(t: &TestApp, c: &str, users: [&str; 2], n: usize) -> Vec<Valu
 async fn seed(t: &TestApp, c: &str, sender: &str, n: u64) {
     let cid = id(c);
     let sender = UserId::parse(sender).unwrap();
-    let created_at = chat_shared::time::now_rfc3339();
+    let created_at = chat_domain::time::now_rfc3339();
     let mut writes = Vec::new();
     for seq in 1..=n {
         let client_msg_id = new_uuid();
@@ -78,13 +78,13 @@ async fn seed(t: &TestApp, c: &str, sender: &str, n: u64) {
             seq,
             client_msg_id: client_msg_id.clone(),
             sender_id: sender.clone(),
-            fingerprint: chat_shared::domain::message::message_fingerprint(&sender, &body),
+            fingerprint: chat_domain::message::message_fingerprint(&sender, &body),
             created_at: created_at.clone(),
             request_id: new_uuid(),
         };
         writes.push(m.to_item().unwrap());
         writes.push(
-            chat_shared::store::items::to_item(
+            chat_store::items::to_item(
                 &key,
                 keys::conversation_pk(&cid),
                 keys::send_key_sk(&client_msg_id),
@@ -194,7 +194,7 @@ fn archived_through(items: &[HashMap<String, AttributeValue>]) -> u64 {
 
 /// DynamoDB's size of an item (the storage it bills adds 100 bytes per item).
 fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
-    chat_tests::capacity::item_size(chat_tests::bench::item_json(item).as_object().unwrap())
+    chat_tests::capacity::item_size(chat_tests::capacity::item_json(item).as_object().unwrap())
 }
 
 #[tokio::test]
@@ -573,7 +573,7 @@ async fn the_archiver_finds_due_conversations_through_the_work_list() {
     loop {
         archiver
             .archive_due(
-                chat_shared::time::now(),
+                chat_domain::time::now(),
                 Deadline::after(Duration::from_secs(30)),
             )
             .await

@@ -1,7 +1,7 @@
 //! A hot conversation (docs/data-model.md §3 "Send", §4.1): sends that lose the race for the
 //! conversation item queue (queued sends) and are committed together (group commit), with the
 //! emulator's DynamoDB transaction conflicts on. The decisions alone are unit-tested in
-//! `chat_shared::domain::send`; these tests are the proof of their DynamoDB semantics.
+//! `chat_domain::send`; these tests are the proof of their DynamoDB semantics.
 //! This binary has its own emulator, so one test may change its settings (under `SETTINGS`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use aws_sdk_dynamodb::types::AttributeValue;
-use chat_shared::config::Timeouts;
+use chat_store::retry::Timeouts;
 use chat_tests::{
     assert_sent, at_once, new_uuid, server, unique, Resp, TestApp, TransactionAnswers,
 };
@@ -73,7 +73,7 @@ async fn queue_ended_send(
 
 /// A minute from now (unix ms): the lifetime of a queued send whose request ended just now.
 fn in_a_minute() -> u64 {
-    chat_shared::time::unix_millis(chat_shared::time::now()) + 60_000
+    chat_domain::time::unix_millis(chat_domain::time::now()) + 60_000
 }
 
 /// The `clientMsgId`s still queued in the conversation.
@@ -390,8 +390,8 @@ async fn members_are_added_while_sends_keep_the_conversation_busy() {
         while last_seq().await < 5 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let id = chat_shared::ConversationId::parse(&c).unwrap();
-        for pk in chat_shared::store::keys::members_pks(&id) {
+        let id = chat_domain::ConversationId::parse(&c).unwrap();
+        for pk in chat_store::keys::members_pks(&id) {
             server::dynamodb_faults(&json!({"op": "Query", "table": "ChatTable",
                 "key": pk, "kind": "slow", "delayMs": 300, "count": 100_000}));
         }
@@ -597,7 +597,7 @@ async fn the_first_send_to_lose_the_race_marks_the_conversation_busy() {
         calls.contains(&"UpdateItem".to_owned()) && calls.contains(&"PutItem".to_owned()),
         "marked busy, then queued: {calls:?}"
     );
-    let now = chat_shared::time::unix_millis(chat_shared::time::now());
+    let now = chat_domain::time::unix_millis(chat_domain::time::now());
     let until = busy_until(&t, &c).await.expect("marked busy");
     assert!(until > now, "new sends queue for a while: {until} vs {now}");
     // Its own commit carried one send: it does not extend the mark (contention is over).

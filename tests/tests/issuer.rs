@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use chat_shared::auth::jwks::{IssuerKeys, Refresh};
+use chat_http::auth::jwks::{IssuerKeys, Refresh};
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -141,7 +141,7 @@ async fn tokens_of_the_issuer_are_accepted_others_refused() {
     }
     let tampered = token("valid_id_token").replacen('.', ".e", 1);
     assert!(k.verify(&tampered, NOW).await.is_err());
-    let hs = chat_shared::auth::mint_hs256("user-1", NOW + 60, b"k");
+    let hs = chat_http::auth::mint_hs256("user-1", NOW + 60, b"k");
     assert!(
         k.verify(&hs, NOW).await.is_err(),
         "HS256 is not accepted in place of RS256"

@@ -11,7 +11,7 @@ async fn json_logs_have_one_line_per_request_and_no_bodies() {
     std::env::set_var("AWS_LAMBDA_LOG_FORMAT", "JSON");
     std::env::set_var("AWS_LAMBDA_LOG_LEVEL", "info");
     let captured = LogCapture::default();
-    chat_shared::telemetry::init_with_writer(false, None, captured.clone());
+    chat_store::telemetry::init_with_writer(false, None, captured.clone());
 
     let t = TestApp::new().await;
     let (a, b, c) = t.new_direct().await;

@@ -342,7 +342,7 @@ async fn killed_after_joining_the_queue_nothing_of_it_appears_after_its_lifetime
     let pending = kill_once_written(process, &t, &c, &a, &id, body, &format!("P#{id}")).await;
     server::clear_dynamodb_faults();
     let expires_at: u64 = pending["expiresAt"].as_n().unwrap().parse().unwrap();
-    let now = chat_shared::time::unix_millis(chat_shared::time::now());
+    let now = chat_domain::time::unix_millis(chat_domain::time::now());
     tokio::time::sleep(Duration::from_millis(expires_at.saturating_sub(now) + 300)).await;
 
     let mut later = Vec::new();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_sdk_apigatewaymanagement::operation::post_to_connection::PostToConnectionError;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
-use chat_shared::auth::mint_hs256;
+use chat_http::auth::mint_hs256;
 use chat_tests::push::{
     bounded, chat_config, connected_direct, connection_ids, connection_store, first_seqs, gateway,
     gateway_config, has, message, now_unix, read_record, register_a_minute_ago, until_unregistered,
@@ -323,7 +323,7 @@ async fn a_410_right_after_connect_keeps_the_connection() {
         let store = connection_store().await;
         let gw = gateway();
         let (t, a, b, conv, mut live) = connected_direct().await;
-        let user = chat_shared::UserId::parse(&a).unwrap();
+        let user = chat_domain::UserId::parse(&a).unwrap();
         let ids = connection_ids(&store, &a).await;
         // A record registered just now that API Gateway does not know (yet), like one whose
         // handshake is still completing.
@@ -361,9 +361,9 @@ async fn a_410_right_after_connect_keeps_the_connection() {
 #[tokio::test]
 async fn presence_is_pruned_and_bounded_on_registration() {
     bounded(60, async {
-        use chat_shared::store::connections::{CONNECTION_TTL_SECS, MAX_CONNECTIONS_PER_USER};
+        use chat_store::connections::{CONNECTION_TTL_SECS, MAX_CONNECTIONS_PER_USER};
         let store = connection_store().await;
-        let user = chat_shared::UserId::parse(&unique("p")).unwrap();
+        let user = chat_domain::UserId::parse(&unique("p")).unwrap();
         let now = now_unix();
         // Connections of an earlier day, whose $disconnect was lost: expired.
         for i in 0..5 {
@@ -406,7 +406,7 @@ async fn presence_is_pruned_and_bounded_on_registration() {
 
         // Concurrent registrations of one user race on the same item: still at most the bound,
         // and every one of them answered.
-        let other = chat_shared::UserId::parse(&unique("q")).unwrap();
+        let other = chat_domain::UserId::parse(&unique("q")).unwrap();
         let registrations = (0..2 * MAX_CONNECTIONS_PER_USER).map(|i| {
             let (store, other) = (store.clone(), other.clone());
             tokio::spawn(async move { store.register(&other, &format!("c{i}="), now).await })

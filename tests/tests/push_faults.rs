@@ -14,9 +14,10 @@ use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
-use chat_shared::events::policy::PUSH_ATTEMPTS;
-use chat_shared::events::{Event, EventBatch};
-use chat_shared::{ChatStore, ConnectionStore, ConversationId};
+use chat_domain::events::policy::PUSH_ATTEMPTS;
+use chat_domain::events::{Event, EventBatch};
+use chat_domain::ConversationId;
+use chat_store::{ChatStore, ConnectionStore};
 use chat_tests::push::{
     bounded, chat_config, connected_direct, connection_ids, connection_store, first_seqs, gateway,
     register_a_minute_ago, WsClient,

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A Kinesis client as `config`'s (the relay's, or the test's own to read what it put).
-async fn kinesis_of(mut config: chat_shared::Config) -> aws_sdk_kinesis::Client {
+async fn kinesis_of(mut config: chat_store::Config) -> aws_sdk_kinesis::Client {
     config.kinesis_endpoint = Some(server::kinesis_endpoint());
     let sdk = config.sdk_config().await;
     config.kinesis_client(&sdk)

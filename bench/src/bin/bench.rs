@@ -31,9 +31,9 @@
 
 use std::sync::Arc;
 
-use chat_tests::bench::hot::Receipts;
-use chat_tests::bench::target::Target;
-use chat_tests::bench::{chaos, cost, flag_value, hot, ops};
+use chat_bench::hot::Receipts;
+use chat_bench::target::Target;
+use chat_bench::{chaos, cost, flag_value, hot, ops};
 use chat_tests::TestApp;
 
 #[tokio::main]
@@ -49,7 +49,7 @@ async fn main() {
         }
     }
     if std::env::args().nth(1).as_deref() == Some("push") {
-        return chat_tests::bench_push::run(&std::env::args().skip(2).collect::<Vec<_>>()).await;
+        return chat_bench::push::run(&std::env::args().skip(2).collect::<Vec<_>>()).await;
     }
     // Before any logging is set up: the scenario captures the functions' log lines itself.
     if std::env::args().nth(1).as_deref() == Some("cost") {
@@ -60,7 +60,7 @@ async fn main() {
         return cost::run(n).await;
     }
     if std::env::var_os("RUST_LOG").is_some() {
-        chat_shared::telemetry::init(false, None);
+        chat_store::telemetry::init(false, None);
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| flag_value(&args, flag);
@@ -150,8 +150,8 @@ async fn main() {
             }
             // The inbox at 10-5,000 memberships and the index's cost per message
             // (tests/src/bench_inbox.rs; its own client, to record the reads' responses).
-            "inbox" => chat_tests::bench_inbox::run(messages).await.print(),
-            "archive" => chat_tests::bench::archive::run(messages).await.print(),
+            "inbox" => chat_bench::inbox::run(messages).await.print(),
+            "archive" => chat_bench::archive::run(messages).await.print(),
             other => {
                 eprintln!("bench: unknown scenario {other:?} (hot, scaled, chaos, ops, hot32, receipts1, inbox, archive, push, cost)")
             }

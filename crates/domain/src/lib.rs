@@ -1,15 +1,31 @@
-//! The chat's rules, pure (no I/O): identifiers, what a conversation allows, message bounds, the
-//! read watermark, inbox order, the decisions of a send (alone, queued, group commit), and the
-//! objects the API returns. The store turns these rules into DynamoDB conditions; the HTTP edge
-//! turns requests into the types defined here.
+//! The chat's rules, pure (no I/O, no AWS or Lambda dependency): identifiers, what a conversation
+//! allows, message bounds, the read watermark, inbox order, the decisions of a send (alone,
+//! queued, group commit), the objects the API returns, requests and their validation, push
+//! events and their planning, the backoff of retries, clocks' formats and the one error type.
+//! The store (`chat-store`) turns these rules into DynamoDB conditions; the HTTP edge
+//! (`chat-http`) turns requests into the types defined here.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `ids`, `conversation`, `message`, `read_state`, `inbox`, `model` | the rules and the API's objects |
+//! | `send` | the decisions of a send: alone, queued, group commit |
+//! | `requests` | request bodies and parameters, parsed and validated into the types above |
+//! | `events` | push events, the relay's and the fanout's planning, redelivery, failure policy |
+//! | `error`, `retry`, `time` | the one error type, backoff with jitter, wall-clock formats |
 
 pub mod conversation;
+pub mod error;
+pub mod events;
 pub mod ids;
 pub mod inbox;
 pub mod message;
 pub mod model;
 pub mod read_state;
+pub mod requests;
+pub mod retry;
 pub mod send;
+pub mod time;
 
 pub use conversation::ConversationType;
+pub use error::ChatError;
 pub use ids::{ConversationId, UserId};

@@ -4,10 +4,10 @@
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
-use crate::domain::conversation::{check_member_bound, check_title};
-use crate::domain::message::check_body;
-use crate::domain::{ConversationId, UserId};
+use crate::conversation::{check_member_bound, check_title};
 use crate::error::ChatError;
+use crate::message::check_body;
+use crate::{ConversationId, UserId};
 
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 pub const MAX_PAGE_LIMIT: u32 = 100;

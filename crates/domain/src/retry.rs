@@ -1,37 +1,7 @@
-//! Time bounds of a request: one deadline shared by every retry of it, and the waits between
-//! attempts.
-//!
-//! The bound is time, not a count: how many attempts a contended operation needs depends on how
-//! many writers compete and how fast the database answers, while what a client can wait for, and
-//! what Lambda allows (REST functions time out after 10 s), is a duration. A request that runs out
-//! of time (its budget: `config::Timeouts`) answers `429 throttled` with `Retry-After` (or `503` when the database itself did not
-//! answer), never the gateway's bare timeout.
+//! The waits between attempts of a retried operation: exponential backoff with full jitter, pure
+//! (the deadline that bounds the attempts, and the sleeping, are the store's: `chat_store::retry`).
 
-use std::time::{Duration, Instant};
-
-/// When a request must stop starting new attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadline(Instant);
-
-impl Deadline {
-    pub fn after(budget: Duration) -> Self {
-        Deadline(Instant::now() + budget)
-    }
-
-    pub fn remaining(&self) -> Duration {
-        self.0.saturating_duration_since(Instant::now())
-    }
-
-    pub fn passed(&self) -> bool {
-        self.remaining().is_zero()
-    }
-
-    /// Sleeps `d`, or less if the deadline comes first; false once the deadline has passed.
-    pub async fn sleep(&self, d: Duration) -> bool {
-        tokio::time::sleep(d.min(self.remaining())).await;
-        !self.passed()
-    }
-}
+use std::time::Duration;
 
 /// A random duration in `[lo, hi]` (jitter, so contenders do not collide again in lockstep).
 pub fn jitter(lo: Duration, hi: Duration) -> Duration {
@@ -79,39 +49,6 @@ pub fn backoff(attempt: u32) -> Duration {
     CONTENTION.wait(attempt - 1)
 }
 
-/// Attempts of one operation within a deadline: `while retry.next().await { … }`, then give up
-/// with `Throttled`.
-#[derive(Debug)]
-pub struct Retry {
-    deadline: Deadline,
-    attempt: u32,
-}
-
-impl Retry {
-    pub fn until(deadline: Deadline) -> Self {
-        Retry {
-            deadline,
-            attempt: 0,
-        }
-    }
-
-    /// Waits before the next attempt (backoff); false once the deadline has passed.
-    pub async fn next(&mut self) -> bool {
-        self.attempt += 1;
-        if self.attempt == 1 {
-            return !self.deadline.passed();
-        }
-        self.deadline.sleep(backoff(self.attempt)).await
-    }
-
-    /// The next attempt without waiting: the previous one lost to someone who made progress (a
-    /// failed condition), so there is nothing to wait for.
-    pub fn next_now(&mut self) -> bool {
-        self.attempt += 1;
-        !self.deadline.passed()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,24 +88,5 @@ mod tests {
             let j = jitter(Duration::from_millis(2), Duration::from_millis(5));
             assert!(j >= Duration::from_millis(2) && j <= Duration::from_millis(5));
         }
-    }
-
-    #[tokio::test]
-    async fn retries_end_at_the_deadline() {
-        let mut fresh = Retry::until(Deadline::after(Duration::from_secs(5)));
-        assert!(fresh.next().await, "the first attempt runs");
-        assert!(fresh.next().await, "a retry within the deadline runs");
-        assert!(fresh.next_now());
-        let mut spent = Retry::until(Deadline::after(Duration::ZERO));
-        assert!(!spent.next().await, "nothing runs past the deadline");
-        assert!(!spent.next_now());
-    }
-
-    #[tokio::test]
-    async fn a_sleep_never_outlasts_the_deadline() {
-        let d = Deadline::after(Duration::from_millis(30));
-        let started = Instant::now();
-        assert!(!d.sleep(Duration::from_secs(10)).await);
-        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

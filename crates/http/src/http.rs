@@ -7,12 +7,12 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Serialize;
 use std::future::Future;
 
-use super::requests::{QueryParams, MAX_REQUEST_BYTES};
-use super::routes::{self, percent_decode, Operation, PathParams, Route};
 use crate::auth::{user_from_sub, verify_hs256, Authenticator};
-use crate::domain::UserId;
-use crate::error::ChatError;
-use crate::store::ChatStore;
+use crate::routes::{self, percent_decode, Operation, PathParams, Route};
+use chat_domain::error::ChatError;
+use chat_domain::requests::{QueryParams, MAX_REQUEST_BYTES};
+use chat_domain::UserId;
+use chat_store::ChatStore;
 
 /// What every REST function builds once at init: storage and the authenticator.
 #[derive(Clone, Debug)]
@@ -23,7 +23,7 @@ pub struct App {
 
 impl App {
     pub async fn from_env() -> Result<App, lambda_http::Error> {
-        let (config, sdk) = crate::lambda::init().await?;
+        let (config, sdk) = chat_store::init().await?;
         Ok(App {
             store: config.chat_store(&sdk),
             auth: Authenticator::from(&config.auth),
@@ -47,7 +47,11 @@ impl App {
             }
             Authenticator::LocalHs256 { secret } => {
                 let token = bearer_token(req)?;
-                verify_hs256(token, secret, crate::time::unix_seconds(crate::time::now()))
+                verify_hs256(
+                    token,
+                    secret,
+                    chat_domain::time::unix_seconds(chat_domain::time::now()),
+                )
             }
         }
     }
@@ -193,7 +197,7 @@ where
         }
     };
     // Boxed: a handler's future is deep, and callers nest it further (tests, the bench).
-    let (result, calls) = crate::telemetry::counting_calls(Box::pin(bounded)).await;
+    let (result, calls) = chat_store::telemetry::counting_calls(Box::pin(bounded)).await;
     let response = respond(result, &id);
     // One line per request: what an operator needs to find it, never a message body.
     tracing::info!(

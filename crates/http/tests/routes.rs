@@ -1,4 +1,4 @@
-//! The route table (`chat_shared::api::routes`) says what the three other places that name the
+//! The route table (`chat_http::routes`) says what the three other places that name the
 //! REST routes say: template.yaml's HttpApi events (method, path → the function's binary, the
 //! deployed catch-all routes aside), `[workspace.metadata.lambda.watch.router]` in Cargo.toml
 //! (method, path → function) and docs/openapi.yaml (method, path → operationId).
@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use chat_shared::api::routes::ROUTES;
+use chat_http::routes::ROUTES;
 use serde_yaml::Value as Yaml;
 
 /// (METHOD, path, function or operationId).
@@ -16,7 +16,7 @@ type Routes = BTreeSet<(String, String, String)>;
 const CATCH_ALL_PATHS: [&str; 2] = ["/{proxy+}", "/"];
 
 fn read(relative: &str) -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     std::fs::read_to_string(root.join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
 }
 

@@ -1,8 +1,10 @@
-//! The Lambda scaffold, written once: what every function does at init ([`init`]), the one `run`
-//! of the event functions (relay, fanout, inbox-index, ws-connection: `run::<H>()` with an
+//! The event functions' Lambda scaffold, written once: the one `run` of the event functions
+//! (relay, fanout, inbox-index, ws-connection: `run::<H>()` with an
 //! [`EventHandler`]), and the partial batch response of the stream consumers
-//! ([`batch_response`], DynamoDB Streams and Kinesis alike). The REST functions' `serve` is
-//! `api::http::serve`, which starts with the same [`init`].
+//! ([`batch_response`], DynamoDB Streams and Kinesis alike). What every function does at init is
+//! `chat_store::init`; the REST functions' `serve` is `chat_http::http::serve`, which starts with
+//! the same init. A crate of its own so that the REST functions compile neither this nor the
+//! stream events' types.
 //!
 //! The handlers are built from a [`Config`] and the SDK's shared settings, not from the
 //! environment, so the local gateway and the tests build them exactly as Lambda does, with their
@@ -20,19 +22,11 @@ use lambda_runtime::{service_fn, LambdaEvent};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::config::Config;
+use chat_store::config::Config;
 
-pub use aws_config::SdkConfig;
+pub use chat_store::config::SdkConfig;
+pub use chat_store::init;
 pub use lambda_runtime::Error;
-
-/// What every function does first, once per instance: its configuration from the environment,
-/// its logs and metrics, and the SDK's shared settings.
-pub async fn init() -> Result<(Config, SdkConfig), Error> {
-    let config = Config::from_env()?;
-    config.init_telemetry();
-    let sdk = config.sdk_config().await;
-    Ok((config, sdk))
-}
 
 /// An event function: built once per instance, then called with each event its trigger delivers.
 pub trait EventHandler: Clone + Send + Sync + Sized + 'static {

@@ -17,9 +17,9 @@ use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
-use crate::domain::model::Message;
-use crate::domain::ConversationId;
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
+use chat_domain::model::Message;
+use chat_domain::ConversationId;
 
 /// Seqs per chunk. A page (≤ 101 seqs) spans at most two chunks; at ~100 bytes a message
 /// compressed, a full chunk is ~100 KB (S3's infrequent-access classes bill 128 KB at least).
@@ -179,7 +179,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::UserId;
+    use chat_domain::UserId;
 
     fn message(id: &ConversationId, seq: u64, body: &str) -> Message {
         Message {

@@ -32,15 +32,18 @@ use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, WriteRequest};
 use futures::stream::{self, StreamExt};
 use time::OffsetDateTime;
 
+#[cfg(feature = "archive")]
 use super::archive;
 use super::attrs::{get_n, get_s, n, Item};
 use super::items::{from_item, ArchivedKeyItem, ConversationItem, MessageItem};
-use super::{keys, sdk_error, ChatStore, PartitionQuery};
-use crate::domain::model::Message;
-use crate::domain::ConversationId;
-use crate::error::ChatError;
+#[cfg(feature = "archive")]
+use super::PartitionQuery;
+use super::{keys, sdk_error, ChatStore};
 use crate::retry::Deadline;
 use crate::telemetry;
+use chat_domain::error::ChatError;
+use chat_domain::model::Message;
+use chat_domain::ConversationId;
 
 /// How old a message is when it moves, and how the work list is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +73,7 @@ impl ArchiveSettings {
 
     /// The bucket a message created at `created_at` (RFC 3339) is listed in.
     pub fn bucket_of(&self, created_at: &str) -> Option<u64> {
-        let t = crate::time::parse_rfc3339(created_at)?;
+        let t = chat_domain::time::parse_rfc3339(created_at)?;
         u64::try_from(t.unix_timestamp())
             .ok()
             .map(|s| s / self.bucket_seconds.max(1))
@@ -179,7 +182,11 @@ impl ChatStore {
         self.batch_write(requests).await?;
         Ok(count)
     }
+}
 
+/// Archiving itself: only where the archive tier's client is compiled (feature `archive`).
+#[cfg(feature = "archive")]
+impl ChatStore {
     /// One archiver run (EventBridge schedule; locally a loop): works the due buckets of the
     /// work list from its cursor, oldest first, until `until`. Per bucket and shard a Query of
     /// its entries; per entry `archive_conversation`, then the entry's delete (BatchWriteItem);
@@ -192,7 +199,7 @@ impl ChatStore {
     ) -> Result<RunReport, ChatError> {
         let settings = &self.archive_settings;
         let cutoff_t = now - settings.age;
-        let cutoff = crate::time::rfc3339(cutoff_t);
+        let cutoff = chat_domain::time::rfc3339(cutoff_t);
         let width = settings.bucket_seconds.max(1);
         let cutoff_s = u64::try_from(cutoff_t.unix_timestamp()).unwrap_or(0);
         let mut report = RunReport::default();
@@ -680,7 +687,7 @@ mod tests {
             conversation_id: ConversationId::parse("d-0123456789abcdef0123456789abcdef").unwrap(),
             seq: 1,
             client_msg_id: "x".into(),
-            sender_id: crate::domain::UserId::parse("u").unwrap(),
+            sender_id: chat_domain::UserId::parse("u").unwrap(),
             body: "b".repeat(body),
             created_at: String::new(),
         };

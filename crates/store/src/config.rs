@@ -3,10 +3,14 @@
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::config::Credentials;
 use std::fmt;
 use std::time::Duration;
+
+pub use aws_config::SdkConfig;
+
+use crate::retry::Timeouts;
 
 pub const DEFAULT_LOCAL_JWT_SECRET: &str = "local-dev-secret";
 
@@ -69,27 +73,7 @@ pub struct Config {
     pub s3_endpoint: Option<String>,
     /// The archive age and work-list buckets (`ARCHIVE_AFTER_DAYS`, default 90; locally
     /// `CHAT_ARCHIVE_AFTER_SECONDS`, which also makes the buckets 5 s wide).
-    pub archive: crate::store::ArchiveSettings,
-}
-
-/// How long a REST request may keep retrying, and how long one DynamoDB call attempt may take.
-/// Against AWS a request must answer well inside the functions' 10 s timeout; a local emulator
-/// answers one request at a time, so under load it needs far longer for the same work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    pub request_budget: Duration,
-    pub dynamodb_attempt: Duration,
-}
-
-impl Timeouts {
-    pub const AWS: Timeouts = Timeouts {
-        request_budget: Duration::from_secs(6),
-        dynamodb_attempt: Duration::from_millis(1500),
-    };
-    pub const LOCAL: Timeouts = Timeouts {
-        request_budget: Duration::from_secs(20),
-        dynamodb_attempt: Duration::from_secs(10),
-    };
+    pub archive: crate::ArchiveSettings,
 }
 
 fn millis(name: &str, default: Duration) -> Result<Duration, String> {
@@ -106,7 +90,7 @@ fn millis(name: &str, default: Duration) -> Result<Duration, String> {
 /// `ARCHIVE_AFTER_DAYS` (template parameter `ArchiveAfterDays`), or locally
 /// `CHAT_ARCHIVE_AFTER_SECONDS`, with 5-second work-list buckets so that the archiver, run every
 /// 5 s, keeps up with an age of seconds.
-fn archive_settings() -> Result<crate::store::ArchiveSettings, String> {
+fn archive_settings() -> Result<crate::ArchiveSettings, String> {
     let number = |name: &str| -> Result<Option<u64>, String> {
         var(name)
             .map(|v| {
@@ -116,7 +100,7 @@ fn archive_settings() -> Result<crate::store::ArchiveSettings, String> {
             })
             .transpose()
     };
-    let mut settings = crate::store::ArchiveSettings::AWS;
+    let mut settings = crate::ArchiveSettings::AWS;
     if let Some(days) = number("ARCHIVE_AFTER_DAYS")? {
         settings.age = Duration::from_secs(days * 86_400);
     }
@@ -264,12 +248,18 @@ impl Config {
     }
 
     /// The chat table, its requests bounded by `timeouts.request_budget`.
-    pub fn chat_store(&self, sdk: &SdkConfig) -> crate::store::ChatStore {
-        crate::store::ChatStore::new(self.dynamodb_client(sdk), self.chat_table.clone())
-            .with_budget(self.timeouts.request_budget)
-            .with_archive(self.archive(sdk), self.archive)
+    #[allow(clippy::let_and_return)] // one of the two `let store`s is compiled
+    pub fn chat_store(&self, sdk: &SdkConfig) -> crate::ChatStore {
+        let store = crate::ChatStore::new(self.dynamodb_client(sdk), self.chat_table.clone())
+            .with_budget(self.timeouts.request_budget);
+        #[cfg(feature = "archive")]
+        let store = store.with_archive(self.archive(sdk), self.archive);
+        #[cfg(not(feature = "archive"))]
+        let store = store.with_archive_tier(self.archive_bucket.is_some(), self.archive);
+        store
     }
 
+    #[cfg(feature = "archive")]
     pub fn s3_client(&self, sdk: &SdkConfig) -> aws_sdk_s3::Client {
         let mut b = aws_sdk_s3::config::Builder::from(sdk);
         if let Some(url) = &self.s3_endpoint {
@@ -283,22 +273,21 @@ impl Config {
     }
 
     /// The archive tier, when a bucket is configured.
-    pub fn archive(&self, sdk: &SdkConfig) -> Option<crate::store::archive::Archive> {
+    #[cfg(feature = "archive")]
+    pub fn archive(&self, sdk: &SdkConfig) -> Option<crate::archive::Archive> {
         let bucket = self.archive_bucket.as_ref()?;
-        Some(crate::store::archive::Archive::new(
+        Some(crate::archive::Archive::new(
             self.s3_client(sdk),
             bucket.clone(),
         ))
     }
 
     /// The connections table.
-    pub fn connection_store(&self, sdk: &SdkConfig) -> crate::store::ConnectionStore {
-        crate::store::ConnectionStore::new(
-            self.dynamodb_client(sdk),
-            self.connections_table.clone(),
-        )
+    pub fn connection_store(&self, sdk: &SdkConfig) -> crate::ConnectionStore {
+        crate::ConnectionStore::new(self.dynamodb_client(sdk), self.connections_table.clone())
     }
 
+    #[cfg(feature = "kinesis")]
     pub fn kinesis_client(&self, sdk: &SdkConfig) -> aws_sdk_kinesis::Client {
         let mut b = aws_sdk_kinesis::config::Builder::from(sdk);
         if let Some(url) = &self.kinesis_endpoint {
@@ -310,6 +299,7 @@ impl Config {
         aws_sdk_kinesis::Client::from_conf(b.build())
     }
 
+    #[cfg(feature = "management")]
     pub fn management_client(
         &self,
         sdk: &SdkConfig,
@@ -328,6 +318,16 @@ impl Config {
     pub fn init_telemetry(&self) {
         crate::telemetry::init(self.metrics, self.function_name.clone());
     }
+}
+
+/// What every function does first, once per instance (REST and event functions alike): its
+/// configuration from the environment, its logs and metrics, and the SDK's shared settings.
+/// The error is the Lambda runtime's (`lambda_runtime::Error` is this type).
+pub async fn init() -> Result<(Config, SdkConfig), Box<dyn std::error::Error + Send + Sync>> {
+    let config = Config::from_env()?;
+    config.init_telemetry();
+    let sdk = config.sdk_config().await;
+    Ok((config, sdk))
 }
 
 #[cfg(test)]

@@ -20,9 +20,9 @@ use std::collections::HashMap;
 
 use super::attrs::{get_n, Item};
 use super::{batch_get, keys, sdk_error};
-use crate::domain::UserId;
-use crate::error::ChatError;
 use crate::retry::{Deadline, Retry};
+use chat_domain::error::ChatError;
+use chat_domain::UserId;
 
 /// How long `$connect` and the fanout's reads may retry (their functions time out after 10 s and
 /// 60 s).

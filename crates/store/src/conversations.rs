@@ -6,14 +6,14 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use super::attrs::{get_s, n, s};
 use super::items::{from_item, ConversationItem, MemberItem, MembersChange, MembersChangeKind};
 use super::{keys, reason_failed, tx, ChatStore, TxOutcome};
-use crate::domain::conversation::{
+use chat_domain::conversation::{
     check_membership_change, check_removal, group_fingerprint, group_members, joining_watermark,
     members_to_add,
 };
-use crate::domain::inbox::{bucketed, InboxPosition};
-use crate::domain::model::Conversation;
-use crate::domain::{ConversationId, ConversationType, UserId};
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
+use chat_domain::inbox::{bucketed, InboxPosition};
+use chat_domain::model::Conversation;
+use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// New members per transaction: each is a member item and its inbox entry, next to the
 /// conversation item (TransactWriteItems takes 100 items).
@@ -153,7 +153,7 @@ impl ChatStore {
         peer: &UserId,
     ) -> Result<(Conversation, bool), ChatError> {
         let id = ConversationId::direct(caller, peer);
-        let now = crate::time::now_rfc3339();
+        let now = chat_domain::time::now_rfc3339();
         let pair = sorted_ids([caller, peer]);
         let conversation = ConversationItem {
             conversation_id: id.clone(),
@@ -210,7 +210,7 @@ impl ChatStore {
         let id = ConversationId::group(caller, client_request_id);
         let all = group_members(caller, others)?;
         let fingerprint = group_fingerprint(title, &all);
-        let now = crate::time::now_rfc3339();
+        let now = chat_domain::time::now_rfc3339();
         let conversation = ConversationItem {
             conversation_id: id.clone(),
             kind: ConversationType::Group,
@@ -342,7 +342,7 @@ impl ChatStore {
         chunk: &[&UserId],
     ) -> Result<Vec<TransactWriteItem>, ChatError> {
         let id = &conversation.conversation_id;
-        let now = crate::time::now_rfc3339();
+        let now = chat_domain::time::now_rfc3339();
         let mut expression = "SET memberCount = memberCount + :k, membersVersion = membersVersion + :one, membersChange = :change".to_owned();
         let mut values = vec![
             (":k", n(chunk.len() as u64)),

@@ -15,13 +15,13 @@ use futures::future::try_join_all;
 use super::attrs::{get_s, s};
 use super::items::{from_item, ConversationItem, InboxEntryItem, MemberItem};
 use super::{keys, sdk_error, tx, ChatStore};
-use crate::domain::inbox::{
+use chat_domain::error::ChatError;
+use chat_domain::inbox::{
     entry_verdict, newest_first, ConversationMove, InboxPosition, PageWalk, Verdict, WalkedEntry,
 };
-use crate::domain::model::{InboxEntry, InboxPage};
-use crate::domain::read_state::unread_count;
-use crate::domain::{ConversationId, ConversationType, UserId};
-use crate::error::ChatError;
+use chat_domain::model::{InboxEntry, InboxPage};
+use chat_domain::read_state::unread_count;
+use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// BatchGetItem takes 100 keys.
 const BATCH_GET_KEYS: usize = 100;

@@ -6,11 +6,11 @@ use serde::{Deserialize, Serialize};
 
 use super::attrs::Item;
 use super::keys;
-use crate::domain::inbox::{self, InboxPosition};
-use crate::domain::message::preview;
-use crate::domain::model::{Conversation, Message, MessagePreview};
-use crate::domain::{ConversationId, ConversationType, UserId};
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
+use chat_domain::inbox::{self, InboxPosition};
+use chat_domain::message::preview;
+use chat_domain::model::{Conversation, Message, MessagePreview};
+use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// A struct as an item with the given key.
 pub fn to_item<T: Serialize>(
@@ -369,7 +369,7 @@ impl ArchivedKeyItem {
         let key = m.client_msg_id.to_ascii_lowercase();
         let compact = ArchivedKeyItem {
             q: m.seq,
-            f: crate::domain::message::message_fingerprint(&m.sender_id, &m.body),
+            f: chat_domain::message::message_fingerprint(&m.sender_id, &m.body),
             t: m.created_at.clone(),
             c: (key != m.client_msg_id).then(|| m.client_msg_id.clone()),
         };

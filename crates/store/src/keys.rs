@@ -27,8 +27,8 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::attrs::Item;
-use crate::domain::inbox::InboxPosition;
-use crate::domain::{ConversationId, UserId};
+use chat_domain::inbox::InboxPosition;
+use chat_domain::{ConversationId, UserId};
 
 pub const PK: &str = "pk";
 pub const SK: &str = "sk";

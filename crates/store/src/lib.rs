@@ -1,18 +1,38 @@
-//! DynamoDB storage (docs/data-model.md): one module per concern, each operation commented with
-//! the DynamoDB calls it makes. The rules come from `domain`; this layer turns them into keys,
-//! conditions and calls.
+//! The store and its configuration: everything that speaks the AWS SDK.
+//!
+//! | module | holds |
+//! |---|---|
+//! | this one, `conversations`, `send`, `messages`, `reads`, `inbox`, `connections` | DynamoDB storage (docs/data-model.md): the chat table, one module per concern, each operation commented with the DynamoDB calls it makes; the connections table |
+//! | `items`, `keys`, `attrs`, `tx` | the stored layout: items, keys, attribute helpers, transactions |
+//! | `archive`, `archiver` | the archive tier (S3, feature `archive`) and the archiver's work list |
+//! | `stream` | the chat table's stream records decoded into push events |
+//! | `config` | every environment variable, read once at init, and the AWS clients built from it |
+//! | `retry`, `telemetry`, `iam_log` | deadlines and retries, logs and metrics, the IAM actions of each call (tests) |
+//!
+//! The rules come from `chat_domain`; this layer turns them into keys, conditions and calls, and
+//! maps SDK errors into `ChatError`. Each function compiles only the SDK clients it calls: DynamoDB
+//! always, S3 with feature `archive`, Kinesis with `kinesis`, the API Gateway Management API with
+//! `management`.
 
+#[cfg(feature = "archive")]
 pub mod archive;
+// Without feature `archive` only its settings and work list are compiled (archiving is not).
+#[cfg_attr(not(feature = "archive"), allow(dead_code, unused_imports))]
 pub mod archiver;
 mod attrs;
+pub mod config;
 pub mod connections;
 mod conversations;
+pub mod iam_log;
 mod inbox;
 pub mod items;
 pub mod keys;
 mod messages;
 mod reads;
+pub mod retry;
 mod send;
+pub mod stream;
+pub mod telemetry;
 mod tx;
 
 use std::collections::HashMap;
@@ -25,12 +45,13 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 
-use crate::domain::ConversationId;
-use crate::error::ChatError;
 use crate::retry::{Deadline, Retry};
+use chat_domain::error::ChatError;
+use chat_domain::ConversationId;
 
 pub use archiver::{ArchiveSettings, Archived, RunReport, Step};
 pub use attrs::Item;
+pub use config::{init, Config};
 pub use connections::ConnectionStore;
 pub use inbox::MoveCount;
 pub use items::{ConversationItem, MemberItem};
@@ -48,7 +69,11 @@ pub struct ChatStore {
     seen: Arc<Seen>,
     /// The archive tier (S3), where old messages are read from; None where none is configured
     /// (then nothing is ever archived, and history reads DynamoDB only).
+    #[cfg(feature = "archive")]
     archive: Option<archive::Archive>,
+    /// Whether an archive tier is configured (the indexer lists conversations for it): where
+    /// `archive` is compiled, whether it is set.
+    archive_tier: bool,
     /// The archive age and work-list layout (used only with `archive`).
     archive_settings: archiver::ArchiveSettings,
 }
@@ -95,6 +120,7 @@ impl Seen {
     }
 }
 
+#[cfg(feature = "archive")]
 /// What `query_each` reads: a partition, optionally a range of its sort keys, some attributes,
 /// and at most `page` items per Query.
 struct PartitionQuery<'a> {
@@ -206,10 +232,12 @@ impl ChatStore {
         ChatStore {
             db,
             table: table.into(),
-            budget: crate::config::Timeouts::AWS.request_budget,
+            budget: crate::retry::Timeouts::AWS.request_budget,
             deadline: None,
             seen: Arc::default(),
+            #[cfg(feature = "archive")]
             archive: None,
+            archive_tier: false,
             archive_settings: archiver::ArchiveSettings::AWS,
         }
     }
@@ -220,13 +248,31 @@ impl ChatStore {
 
     /// This store with the archive tier: history reads archived messages from `archive`, the
     /// indexer lists conversations for the archiver and the archiver moves them, by `settings`.
+    #[cfg(feature = "archive")]
     pub fn with_archive(
         self,
         archive: Option<archive::Archive>,
         archive_settings: archiver::ArchiveSettings,
     ) -> Self {
         ChatStore {
+            archive_tier: archive.is_some(),
             archive,
+            archive_settings,
+            ..self
+        }
+    }
+
+    /// This store, for a function that never reads the archive (built without feature
+    /// `archive`), told whether an archive tier is `configured`: the indexer lists
+    /// conversations for it, by `settings`.
+    #[cfg(not(feature = "archive"))]
+    pub fn with_archive_tier(
+        self,
+        configured: bool,
+        archive_settings: archiver::ArchiveSettings,
+    ) -> Self {
+        ChatStore {
+            archive_tier: configured,
             archive_settings,
             ..self
         }
@@ -236,6 +282,12 @@ impl ChatStore {
         &self.archive_settings
     }
 
+    /// Whether an archive tier is configured.
+    pub fn has_archive_tier(&self) -> bool {
+        self.archive_tier
+    }
+
+    #[cfg(feature = "archive")]
     pub fn archive(&self) -> Option<&archive::Archive> {
         self.archive.as_ref()
     }
@@ -423,6 +475,7 @@ impl ChatStore {
         }
     }
 
+    #[cfg(feature = "archive")]
     /// Each item of one partition (`sk` in a range, when given), ascending, strongly consistent,
     /// Query page by Query page, until `keep` says stop (false) or the items end.
     async fn query_each(

@@ -3,10 +3,10 @@
 use super::attrs::{get_s, s, Item};
 use super::items::{from_item, ConversationItem, MessageItem};
 use super::{keys, sdk_error, ChatStore};
-use crate::api::requests::{HistoryCursor, HistoryQuery};
-use crate::domain::model::{HistoryPage, Message};
-use crate::domain::{ConversationId, UserId};
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
+use chat_domain::model::{HistoryPage, Message};
+use chat_domain::requests::{HistoryCursor, HistoryQuery};
+use chat_domain::{ConversationId, UserId};
 
 impl ChatStore {
     /// `history`. DynamoDB: a BatchGetItem of the conversation (for `lastSeq` and
@@ -41,20 +41,33 @@ impl ChatStore {
         let (Some(conversation), true) = (conversation, is_member) else {
             return Err(ChatError::NotFound);
         };
-        let Some(archive) = self.archive.as_ref() else {
-            let (mut messages, has_more) = self.query_messages(id, q).await?;
-            // A message committed between the two reads is in the page but not in the lastSeq
-            // read before it. Report the larger.
-            let last_seq = conversation
-                .last_seq
-                .max(messages.iter().map(|m| m.seq).max().unwrap_or(0));
-            messages.sort_by_key(|m| m.seq);
-            return Ok(HistoryPage {
-                messages,
-                last_seq,
-                has_more,
-            });
-        };
+        #[cfg(feature = "archive")]
+        if let Some(archive) = self.archive.as_ref() {
+            return self.page_across_tiers(archive, id, q, conversation).await;
+        }
+        let (mut messages, has_more) = self.query_messages(id, q).await?;
+        // A message committed between the two reads is in the page but not in the lastSeq
+        // read before it. Report the larger.
+        let last_seq = conversation
+            .last_seq
+            .max(messages.iter().map(|m| m.seq).max().unwrap_or(0));
+        messages.sort_by_key(|m| m.seq);
+        Ok(HistoryPage {
+            messages,
+            last_seq,
+            has_more,
+        })
+    }
+
+    /// `history`'s page when an archive tier is configured: the page's window from both tiers.
+    #[cfg(feature = "archive")]
+    async fn page_across_tiers(
+        &self,
+        archive: &super::archive::Archive,
+        id: &ConversationId,
+        q: HistoryQuery,
+        conversation: ConversationItem,
+    ) -> Result<HistoryPage, ChatError> {
         let archived = conversation.archived_through;
         let found = if window_is_archived(q, conversation.last_seq, archived) {
             Vec::new()
@@ -105,6 +118,7 @@ impl ChatStore {
         })
     }
 
+    #[cfg(feature = "archive")]
     /// The archived messages `seqs` (all archived), from the ≤ 2 chunks holding them: 1 S3
     /// GetObject per chunk. When `archived` (as read) is behind them, or a partial chunk was
     /// just superseded by a longer one, +1 GetItem of `archivedThrough` and the read again.
@@ -143,6 +157,7 @@ impl ChatStore {
         Ok(Vec::new())
     }
 
+    #[cfg(feature = "archive")]
     /// The conversation's `archivedThrough` (0: nothing archived or no conversation). 1 strongly
     /// consistent GetItem.
     pub(crate) async fn archived_through(&self, id: &ConversationId) -> Result<u64, ChatError> {
@@ -155,6 +170,7 @@ impl ChatStore {
             .unwrap_or(0))
     }
 
+    #[cfg(feature = "archive")]
     /// The Query of a page (see `query_messages`), with the extra item that tells whether there
     /// is more kept.
     async fn query_messages_untruncated(
@@ -252,6 +268,7 @@ impl ChatStore {
     }
 }
 
+#[cfg(feature = "archive")]
 /// Whether every seq a page can show is archived (through `archived`), so that the Query of the
 /// table can be skipped: the page reads its chunks only.
 fn window_is_archived(q: HistoryQuery, last_seq: u64, archived: u64) -> bool {
@@ -265,6 +282,7 @@ fn window_is_archived(q: HistoryQuery, last_seq: u64, archived: u64) -> bool {
     }
 }
 
+#[cfg(feature = "archive")]
 /// The seqs a page shows, plus the one beyond it that tells `hasMore` (seqs are gap-free, so
 /// they follow from `last_seq`, the highest seq known to exist).
 fn page_window(q: HistoryQuery, last_seq: u64) -> std::ops::RangeInclusive<u64> {
@@ -279,7 +297,7 @@ fn page_window(q: HistoryQuery, last_seq: u64) -> std::ops::RangeInclusive<u64> 
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "archive"))]
 mod tests {
     use super::*;
 

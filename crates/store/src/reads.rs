@@ -7,10 +7,10 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 
 use super::attrs::{get_n, get_s, n, s};
 use super::{keys, sdk_error, ChatStore};
-use crate::domain::model::{MemberReadState, ReadResult, ReadStates};
-use crate::domain::read_state::{effective_watermark, shown_watermark};
-use crate::domain::{ConversationId, UserId};
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
+use chat_domain::model::{MemberReadState, ReadResult, ReadStates};
+use chat_domain::read_state::{effective_watermark, shown_watermark};
+use chat_domain::{ConversationId, UserId};
 
 impl ChatStore {
     /// `markRead`: the watermark becomes `max(current, min(seq, lastSeq))`.

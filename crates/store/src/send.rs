@@ -16,20 +16,19 @@ use super::items::{
     SendKeyItem,
 };
 use super::{keys, sdk_error, tx, CancelReason, ChatStore, TxOutcome};
-use crate::api::requests::SendMessage;
-use crate::domain::message::message_fingerprint;
-use crate::domain::model::Message;
-use crate::domain::send::group_commit::{
+use crate::retry::Deadline;
+use crate::telemetry;
+use chat_domain::error::ChatError;
+use chat_domain::message::message_fingerprint;
+use chat_domain::model::Message;
+use chat_domain::requests::SendMessage;
+use chat_domain::retry::jitter;
+use chat_domain::send::group_commit::{
     self, AloneCancelled, Condition, GroupCancelled, Layout, Part, Target, Write,
 };
-use crate::domain::send::queued::{
-    AfterCommit, Attempt, Ending, KeyMissing, Look, QueuedSend, Step,
-};
-use crate::domain::send::{after_lost, busy_until, Entry, Head, LastCommit, Sent, Verdict};
-use crate::domain::{ConversationId, UserId};
-use crate::error::ChatError;
-use crate::retry::{jitter, Deadline};
-use crate::telemetry;
+use chat_domain::send::queued::{AfterCommit, Attempt, Ending, KeyMissing, Look, QueuedSend, Step};
+use chat_domain::send::{after_lost, busy_until, Entry, Head, LastCommit, Sent, Verdict};
+use chat_domain::{ConversationId, UserId};
 
 /// One send request: who sends what where, and the id that tells it apart from a replay of the
 /// same `clientMsgId` (another request).
@@ -196,7 +195,7 @@ impl ChatStore {
     /// The send in one transaction of its own (`group_commit::alone`). DynamoDB: 1
     /// TransactWriteItems.
     async fn send_alone(&self, send: &SendRequest<'_>, head: &Head) -> Result<Alone, ChatError> {
-        let layout = group_commit::alone(head, send.caller, crate::time::now());
+        let layout = group_commit::alone(head, send.caller, chat_domain::time::now());
         // Never queued: no queue times.
         let content = send.content(0, 0);
         let mut commit = Commit::new(send.id, &layout, vec![&content]);
@@ -428,9 +427,10 @@ impl ChatStore {
     /// this request wrote it; false when a replay of the same send is already queued (then this
     /// request waits for that one). DynamoDB: 1 PutItem (more after a throttle or a conflict).
     async fn enqueue(&self, send: &SendRequest<'_>, deadline: Deadline) -> Result<bool, ChatError> {
-        let now = crate::time::now();
-        let expires_at = crate::time::unix_millis(now) + deadline.remaining().as_millis() as u64;
-        let item = send.content(crate::time::unix_micros(now), expires_at);
+        let now = chat_domain::time::now();
+        let expires_at =
+            chat_domain::time::unix_millis(now) + deadline.remaining().as_millis() as u64;
+        let item = send.content(chat_domain::time::unix_micros(now), expires_at);
         let item = to_item(
             &item,
             keys::conversation_pk(send.id),
@@ -524,7 +524,7 @@ impl ChatStore {
             return Ok((Attempt::Taken, Vec::new()));
         }
         let entries: Vec<Entry> = batch.iter().map(|p| entry(p)).collect();
-        let layout = group_commit::group(&head, &entries, crate::time::now());
+        let layout = group_commit::group(&head, &entries, chat_domain::time::now());
         let commit = Commit::new(id, &layout, batch.to_vec());
         let reasons = match self.transact(self.transact_items(&commit)?).await? {
             TxOutcome::Committed => {
@@ -620,7 +620,7 @@ impl ChatStore {
                     }
                 }
                 Ok(Dropped::InCommit) | Err(_) => {
-                    if !settle.sleep(crate::retry::backoff(attempt + 1)).await {
+                    if !settle.sleep(chat_domain::retry::backoff(attempt + 1)).await {
                         return Err(ChatError::Unavailable);
                     }
                 }
@@ -738,7 +738,7 @@ impl<'a> Commit<'a> {
 
 /// The wall clock, unix ms: read here, passed to the decisions.
 fn now_ms() -> u64 {
-    crate::time::unix_millis(crate::time::now())
+    chat_domain::time::unix_millis(chat_domain::time::now())
 }
 
 /// The conversation item (as read, or as a failed condition returned it) as a head.

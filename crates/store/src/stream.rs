@@ -12,11 +12,11 @@
 
 use serde_dynamo::{AttributeValue, Item};
 
-use super::{Event, FULL_PUSH_MAX_MEMBERS};
-use crate::error::ChatError;
-use crate::store::items::{from_item, ConversationItem, MembersChangeKind};
-use crate::store::keys;
-use crate::store::MemberItem;
+use crate::items::{from_item, ConversationItem, MembersChangeKind};
+use crate::keys;
+use crate::MemberItem;
+use chat_domain::error::ChatError;
+use chat_domain::events::{Event, FULL_PUSH_MAX_MEMBERS};
 
 /// What one stream record stands for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,8 +101,8 @@ fn conversation_events(before: Option<&ConversationItem>, after: &ConversationIt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::tests::{conversation, user};
-    use crate::store::items::{LastMessage, MembersChange};
+    use crate::items::{LastMessage, MembersChange};
+    use chat_domain::events::fixtures::{conversation, user};
 
     fn image<T: serde::Serialize>(value: &T, sk: &str) -> Item {
         let mut item: Item = serde_dynamo::to_item(value).unwrap();
@@ -114,7 +114,7 @@ mod tests {
     fn group(last_seq: u64, members_version: u64) -> ConversationItem {
         ConversationItem {
             conversation_id: conversation(),
-            kind: crate::domain::ConversationType::Group,
+            kind: chat_domain::ConversationType::Group,
             title: Some("T".into()),
             owner_id: Some(user("o")),
             direct_members: vec![],
@@ -144,7 +144,7 @@ mod tests {
     fn a_send_is_message_new_and_a_membership_change_is_member_added() {
         let change =
             events_from_change(&image(&group(1, 0), "C"), &image(&group(2, 0), "C")).unwrap();
-        assert_eq!(change.events, vec![crate::events::tests::msg(2)]);
+        assert_eq!(change.events, vec![chat_domain::events::fixtures::msg(2)]);
         assert!(!change.fill);
         let change =
             events_from_change(&image(&group(2, 0), "C"), &image(&group(2, 1), "C")).unwrap();
@@ -173,7 +173,7 @@ mod tests {
             vec![
                 Event::light(&conversation(), 4),
                 Event::light(&conversation(), 5),
-                crate::events::tests::msg(6)
+                chat_domain::events::fixtures::msg(6)
             ]
         );
         assert!(change.fill);
@@ -206,7 +206,7 @@ mod tests {
         let (old, read) = (image(&member(1, 0), "M#m"), image(&member(3, 0), "M#m"));
         assert_eq!(
             events_from_change(&old, &read).unwrap().events,
-            vec![crate::events::tests::read("m", 3)]
+            vec![chat_domain::events::fixtures::read("m", 3)]
         );
         let sent = image(&member(4, 4), "M#m");
         assert!(events_from_change(&old, &sent).unwrap().events.is_empty());

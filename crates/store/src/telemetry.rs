@@ -11,11 +11,11 @@ use std::sync::OnceLock;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
-use lambda_http::tracing::subscriber::filter::{filter_fn, EnvFilter, LevelFilter};
-use lambda_http::tracing::subscriber::fmt;
-use lambda_http::tracing::subscriber::layer::SubscriberExt;
-use lambda_http::tracing::subscriber::util::SubscriberInitExt;
 use tracing::Level;
+use tracing_subscriber::filter::{filter_fn, EnvFilter, LevelFilter};
+use tracing_subscriber::fmt;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "Chat";
@@ -100,7 +100,7 @@ pub fn metric(name: &str, value: f64, unit: &str) {
     };
     let line = serde_json::json!({
         "_aws": {
-            "Timestamp": crate::time::unix_millis(crate::time::now()),
+            "Timestamp": chat_domain::time::unix_millis(chat_domain::time::now()),
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
                 "Dimensions": [["Function"]],
@@ -203,7 +203,7 @@ mod tests {
                 request = "secret body",
                 "transmitting request"
             );
-            tracing::trace!(target: "chat_shared::store", "our own trace");
+            tracing::trace!(target: "chat_store", "our own trace");
             tracing::debug!(target: "lambda_runtime::runtime", "their debug");
         });
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
@@ -246,6 +246,6 @@ mod tests {
         ));
         assert!(payload_free("lambda_runtime_api_client", Level::TRACE));
         assert!(payload_free("aws_smithy_runtime_api::client", Level::TRACE));
-        assert!(payload_free("chat_shared::store", Level::TRACE));
+        assert!(payload_free("chat_store", Level::TRACE));
     }
 }

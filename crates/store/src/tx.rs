@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::attrs::Item;
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
 
 pub type Values<'a> = &'a [(&'a str, AttributeValue)];
 

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use chat_shared::retry::Deadline;
-use chat_shared::store::RunReport;
-use chat_shared::{ChatError, ChatStore, Config};
+use chat_domain::ChatError;
+use chat_store::retry::Deadline;
+use chat_store::RunReport;
+use chat_store::{ChatStore, Config};
 
 /// How long one run works before it leaves the rest to the next (the function times out after
 /// 15 minutes).
@@ -37,7 +38,7 @@ impl Archiver {
     pub async fn run(&self, budget: Duration) -> Result<RunReport, ChatError> {
         let report = self
             .chat
-            .archive_due(chat_shared::time::now(), Deadline::after(budget))
+            .archive_due(chat_domain::time::now(), Deadline::after(budget))
             .await?;
         tracing::info!(?report, "archiver run");
         if report.failed > 0 {

@@ -3,15 +3,15 @@
 //! `getConversation` — `GET /conversations/{conversationId}`,
 //! `addMembers` — `POST /conversations/{conversationId}/members`,
 //! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`
-//! (`chat_shared::api::routes`); and, through the catch-all routes, `404` for what the API does
+//! (`chat_http::routes`); and, through the catch-all routes, `404` for what the API does
 //! not have.
 
-use chat_shared::api::http::{self, App};
-use chat_shared::api::requests::{
+use chat_domain::requests::{
     conversation_id_param, parse_add_members, user_id_param, CreateConversation,
 };
-use chat_shared::api::routes::Operation;
-use chat_shared::ChatError;
+use chat_domain::ChatError;
+use chat_http::http::{self, App};
+use chat_http::routes::Operation;
 use lambda_http::{Body, Request, Response};
 
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {

@@ -16,17 +16,18 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_apigatewaymanagement::config::retry::RetryConfig;
 use aws_sdk_apigatewaymanagement::config::timeout::TimeoutConfig;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
-use chat_shared::events::plan::{
+use chat_domain::events::plan::{
     frames_for, group_by_conversation, BatchFailures, ConversationEvents,
 };
-use chat_shared::events::policy::{
+use chat_domain::events::policy::{
     may_forget, PushResult, PUSH_ATTEMPTS, PUSH_ATTEMPT_TIMEOUT, PUSH_BACKOFF,
 };
-use chat_shared::events::redelivery::{due_for, Connections, Redeliveries};
-use chat_shared::events::{Event, EventBatch};
-use chat_shared::lambda::{batch_response, Error, EventHandler, SdkConfig};
-use chat_shared::store::connections::LiveConnection;
-use chat_shared::{ChatError, ChatStore, Config, ConnectionStore, ConversationId, UserId};
+use chat_domain::events::redelivery::{due_for, Connections, Redeliveries};
+use chat_domain::events::{Event, EventBatch};
+use chat_domain::{ChatError, ConversationId, UserId};
+use chat_lambda::{batch_response, Error, EventHandler, SdkConfig};
+use chat_store::connections::LiveConnection;
+use chat_store::{ChatStore, Config, ConnectionStore};
 use futures::stream::{self, StreamExt};
 use tokio::sync::Semaphore;
 
@@ -355,7 +356,7 @@ impl Fanout {
         let after = self.stats.snapshot();
         let d = |k: usize| after[k] - before[k];
         // CloudWatch metrics (EMF, with CHAT_METRICS=emf); the zeros of the rare ones are left out.
-        chat_shared::telemetry::count("Pushes", d(0));
+        chat_store::telemetry::count("Pushes", d(0));
         for (name, n) in [
             ("PushRetries", d(1)),
             ("PushesGivenUp", d(2)),
@@ -367,7 +368,7 @@ impl Fanout {
             ("FanoutPushFailures", push_failures),
         ] {
             if n > 0 {
-                chat_shared::telemetry::count(name, n);
+                chat_store::telemetry::count(name, n);
             }
         }
         // The per-invocation figures (one line, the metrics to chart).
@@ -408,7 +409,7 @@ impl Fanout {
         if plans.frames(&records)?.is_empty() {
             return Ok(Pushed::everyone());
         }
-        let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         let members_read = started.elapsed();
         let connections = self.connections.live_connections(&users, now).await?;
         let reads = started.elapsed();
@@ -605,7 +606,7 @@ impl Fanout {
     /// registered within the grace (its handshake may still be completing). A failed delete is
     /// logged only: the next push finds the connection gone again.
     async fn forget(&self, connection: &LiveConnection) {
-        let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         if !may_forget(connection.registered_at(), now) {
             self.stats.add(&self.stats.kept_in_grace);
             tracing::info!(

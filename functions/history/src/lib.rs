@@ -1,9 +1,9 @@
 //! `history` — `GET /conversations/{conversationId}/messages?beforeSeq=&afterSeq=&limit=`
 //! (docs/api.md §11): a page of messages in `seq` order.
 
-use chat_shared::api::http::{self, App, Query};
-use chat_shared::api::requests::{conversation_id_param, HistoryQuery};
-use chat_shared::ChatError;
+use chat_domain::requests::{conversation_id_param, HistoryQuery};
+use chat_domain::ChatError;
+use chat_http::http::{self, App, Query};
 use lambda_http::{Body, Request, Response};
 
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {

@@ -17,13 +17,14 @@ use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
-use chat_shared::domain::inbox::{coalesce, KeyChange};
-use chat_shared::events::plan::BatchFailures;
-use chat_shared::lambda::{batch_response, Error, EventHandler, SdkConfig};
-use chat_shared::store::items::{from_item, ConversationItem};
-use chat_shared::store::keys;
-use chat_shared::store::ArchiveSettings;
-use chat_shared::{telemetry, ChatError, ChatStore, Config, ConversationId};
+use chat_domain::events::plan::BatchFailures;
+use chat_domain::inbox::{coalesce, KeyChange};
+use chat_domain::{ChatError, ConversationId};
+use chat_lambda::{batch_response, Error, EventHandler, SdkConfig};
+use chat_store::items::{from_item, ConversationItem};
+use chat_store::keys;
+use chat_store::ArchiveSettings;
+use chat_store::{telemetry, ChatStore, Config};
 use futures::stream::{self, StreamExt};
 
 /// Conversations moved at once.
@@ -48,7 +49,7 @@ impl InboxIndex {
         // The archiver's work list (docs/data-model.md §7): conversations whose messages opened
         // a new bucket, with the first record of each.
         let mut listings = Vec::new();
-        let listing = self.chat.archive().is_some();
+        let listing = self.chat.has_archive_tier();
         for (i, record) in records.iter().enumerate() {
             let (old, new) = (&record.change.old_image, &record.change.new_image);
             if listing {
@@ -180,7 +181,7 @@ pub fn key_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chat_shared::domain::{ConversationId, ConversationType};
+    use chat_domain::{ConversationId, ConversationType};
 
     fn conversation(last_message_at: Option<&str>) -> ConversationItem {
         ConversationItem {

@@ -1,4 +1,4 @@
 #[tokio::main]
-async fn main() -> Result<(), chat_shared::lambda::Error> {
-    chat_shared::lambda::run::<inbox_index::InboxIndex>().await
+async fn main() -> Result<(), chat_lambda::Error> {
+    chat_lambda::run::<inbox_index::InboxIndex>().await
 }

@@ -1,9 +1,9 @@
 //! `inbox` — `GET /inbox?limit=&cursor=` (docs/api.md §14): the caller's conversations, newest
 //! activity first.
 
-use chat_shared::api::http::{self, App, Query};
-use chat_shared::api::requests::{page_limit, QueryParams, DEFAULT_INBOX_LIMIT};
-use chat_shared::ChatError;
+use chat_domain::requests::{page_limit, QueryParams, DEFAULT_INBOX_LIMIT};
+use chat_domain::ChatError;
+use chat_http::http::{self, App, Query};
 use lambda_http::{Body, Request, Response};
 
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {

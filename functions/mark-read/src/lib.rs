@@ -1,9 +1,9 @@
 //! `markRead` — `POST /conversations/{conversationId}/read` `{"seq": N}` (docs/api.md §12):
 //! moves the caller's read watermark forward, never back.
 
-use chat_shared::api::http::{self, App};
-use chat_shared::api::requests::{conversation_id_param, parse_mark_read};
-use chat_shared::ChatError;
+use chat_domain::requests::{conversation_id_param, parse_mark_read};
+use chat_domain::ChatError;
+use chat_http::http::{self, App};
 use lambda_http::{Body, Request, Response};
 
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {

@@ -1,9 +1,9 @@
 //! `readStates` — `GET /conversations/{conversationId}/reads` (docs/api.md §13): every member's
 //! read watermark.
 
-use chat_shared::api::http::{self, App};
-use chat_shared::api::requests::conversation_id_param;
-use chat_shared::ChatError;
+use chat_domain::requests::conversation_id_param;
+use chat_domain::ChatError;
+use chat_http::http::{self, App};
 use lambda_http::{Body, Request, Response};
 
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {

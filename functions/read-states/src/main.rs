@@ -1,4 +1,4 @@
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    chat_shared::api::http::serve(read_states::handle).await
+    chat_http::http::serve(read_states::handle).await
 }

@@ -25,14 +25,15 @@ use aws_lambda_events::event::dynamodb::{Event as StreamEvent, EventRecord as St
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use chat_shared::events::plan::{
+use chat_domain::events::plan::{
     group_by_conversation, put_rounds, BatchFailures, ConversationEvents, OutgoingRecord,
 };
-use chat_shared::events::stream::events_from_change;
-use chat_shared::events::Event;
-use chat_shared::lambda::{batch_response, Error, EventHandler, SdkConfig};
-use chat_shared::retry::Backoff;
-use chat_shared::{ChatStore, Config, ConversationId};
+use chat_domain::events::Event;
+use chat_domain::retry::Backoff;
+use chat_domain::ConversationId;
+use chat_lambda::{batch_response, Error, EventHandler, SdkConfig};
+use chat_store::stream::events_from_change;
+use chat_store::{ChatStore, Config};
 
 /// Stay well under Kinesis' 1 MiB per record.
 const MAX_RECORD_BYTES: usize = 900 * 1024;
@@ -148,13 +149,13 @@ impl Relay {
             put += round_put;
             retries += round_retries;
         }
-        chat_shared::telemetry::count("RelayRecordsPut", put as u64);
+        chat_store::telemetry::count("RelayRecordsPut", put as u64);
         if retries > 0 {
-            chat_shared::telemetry::count("RelayPutRetries", retries as u64);
+            chat_store::telemetry::count("RelayPutRetries", retries as u64);
         }
         if let Some(i) = failures.earliest() {
             // Records Lambda will deliver again, from the earliest reported one.
-            chat_shared::telemetry::count("RelayRecordsFailed", (records.len() - i) as u64);
+            chat_store::telemetry::count("RelayRecordsFailed", (records.len() - i) as u64);
         }
         tracing::info!(
             records = records.len(),
@@ -211,7 +212,7 @@ impl Relay {
     async fn fill_content(
         &self,
         group: &mut ConversationEvents,
-    ) -> Result<(), chat_shared::ChatError> {
+    ) -> Result<(), chat_domain::ChatError> {
         let seqs = group
             .events
             .iter()

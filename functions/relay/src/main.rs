@@ -1,4 +1,4 @@
 #[tokio::main]
-async fn main() -> Result<(), chat_shared::lambda::Error> {
-    chat_shared::lambda::run::<relay::Relay>().await
+async fn main() -> Result<(), chat_lambda::Error> {
+    chat_lambda::run::<relay::Relay>().await
 }

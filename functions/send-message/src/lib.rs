@@ -1,9 +1,9 @@
 //! `sendMessage` — `POST /conversations/{conversationId}/messages` (docs/api.md §10): 201 with
 //! the new message, 200 with the original on a replay of its `clientMsgId`.
 
-use chat_shared::api::http::{self, App};
-use chat_shared::api::requests::{conversation_id_param, SendMessage};
-use chat_shared::ChatError;
+use chat_domain::requests::{conversation_id_param, SendMessage};
+use chat_domain::ChatError;
+use chat_http::http::{self, App};
 use lambda_http::{Body, Request, Response};
 
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {

@@ -5,9 +5,10 @@
 //! then recorded for the fanout, with a TTL matching API Gateway's 2-hour limit.
 
 use aws_lambda_events::event::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use chat_shared::auth::TokenVerifier;
-use chat_shared::lambda::{Error, EventHandler, SdkConfig};
-use chat_shared::{ChatError, Config, ConnectionStore};
+use chat_domain::ChatError;
+use chat_http::auth::TokenVerifier;
+use chat_lambda::{Error, EventHandler, SdkConfig};
+use chat_store::{Config, ConnectionStore};
 use std::future::Future;
 
 #[derive(Clone, Debug)]
@@ -66,7 +67,7 @@ impl WsConnection {
             .query_string_parameters
             .first("token")
             .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
-        let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         let user = self.verifier.verify(token, now).await?;
         self.connections.register(&user, connection, now).await
     }

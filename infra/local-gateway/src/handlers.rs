@@ -6,8 +6,8 @@ use aws_config::SdkConfig;
 use aws_lambda_events::event::apigw::ApiGatewayWebsocketProxyRequest;
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use chat_shared::lambda::EventHandler;
-use chat_shared::Config;
+use chat_lambda::EventHandler;
+use chat_store::Config;
 use fanout::Fanout;
 use inbox_index::InboxIndex;
 use relay::Relay;
@@ -25,7 +25,7 @@ pub(crate) struct Handlers {
 }
 
 impl Handlers {
-    /// Builds the handlers as `chat_shared::lambda::run` does, from `config` (with its endpoints
+    /// Builds the handlers as `chat_lambda::run` does, from `config` (with its endpoints
     /// filled in), each with its own function's clients (its IAM role: `Config::for_function`).
     pub(crate) async fn new(config: &Config, sdk: &SdkConfig) -> Result<Handlers, Error> {
         Ok(Handlers {
@@ -73,6 +73,6 @@ async fn build<H: EventHandler>(
     config: &Config,
     sdk: &SdkConfig,
     function: &str,
-) -> Result<H, chat_shared::lambda::Error> {
+) -> Result<H, chat_lambda::Error> {
     H::from_config(&config.for_function(function), sdk).await
 }

@@ -33,7 +33,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chat_shared::Config;
+use chat_store::Config;
 use tokio::net::TcpListener;
 
 pub use dynamodb_stream::lambda_event_record;

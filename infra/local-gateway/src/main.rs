@@ -10,7 +10,7 @@ use local_gateway::{Gateway, GatewayConfig};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    chat_shared::telemetry::init(false, None);
+    chat_store::telemetry::init(false, None);
     let config = match GatewayConfig::from_env() {
         Ok(c) => c,
         Err(e) => {

@@ -63,8 +63,8 @@ pub(crate) async fn handle(req: Request<Incoming>, registry: &Registry) -> Respo
         Method::GET => match registry.info(&id) {
             Some(info) => {
                 let body = json!({
-                    "connectedAt": chat_shared::time::rfc3339(info.connected_at),
-                    "lastActiveAt": chat_shared::time::rfc3339(info.last_active_at),
+                    "connectedAt": chat_domain::time::rfc3339(info.connected_at),
+                    "lastActiveAt": chat_domain::time::rfc3339(info.last_active_at),
                     "identity": {"sourceIp": info.source_ip, "userAgent": info.user_agent},
                 });
                 json_response(StatusCode::OK, body)

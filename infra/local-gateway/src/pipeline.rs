@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
-use chat_shared::Config;
+use chat_store::Config;
 use serde_json::Value;
 use tokio::sync::watch;
 

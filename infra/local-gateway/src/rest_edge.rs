@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use chat_shared::api::routes;
+use chat_http::routes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -208,7 +208,7 @@ fn in_api_shape(body: &[u8]) -> bool {
         .is_some_and(|v| v["error"]["code"].is_string())
 }
 
-/// The API route a request is for (`chat_shared::api::routes`), as a bounded set of keys
+/// The API route a request is for (`chat_http::routes`), as a bounded set of keys
 /// whatever the path: `GET /conversations/{conversationId}/messages`; every other path or method
 /// `other`.
 fn route_key(method: &Method, path: &str) -> String {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use bytes::Bytes;
-use chat_shared::store::connections::CONNECTION_TTL_SECS;
+use chat_store::connections::CONNECTION_TTL_SECS;
 use futures::{SinkExt, StreamExt};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, UPGRADE};

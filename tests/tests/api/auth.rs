@@ -1,6 +1,6 @@
 //! Identity: local HS256 tokens, and the HTTP API JWT authorizer's claims when deployed.
 
-use chat_shared::auth::{mint_hs256, Authenticator};
+use chat_http::auth::{mint_hs256, Authenticator};
 use chat_tests::{unique, Function, TestApp, TEST_SECRET};
 use serde_json::json;
 
@@ -22,7 +22,7 @@ fn with_header(
 async fn requests_without_a_valid_token_are_unauthorized() {
     let t = TestApp::new().await;
     let (a, b, c) = t.new_direct().await;
-    let now = chat_shared::time::unix_seconds(chat_shared::time::now());
+    let now = chat_domain::time::unix_seconds(chat_domain::time::now());
     let bad_headers = [
         None,
         Some("".to_owned()),

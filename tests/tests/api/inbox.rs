@@ -1,8 +1,8 @@
 //! The inbox: order, unread counts, previews, paging.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use chat_shared::domain::inbox::{activity_key, ConversationMove};
-use chat_shared::ConversationId;
+use chat_domain::inbox::{activity_key, ConversationMove};
+use chat_domain::ConversationId;
 use chat_tests::{indexer, unique, unique_users, Resp, TestApp};
 use serde_json::{json, Value};
 

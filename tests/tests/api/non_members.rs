@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::config::SharedInterceptor;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
-use chat_shared::config::Timeouts;
+use chat_store::retry::Timeouts;
 use chat_tests::{assert_sent, new_uuid, unique, TestApp, TransactionAnswers, WRITES};
 use serde_json::json;
 

@@ -105,8 +105,8 @@ async fn contended_fallback_keeps_the_same_rules() {
     for i in 0..3 {
         t.send(&c, &a, &format!("{i}")).await;
     }
-    let bob = chat_shared::UserId::parse(&b).unwrap();
-    let c = chat_shared::ConversationId::parse(&c).unwrap();
+    let bob = chat_domain::UserId::parse(&b).unwrap();
+    let c = chat_domain::ConversationId::parse(&c).unwrap();
     let store = &t.app.store;
     let r = store.mark_read(&bob, &c, 2).await.unwrap();
     assert_eq!((r.last_read_seq, r.advanced), (2, true));
@@ -118,21 +118,21 @@ async fn contended_fallback_keeps_the_same_rules() {
         (3, true),
         "clamped to lastSeq"
     );
-    let s = chat_shared::UserId::parse(&stranger).unwrap();
+    let s = chat_domain::UserId::parse(&stranger).unwrap();
     assert_eq!(
         store.mark_read(&s, &c, 1).await.unwrap_err(),
-        chat_shared::ChatError::NotFound
+        chat_domain::ChatError::NotFound
     );
     assert_eq!(
         store
             .mark_read(
                 &bob,
-                &chat_shared::ConversationId::parse("g-0123456789abcdef0123456789abcdef").unwrap(),
+                &chat_domain::ConversationId::parse("g-0123456789abcdef0123456789abcdef").unwrap(),
                 1
             )
             .await
             .unwrap_err(),
-        chat_shared::ChatError::NotFound
+        chat_domain::ChatError::NotFound
     );
 }
 
@@ -143,9 +143,9 @@ async fn read_states_never_show_a_watermark_past_last_seq() {
     t.send(&c, &a, "one").await;
     // What one non-snapshot Query can see while a's second send commits: a's member item
     // already at seq 2, the conversation item still at lastSeq 1.
-    let a_id = chat_shared::UserId::parse(&a).unwrap();
-    let c_id = chat_shared::ConversationId::parse(&c).unwrap();
-    let key = chat_shared::store::keys::member_key(&c_id, &a_id);
+    let a_id = chat_domain::UserId::parse(&a).unwrap();
+    let c_id = chat_domain::ConversationId::parse(&c).unwrap();
+    let key = chat_store::keys::member_key(&c_id, &a_id);
     t.db.update_item()
         .table_name(&t.table)
         .set_key(Some(key))

@@ -1,17 +1,16 @@
 //! Push events (docs/api.md §15): their wire format, how they come from the chat table's stream
-//! (`stream`), and the pure planning steps of the relay and the fanout (`plan`, the fanout's
+//! (`chat_store::stream`), and the pure planning steps of the relay and the fanout (`plan`, the fanout's
 //! per-connection failure policy in `policy`, what a redelivered record still has to reach in
 //! `redelivery`).
 
 pub mod plan;
 pub mod policy;
 pub mod redelivery;
-pub mod stream;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::model::Message;
-use crate::domain::{ConversationId, UserId};
+use crate::model::Message;
+use crate::{ConversationId, UserId};
 
 /// Conversations larger than this get the light `message.new` (no content).
 pub const FULL_PUSH_MAX_MEMBERS: usize = 200;
@@ -119,21 +118,22 @@ pub struct EventBatch {
     pub events: Vec<Event>,
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// Events of one conversation for tests (here and in the store's stream decoding).
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures {
     use super::*;
 
-    pub(crate) const C: &str = "g-0000000000000000000000000000000c";
+    pub const C: &str = "g-0000000000000000000000000000000c";
 
-    pub(crate) fn conversation() -> ConversationId {
+    pub fn conversation() -> ConversationId {
         ConversationId::parse(C).unwrap()
     }
 
-    pub(crate) fn user(u: &str) -> UserId {
+    pub fn user(u: &str) -> UserId {
         UserId::parse(u).unwrap()
     }
 
-    pub(crate) fn read(u: &str, seq: u64) -> Event {
+    pub fn read(u: &str, seq: u64) -> Event {
         Event::ReadUpdated {
             conversation_id: conversation(),
             user_id: user(u),
@@ -141,7 +141,7 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn msg(seq: u64) -> Event {
+    pub fn msg(seq: u64) -> Event {
         Event::MessageNew {
             conversation_id: conversation(),
             seq,
@@ -151,6 +151,12 @@ pub(crate) mod tests {
             created_at: Some("t".into()),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
 
     #[test]
     fn wire_format_matches_spec() {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::{Event, EventBatch};
-use crate::domain::ConversationId;
+use crate::ConversationId;
 
 /// Which record of a batch Lambda must deliver again (ReportBatchItemFailures): the earliest one
 /// that failed. Lambda resumes from it, so everything after it is retried too, in order, and
@@ -118,7 +118,7 @@ pub fn put_rounds(groups: Vec<ConversationEvents>, max_bytes: usize) -> Vec<Vec<
 /// Within one batch only the highest watermark per member and conversation matters: drops every
 /// `read.updated` that a later one of the same member supersedes, keeping everything else in order.
 pub fn coalesce_reads(events: Vec<Event>) -> Vec<Event> {
-    let mut best: HashMap<(ConversationId, crate::domain::UserId), (usize, u64)> = HashMap::new();
+    let mut best: HashMap<(ConversationId, crate::UserId), (usize, u64)> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
         if let Event::ReadUpdated {
             conversation_id,
@@ -199,7 +199,7 @@ pub fn coalesce_light_messages(events: Vec<Event>) -> Vec<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::tests::{msg, read, user};
+    use crate::events::fixtures::{msg, read, user};
 
     fn in_conversation(c: &str, e: Event) -> Event {
         let id = ConversationId::parse(c).unwrap();
@@ -276,7 +276,7 @@ mod tests {
     #[test]
     fn chunks_keep_order_and_the_size_limit() {
         let group = ConversationEvents {
-            conversation_id: crate::events::tests::conversation(),
+            conversation_id: crate::events::fixtures::conversation(),
             events: vec![
                 (big_message(1, 400_000), 0),
                 (big_message(2, 400_000), 3),
@@ -302,7 +302,7 @@ mod tests {
     fn light_messages_are_coalesced_to_the_last_of_each_run() {
         let light = |seq| msg(seq).for_audience(201);
         let added = Event::MemberAdded {
-            conversation_id: crate::events::tests::conversation(),
+            conversation_id: crate::events::fixtures::conversation(),
             user_ids: vec![user("n")],
         };
         let events = vec![

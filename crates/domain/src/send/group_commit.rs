@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use time::OffsetDateTime;
 
 use super::{busy_until, Entry, Head, MAX_BATCH, MAX_TX_ITEMS};
-use crate::domain::ids::UserId;
-use crate::domain::message::message_time;
+use crate::ids::UserId;
+use crate::message::message_time;
 
 /// The live queued sends in commit order (the oldest first, ties by key), and those whose
 /// request has ended at `now_ms`, which no commit takes: indices into `queue`.

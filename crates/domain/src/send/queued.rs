@@ -246,7 +246,7 @@ mod tests {
     use super::*;
     use std::sync::LazyLock;
 
-    use crate::domain::ids::UserId;
+    use crate::ids::UserId;
 
     const NOW: u64 = 1_000_000;
     const RT: Duration = Duration::from_millis(5);

@@ -23,8 +23,8 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
 
 use super::jwt::{unauthorized, user_from_claims, verified_claims};
-use crate::domain::UserId;
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
+use chat_domain::UserId;
 
 /// When the key set is fetched again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,7 +261,7 @@ mod tests {
 
     fn fixture_set() -> serde_json::Value {
         let f: serde_json::Value =
-            serde_json::from_str(include_str!("../../../tests/fixtures/rs256-issuer.json"))
+            serde_json::from_str(include_str!("../../../../tests/fixtures/rs256-issuer.json"))
                 .unwrap();
         f["rotated_jwks"].clone()
     }

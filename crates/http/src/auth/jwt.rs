@@ -5,8 +5,8 @@
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 
-use crate::domain::UserId;
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
+use chat_domain::UserId;
 
 pub(crate) fn unauthorized(msg: &str) -> ChatError {
     ChatError::Unauthorized(msg.to_owned())

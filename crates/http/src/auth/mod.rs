@@ -8,9 +8,9 @@ pub mod jwt;
 
 use std::sync::Arc;
 
-use crate::config::AuthMode;
-use crate::domain::UserId;
-use crate::error::ChatError;
+use chat_domain::error::ChatError;
+use chat_domain::UserId;
+use chat_store::config::AuthMode;
 
 pub use jwt::{mint_hs256, user_from_sub, verify_hs256};
 

@@ -922,7 +922,7 @@ impl TestApp {
             )
             .expression_attribute_values(
                 ":p",
-                AttributeValue::S(chat_store::keys::PENDING_PREFIX.into()),
+                AttributeValue::S(chat_store::keys::QUEUED_PREFIX.into()),
             )
             .send()
             .await

@@ -8,7 +8,7 @@
 //! - the client's retry (same `clientMsgId`) gets the message exactly once, at one seq;
 //! - history is 1..N, without gaps or duplicates; watermarks never go back;
 //! - nothing appears later that nobody was told of: a send killed before any commit is committed
-//!   once or not at all, never after its pending item's lifetime;
+//!   once or not at all, never after its queued item's lifetime;
 //! - a retry that cannot finish while the killed request's queued send may still be committed
 //!   answers `503 unavailable` (outcome unknown), never `429` (which promises nothing happens);
 //! - no answer is a bare 5xx.

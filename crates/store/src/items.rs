@@ -386,7 +386,7 @@ impl ArchivedKeyItem {
 /// deletes it in the same transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PendingItem {
+pub struct QueuedItem {
     pub conversation_id: ConversationId,
     /// Lower-case `clientMsgId`: the key of this item and of the `X#` item it becomes.
     pub client_msg_key: String,
@@ -406,8 +406,8 @@ pub struct PendingItem {
 }
 
 /// `sk = P!`: the last group commit of a conversation, which sends it committed and at which
-/// seqs. It sorts just before the pending sends, so the one Query a queued send makes to see the
-/// queue also tells it that its send was committed (its pending item gone, its key here), with
+/// seqs. It sorts just before the queued sends, so the one Query a queued send makes to see the
+/// queue also tells it that its send was committed (its queued item gone, its key here), with
 /// no further read. Overwritten by every group commit, in the same transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -426,7 +426,7 @@ pub struct CommitRecordItem {
 pub struct CommittedSend {
     pub client_msg_key: String,
     pub seq: u64,
-    /// The request whose pending item was committed (`PendingItem::request_id`).
+    /// The request whose queued item was committed (`QueuedItem::request_id`).
     pub request_id: String,
 }
 

@@ -137,13 +137,13 @@ pub fn inbox_entry_key(user: &UserId, position: &InboxPosition) -> Item {
     key(inbox_pk(user), inbox_sk(position))
 }
 
-/// Sorts just before the pending sends: one Query reads both.
+/// Sorts just before the queued sends: one Query reads both.
 pub const COMMIT_RECORD_SK: &str = "P!";
-pub const PENDING_PREFIX: &str = "P#";
-pub const PENDING_END_SK: &str = "P$";
+pub const QUEUED_PREFIX: &str = "P#";
+pub const QUEUED_END_SK: &str = "P$";
 
-pub fn pending_sk(client_msg_key: &str) -> String {
-    format!("{PENDING_PREFIX}{client_msg_key}")
+pub fn queued_sk(client_msg_key: &str) -> String {
+    format!("{QUEUED_PREFIX}{client_msg_key}")
 }
 
 pub fn user_connections_pk(user: &UserId) -> String {
@@ -180,10 +180,10 @@ mod tests {
         assert!(CONVERSATION_SK < member_sk(&lowest).as_str());
         assert!(member_sk(&highest).as_str() < COMMIT_RECORD_SK);
         assert!(send_key_sk("0").as_str() > LAST_MESSAGE_SK);
-        // Pending sends sort before messages: one Query reads just them.
-        assert!(COMMIT_RECORD_SK < pending_sk("").as_str());
-        assert!(pending_sk("ffffffff-ffff-ffff-ffff-ffffffffffff").as_str() < PENDING_END_SK);
-        assert!(PENDING_END_SK < FIRST_MESSAGE_SK);
+        // Queued sends sort before messages: one Query reads just them.
+        assert!(COMMIT_RECORD_SK < queued_sk("").as_str());
+        assert!(queued_sk("ffffffff-ffff-ffff-ffff-ffffffffffff").as_str() < QUEUED_END_SK);
+        assert!(QUEUED_END_SK < FIRST_MESSAGE_SK);
     }
 
     #[test]

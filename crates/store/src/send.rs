@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::attrs::{get_n, get_s, n, s, Item};
 use super::items::{
-    from_item, to_item, CommitRecordItem, CommittedSend, LastMessage, MessageItem, PendingItem,
+    from_item, to_item, CommitRecordItem, CommittedSend, LastMessage, MessageItem, QueuedItem,
     SendKeyItem,
 };
 use super::{keys, sdk_error, tx, CancelReason, ChatStore, TxOutcome};
@@ -55,14 +55,14 @@ enum Alone {
 /// What one Query of the queue shows: the last group commit and the queued sends.
 struct Queue {
     last_commit: Option<CommitRecordItem>,
-    queued: Vec<PendingItem>,
+    queued: Vec<QueuedItem>,
 }
 
 /// What a commit stores: its layout, and per send its content and its message.
 struct Commit<'a> {
     id: &'a ConversationId,
     layout: &'a Layout,
-    sends: Vec<&'a PendingItem>,
+    sends: Vec<&'a QueuedItem>,
     messages: Vec<Message>,
 }
 
@@ -268,7 +268,7 @@ impl ChatStore {
                 tx::put(table, item, condition, &values)
             }
             (Target::QueuedSend { send }, Write::Delete) => {
-                let sk = keys::pending_sk(&commit.sends[*send].client_msg_key);
+                let sk = keys::queued_sk(&commit.sends[*send].client_msg_key);
                 let condition = condition.ok_or_else(malformed)?;
                 tx::delete(table, keys::key(pk(), sk), condition, &values)
             }
@@ -369,7 +369,7 @@ impl ChatStore {
         send: &SendRequest<'_>,
         queued: &mut QueuedSend,
         step: Step,
-        queue: &[PendingItem],
+        queue: &[QueuedItem],
         deadline: Deadline,
     ) -> Result<Flow, ChatError> {
         let wait = match step {
@@ -395,8 +395,8 @@ impl ChatStore {
                 expired,
                 head,
             } => {
-                let batch: Vec<&PendingItem> = batch.iter().map(|&i| &queue[i]).collect();
-                let expired: Vec<&PendingItem> = expired.iter().map(|&i| &queue[i]).collect();
+                let batch: Vec<&QueuedItem> = batch.iter().map(|&i| &queue[i]).collect();
+                let expired: Vec<&QueuedItem> = expired.iter().map(|&i| &queue[i]).collect();
                 let (attempt, mut messages) =
                     self.commit_queued(send.id, head, &expired, &batch).await?;
                 tracing::debug!(size = batch.len(), ?attempt, "group commit");
@@ -434,7 +434,7 @@ impl ChatStore {
         let item = to_item(
             &item,
             keys::conversation_pk(send.id),
-            keys::pending_sk(&item.client_msg_key),
+            keys::queued_sk(&item.client_msg_key),
         )?;
         use aws_sdk_dynamodb::operation::put_item::PutItemError;
         let mut retry = self.retry();
@@ -456,7 +456,7 @@ impl ChatStore {
             };
             match err.as_service_error() {
                 Some(PutItemError::ConditionalCheckFailedException(e)) => {
-                    let existing: PendingItem = from_item(e.item().cloned().unwrap_or_default())?;
+                    let existing: QueuedItem = from_item(e.item().cloned().unwrap_or_default())?;
                     let queued = sent(
                         &existing.sender_id,
                         &existing.fingerprint,
@@ -485,7 +485,7 @@ impl ChatStore {
     /// strongly consistent Query (more pages only past 1 MB: bodies are at most 16 KiB, so 60
     /// queued sends or more; a send on a later page must still find itself there).
     async fn queue(&self, id: &ConversationId) -> Result<Queue, ChatError> {
-        let range = (keys::COMMIT_RECORD_SK.into(), keys::PENDING_END_SK.into());
+        let range = (keys::COMMIT_RECORD_SK.into(), keys::QUEUED_END_SK.into());
         let items = self.conversation_range(id, range, None).await?;
         let mut queue = Queue {
             last_commit: None,
@@ -510,8 +510,8 @@ impl ChatStore {
         &self,
         id: &ConversationId,
         head: Option<Head>,
-        expired: &[&PendingItem],
-        batch: &[&PendingItem],
+        expired: &[&QueuedItem],
+        batch: &[&QueuedItem],
     ) -> Result<(Attempt, Vec<Message>), ChatError> {
         for p in expired {
             self.drop_queued(p).await?;
@@ -555,7 +555,7 @@ impl ChatStore {
     }
 
     /// Takes a send out of the queue without committing it. DynamoDB: 1 DeleteItem.
-    async fn drop_queued(&self, p: &PendingItem) -> Result<Dropped, ChatError> {
+    async fn drop_queued(&self, p: &QueuedItem) -> Result<Dropped, ChatError> {
         self.delete_queued(&p.conversation_id, &p.client_msg_key, &p.request_id)
             .await
     }
@@ -574,7 +574,7 @@ impl ChatStore {
             .table_name(&self.table)
             .set_key(Some(keys::key(
                 keys::conversation_pk(id),
-                keys::pending_sk(client_msg_key),
+                keys::queued_sk(client_msg_key),
             )))
             .condition_expression("requestId = :rid")
             .expression_attribute_values(":rid", s(request_id))
@@ -651,8 +651,8 @@ impl ChatStore {
 impl SendRequest<'_> {
     /// The send as a queued send (`P#`) of a request whose deadline is `expires_at` (unix ms):
     /// also what a commit of it, alone or in a group, stores.
-    fn content(&self, enqueued_at: u64, expires_at: u64) -> PendingItem {
-        PendingItem {
+    fn content(&self, enqueued_at: u64, expires_at: u64) -> QueuedItem {
+        QueuedItem {
             conversation_id: self.id.clone(),
             client_msg_key: self.request.client_msg_key.clone(),
             client_msg_id: self.request.client_msg_id.clone(),
@@ -683,7 +683,7 @@ impl SendRequest<'_> {
 }
 
 impl<'a> Commit<'a> {
-    fn new(id: &'a ConversationId, layout: &'a Layout, sends: Vec<&'a PendingItem>) -> Self {
+    fn new(id: &'a ConversationId, layout: &'a Layout, sends: Vec<&'a QueuedItem>) -> Self {
         let messages = sends
             .iter()
             .enumerate()
@@ -758,7 +758,7 @@ fn sent<'a>(sender: &'a UserId, fingerprint: &'a str, request_id: &'a str) -> Se
     }
 }
 
-fn entry(p: &PendingItem) -> Entry<'_> {
+fn entry(p: &QueuedItem) -> Entry<'_> {
     Entry {
         key: &p.client_msg_key,
         request_id: &p.request_id,

@@ -8,9 +8,13 @@ For every workspace member, each entry of [dependencies], [dev-dependencies] and
 somewhere in the crate's Rust files, as `name::…`, `use name`, `name!` or `extern crate name`. A
 dependency kept only for its features can say so with a `# used for features` comment on its line.
 Exit status 1 lists the unused ones.
+
+It also keeps the layering (README "Architecture"): a crate of `LAYERS` declares none of the
+dependencies its layer may not have, e.g. the domain crate nothing AWS or Lambda.
 """
 from __future__ import annotations
 
+import fnmatch
 import pathlib
 import re
 import sys
@@ -18,6 +22,22 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SECTIONS = ("dependencies", "dev-dependencies", "build-dependencies")
+
+
+# Per layer crate, the dependency names (fnmatch patterns) it may not declare in [dependencies].
+LAYERS = {
+    "crates/domain": ["aws-*", "aws_*", "lambda_*", "serde_dynamo", "hyper*", "chat-store", "chat-http", "chat-lambda"],
+    "crates/store": ["lambda_*", "aws_lambda_events", "chat-http", "chat-lambda"],
+    "crates/http": ["lambda_runtime", "aws_lambda_events", "chat-lambda"],
+    "crates/lambda": ["lambda_http", "chat-http"],
+}
+
+
+def layering_breaks(crate: pathlib.Path) -> list[str]:
+    forbidden = LAYERS.get(crate.relative_to(ROOT).as_posix(), [])
+    deps = tomllib.loads((crate / "Cargo.toml").read_text()).get("dependencies", {})
+    return [f"{crate.relative_to(ROOT)}: may not depend on {name}"
+            for name in deps if any(fnmatch.fnmatchcase(name, p) for p in forbidden)]
 
 
 def members() -> list[pathlib.Path]:
@@ -48,6 +68,11 @@ def main() -> int:
         print(f"unused dependency: {u}")
     if found:
         print("check_deps.py: remove them (or mark a features-only one `# used for features`)")
+        return 1
+    breaks = [b for crate in members() for b in layering_breaks(crate)]
+    for b in breaks:
+        print(f"layering: {b}")
+    if breaks:
         return 1
     print(f"check_deps.py: every dependency of {len(members())} crates is used")
     return 0

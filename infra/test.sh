@@ -37,7 +37,7 @@ stop_stack() {
 trap 'stop_stack; rm -f "$log"' EXIT
 
 python -m unittest infra/test_moto_server.py infra/test_template.py infra/test_check_deps.py 2>&1 | tee "$log"
-# Every AWS call the functions make in the tests is recorded (shared/src/iam_log.rs) and checked
+# Every AWS call the functions make in the tests is recorded (crates/store/src/iam_log.rs) and checked
 # against their policies in template.yaml (infra/test_iam.py): IAM is not enforced locally.
 export CHAT_IAM_LOG="$repo/.local/iam-calls"
 rm -rf "$CHAT_IAM_LOG"

@@ -22,6 +22,12 @@ class CheckDepsTest(unittest.TestCase):
         code = "use serde_json::Value;\n#[tokio::main]\nasync fn main() {}\nfn f() { futures::join!(); }\n"
         self.assertEqual(self.crate(deps, code), ["bytes"])
 
+    def test_the_layers_keep_their_dependencies(self):
+        self.assertEqual([b for c in check_deps.members() for b in check_deps.layering_breaks(c)], [])
+        self.assertEqual(set(check_deps.LAYERS), {"crates/domain", "crates/store", "crates/http", "crates/lambda"})
+        for layer in check_deps.LAYERS:
+            self.assertIn(check_deps.ROOT / layer, check_deps.members(), layer)
+
     def test_the_workspace_is_clean(self):
         found = [u for c in check_deps.members() for u in check_deps.unused_in(c)]
         self.assertEqual(found, [])

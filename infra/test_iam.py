@@ -6,7 +6,7 @@ its reason).
     CHAT_IAM_LOG=.local/iam-calls .venv/bin/python -m unittest infra/test_iam.py
 
 IAM is not enforced locally, so this is how a missing grant shows before a deploy. The functions'
-AWS clients record, with `CHAT_IAM_LOG` set, one JSON line per distinct need (shared/src/iam_log.rs):
+AWS clients record, with `CHAT_IAM_LOG` set, one JSON line per distinct need (crates/store/src/iam_log.rs):
 `{"function": "<binary>", "action": "dynamodb:PutItem", "resource": "table/ChatTable",
 "leadingKey": "C#"}`. Policies are read from template.yaml (inline statements, and SAM policy
 templates resolved with aws-sam-translator's own definitions); resources are compared in the same

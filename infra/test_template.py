@@ -438,7 +438,7 @@ class TemplateTest(unittest.TestCase):
         for name, fn in expanded_template()["Resources"].items():
             if fn["Type"] == "AWS::Lambda::Function":
                 env = ((fn["Properties"].get("Environment") or {}).get("Variables")) or {}
-                self.assertEqual(env.get("CHAT_METRICS"), "emf", f"{name}: CHAT_METRICS=emf (shared/src/telemetry.rs)")
+                self.assertEqual(env.get("CHAT_METRICS"), "emf", f"{name}: CHAT_METRICS=emf (crates/store/src/telemetry.rs)")
 
     def test_every_alarm_notifies_the_alarm_topic(self) -> None:
         alarms = resources_of(self.template, "AWS::CloudWatch::Alarm")

@@ -4,7 +4,7 @@
 //! DynamoDB (S3 GETs per page, latency). In process: the real handlers and archiver against
 //! DynamoDB Local behind the strictness layer and moto's S3.
 //!
-//! `cargo run --profile bench -p chat-tests --bin bench -- archive --messages 1000`
+//! `cargo run --profile bench -p chat-bench --bin bench -- archive --messages 1000`
 
 use std::time::{Duration, Instant};
 

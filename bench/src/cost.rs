@@ -1,4 +1,4 @@
-//! The cost model's figures (docs/cost.md): `cargo run -p chat-tests --bin bench -- cost`.
+//! The cost model's figures (docs/cost.md): `cargo run -p chat-bench --bin bench -- cost`.
 //!
 //! Measured here, with the real handlers in process against the emulator: DynamoDB calls, write
 //! units (from the requests and the stored item sizes, `capacity`, failed writes included) and
@@ -925,12 +925,12 @@ fn install_log_capture() -> LogCapture {
 }
 
 /// The custom metrics the functions emit: (name, Function dimension), from the sources' calls of
-/// `telemetry::count`/`metric` (and the fanout's list of counters). A name in `shared/` counts for
+/// `telemetry::count`/`metric` (and the fanout's list of counters). A name in `crates/` counts for
 /// each function whose code path emits it.
 pub fn emf_metrics() -> std::collections::BTreeSet<(String, String)> {
     let root = chat_tests::server::workspace_root();
     let mut files = Vec::new();
-    let mut dirs = vec![root.join("shared/src"), root.join("functions")];
+    let mut dirs = vec![root.join("crates"), root.join("functions")];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let path = entry.path();
@@ -955,7 +955,9 @@ pub fn emf_metrics() -> std::collections::BTreeSet<(String, String)> {
             [.., "send.rs"] => vec!["send-message".into()],
             [.., "reads.rs"] => vec!["mark-read".into()],
             // Transactions: creating and changing conversations, sending.
-            [.., "store", "mod.rs"] => vec!["conversations".into(), "send-message".into()],
+            ["crates", "store", "src", "lib.rs"] => {
+                vec!["conversations".into(), "send-message".into()]
+            }
             _ => vec![format!("? {relative}")],
         };
         for pattern in ["count(\"", "metric(\"", "(\""] {

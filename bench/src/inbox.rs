@@ -1,6 +1,6 @@
 //! Benchmark rows of the inbox (docs/benchmarks.md): a page's latency, DynamoDB calls and read
 //! units for users in 10 to 5,000 conversations, and the write units the inbox index costs per
-//! message: `cargo run -p chat-tests --bin bench -- inbox` (`bench_inbox::run(pages)`).
+//! message: `cargo run -p chat-bench --bin bench -- inbox` (`chat_bench::inbox::run(pages)`).
 //!
 //! Units are computed from the items themselves by DynamoDB's rules (`capacity`): a strongly
 //! consistent read costs 1 unit per started 4 KB, per item for BatchGetItem and for the sum of the

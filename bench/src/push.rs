@@ -3,7 +3,7 @@
 //! pollers) and the real REST handlers.
 //!
 //! ```text
-//! cargo run -p chat-tests --bin bench -- push [big-group|storm] [--online N]
+//! cargo run -p chat-bench --bin bench -- push [big-group|storm] [--online N]
 //!     [--api http://127.0.0.1:9000 [--ws ws://127.0.0.1:9001/]]
 //! ```
 //!

@@ -1,7 +1,7 @@
 //! The benchmark (docs/benchmarks.md):
 //!
-//!     cargo run -p chat-tests --bin bench [-- [hot] [ops] [inbox] [--messages N] [--api URL]]
-//!     cargo run -p chat-tests --bin bench -- cost [--messages N]
+//!     cargo run -p chat-bench --bin bench [-- [hot] [ops] [inbox] [--messages N] [--api URL]]
+//!     cargo run -p chat-bench --bin bench -- cost [--messages N]
 //!
 //! By default the real handlers run in this process against the DynamoDB the tests use (DynamoDB
 //! Local behind the strictness layer, here with in-region latency added: 5 ms median, 20 ms p99;
@@ -16,7 +16,7 @@
 //! log, which sends write, and its members, which receipts write), as the DynamoDB strictness
 //! layer in front of DynamoDB Local recorded them, and the DynamoDB ceiling they imply: the sends a
 //! second at which the log partition reaches DynamoDB's 1,000 write units a second.
-//! `chaos` is the chaos soak (tests/src/bench/chaos.rs): DynamoDB frozen for 25 s in the middle of
+//! `chaos` is the chaos soak (bench/src/chaos.rs): DynamoDB frozen for 25 s in the middle of
 //! mixed traffic (DynamoDB Local's process stopped, or on moto the layer's freeze), then every
 //! invariant checked.
 //! `scaled` runs hot rows with the layer's per-partition limits at 1/10 (throttling on), so that
@@ -26,7 +26,7 @@
 //! with read receipts.
 //!
 //! `cost` measures the figures of docs/cost.md (calls, write and read units, sizes, log bytes per
-//! operation; tests/src/bench/cost.rs) and prints what 1 M messages, receipts and inbox loads
+//! operation; bench/src/cost.rs) and prints what 1 M messages, receipts and inbox loads
 //! cost at the prices listed there, and the per-message figure.
 
 use std::sync::Arc;
@@ -149,7 +149,7 @@ async fn main() {
                 table.print();
             }
             // The inbox at 10-5,000 memberships and the index's cost per message
-            // (tests/src/bench_inbox.rs; its own client, to record the reads' responses).
+            // (bench/src/inbox.rs; its own client, to record the reads' responses).
             "inbox" => chat_bench::inbox::run(messages).await.print(),
             "archive" => chat_bench::archive::run(messages).await.print(),
             other => {

@@ -1,10 +1,10 @@
 //! The REST API's routes, in one place: every operation (by its `operationId` in
 //! docs/openapi.yaml), its method, path template and the function that serves it.
 //!
-//! What else names routes says the same, and `shared/tests/routes.rs` checks it: template.yaml's
+//! What else names routes says the same, and `crates/http/tests/routes.rs` checks it: template.yaml's
 //! HttpApi events (deployed), `[workspace.metadata.lambda.watch.router]` in Cargo.toml (local)
 //! and docs/openapi.yaml. Everything that routes in code uses this table: the conversations
-//! function's dispatch and path parameters (`api::http`), the local REST edge and the tests'
+//! function's dispatch and path parameters (`chat_http::http`), the local REST edge and the tests'
 //! in-process router.
 
 /// An operation of the REST API (docs/api.md).

@@ -100,7 +100,7 @@ fn compare(place: &str, table: &Routes, theirs: Result<Routes, String>) -> Vec<S
         return vec![];
     }
     vec![format!(
-        "{place} and shared/src/api/routes.rs differ:\n  in the route table only: {missing:?}\n  \
+        "{place} and crates/http/src/routes.rs differ:\n  in the route table only: {missing:?}\n  \
          in {place} only: {extra:?}"
     )]
 }

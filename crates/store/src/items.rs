@@ -61,7 +61,7 @@ pub struct ConversationItem {
     pub members_change: Option<MembersChange>,
     /// Set once, when the group first has more than 200 members: the activity key it had then.
     /// From then on its inbox entries are filed under 5-second keys, never below this one
-    /// (`domain::inbox::activity_key`), so they move at most once per 5 s.
+    /// (`chat_domain::inbox::activity_key`), so they move at most once per 5 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucketed_since: Option<String>,
     /// Every message up to this seq is in the archive tier (S3), and may be gone from this table

@@ -302,7 +302,7 @@ impl ChatStore {
 
     /// The longest a request of this store may take, from now: its deadline, plus the time an
     /// ambiguous commit gets to be settled after it. The HTTP edge answers `Unavailable` past it
-    /// (`api::http::handle`), so that no call, however slow, holds a request longer.
+    /// (`chat_http::http::handle`), so that no call, however slow, holds a request longer.
     pub fn time_allowed(&self) -> Duration {
         self.deadline().remaining() + SETTLE_TIME + Duration::from_millis(500)
     }

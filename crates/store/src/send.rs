@@ -1,6 +1,6 @@
 //! `sendMessage` (docs/api.md §10) on DynamoDB: alone, or queued for a group commit, as
 //! docs/data-model.md §3 "Send" describes (the items: §2.4–§2.4b; why `seq` stays gap-free:
-//! §4.1). The decisions are `domain::send`; this module makes the calls they ask for, in their
+//! §4.1). The decisions are `chat_domain::send`; this module makes the calls they ask for, in their
 //! order, and reads the clock for them.
 
 use std::time::{Duration, Instant};

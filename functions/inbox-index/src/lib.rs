@@ -3,7 +3,7 @@
 //! to the relay.
 //!
 //! Only conversation items' records matter: a send, a group commit or the creation changes the
-//! conversation's activity key (`domain::inbox::activity_key`); member, message and inbox entry
+//! conversation's activity key (`chat_domain::inbox::activity_key`); member, message and inbox entry
 //! records (this function's own writes among them) are skipped. A batch is coalesced to one move
 //! per conversation, from the keys before its records to the key after its last one, and each
 //! move rewrites the entries of the conversation's members as they are now

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                "--config-file", CONFIG, "--no-color",
                "run", SCHEMA, "--url", args.url,
                "--header", f"Authorization: Bearer {token}",
-               # Above the functions' local request budget (20 s, config::Timeouts::LOCAL), so a
+               # Above the functions' local request budget (20 s, chat_store::retry::Timeouts::LOCAL), so a
                # slow answer is judged by what it says, not cut off: every request ends in a
                # response of its own before then.
                "--request-timeout", "30",

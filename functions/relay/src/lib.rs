@@ -7,7 +7,7 @@
 //! and need no read.
 //!
 //! Order: stream records of one item arrive in order, and every conversation-level event comes
-//! from the conversation item (`events::stream`), so one conversation's events are already in
+//! from the conversation item (`chat_store::stream`), so one conversation's events are already in
 //! `seq` order here. The relay packs them into one Kinesis record per conversation per PutRecords
 //! call (`events::plan::put_rounds`), so no two records of a conversation race inside a call.
 //!

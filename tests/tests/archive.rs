@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chat_domain::{ConversationId, UserId};
 use chat_store::archive::{self, CHUNK};
-use chat_store::items::{MessageItem, SendKeyItem};
+use chat_store::items::{message_item, SendKeyItem};
 use chat_store::retry::Deadline;
 use chat_store::{keys, ArchiveSettings, Step};
 use chat_tests::{assert_sent, new_uuid, server, unique, TestApp};
@@ -65,7 +65,7 @@ async fn seed(t: &TestApp, c: &str, sender: &str, n: u64) {
     for seq in 1..=n {
         let client_msg_id = new_uuid();
         let body = format!("seeded {seq}");
-        let m = MessageItem {
+        let m = chat_domain::model::Message {
             conversation_id: cid.clone(),
             seq,
             client_msg_id: client_msg_id.clone(),
@@ -82,7 +82,7 @@ async fn seed(t: &TestApp, c: &str, sender: &str, n: u64) {
             created_at: created_at.clone(),
             request_id: new_uuid(),
         };
-        writes.push(m.to_item().unwrap());
+        writes.push(message_item(&m).unwrap());
         writes.push(
             chat_store::items::to_item(
                 &key,

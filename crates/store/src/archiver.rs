@@ -28,14 +28,14 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, WriteRequest};
 use futures::stream::{self, StreamExt};
 use time::OffsetDateTime;
 
 #[cfg(feature = "archive")]
 use super::archive;
 use super::attrs::{get_n, get_s, n, Item};
-use super::items::{from_item, ArchivedKeyItem, ConversationItem, MessageItem};
+use super::inbox::{delete_request, put_request};
+use super::items::{from_item, ArchivedKeyItem, ConversationItem};
 #[cfg(feature = "archive")]
 use super::PartitionQuery;
 use super::{keys, sdk_error, ChatStore};
@@ -307,9 +307,7 @@ impl ChatStore {
         let mut out = Vec::new();
         let query = PartitionQuery {
             pk: pk.to_owned(),
-            range: None,
-            projection: None,
-            page: None,
+            ..Default::default()
         };
         self.query_each(query, |item| {
             out.extend(get_s(&item, keys::SK).and_then(ConversationId::parse));
@@ -463,11 +461,11 @@ impl ChatStore {
         let query = PartitionQuery {
             pk: keys::conversation_pk(id),
             range: Some((keys::FIRST_MESSAGE_SK.to_owned(), keys::message_sk(end))),
-            projection: None,
             page: Some(READ_PAGE),
+            ..Default::default()
         };
         self.query_each(query, |item| {
-            let m = from_item::<MessageItem, Item>(item)?.into_message();
+            let m = from_item::<Message, Item>(item)?;
             if m.seq <= archived {
                 left.push(m);
             } else if m.created_at.as_str() < cutoff {
@@ -599,22 +597,6 @@ impl Pace {
         let due = Duration::from_secs_f64(self.spent as f64 / self.units_per_second as f64);
         due.saturating_sub(elapsed)
     }
-}
-
-fn put_request(item: Item) -> Result<WriteRequest, ChatError> {
-    let put = PutRequest::builder()
-        .set_item(Some(item))
-        .build()
-        .map_err(ChatError::internal)?;
-    Ok(WriteRequest::builder().put_request(put).build())
-}
-
-fn delete_request(key: Item) -> Result<WriteRequest, ChatError> {
-    let delete = DeleteRequest::builder()
-        .set_key(Some(key))
-        .build()
-        .map_err(ChatError::internal)?;
-    Ok(WriteRequest::builder().delete_request(delete).build())
 }
 
 #[cfg(test)]

@@ -184,18 +184,10 @@ impl ConnectionStore {
                 Removal::Done | Removal::Failed => return,
             }
             // Someone else changed the presence meanwhile: plan again from what it is now.
-            match self
-                .db
-                .get_item()
-                .table_name(&self.table)
-                .set_key(Some(presence_key(user)))
-                .consistent_read(true)
-                .send()
-                .await
-            {
-                Ok(out) => presence = out.item.unwrap_or_default(),
+            match self.presence_item(user).await {
+                Ok(item) => presence = item,
                 Err(e) => {
-                    tracing::warn!(user = %user, error = %sdk_error("GetItem", e), "presence not pruned");
+                    tracing::warn!(user = %user, error = ?e, "presence not pruned");
                     return;
                 }
             }
@@ -250,44 +242,47 @@ impl ConnectionStore {
         let mut retry = Retry::until(deadline);
         while retry.next().await {
             // Add to the existing map, or create the map; the conditions make the two race-free.
-            let add = self
-                .db
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(presence_key(user)))
-                .update_expression("SET connections.#c = :exp, expiresAt = :exp ADD ver :one")
-                .condition_expression("attribute_exists(connections)")
-                .expression_attribute_names("#c", connection_id)
-                .expression_attribute_values(":exp", expires.clone())
-                .expression_attribute_values(":one", AttributeValue::N("1".into()))
-                .return_values(ReturnValue::AllNew)
-                .send()
-                .await;
-            match add {
-                Ok(out) => return Ok(out.attributes.unwrap_or_default()),
-                Err(e) if !conditional_failed(&e) => return Err(sdk_error("UpdateItem", e)),
-                Err(_) => {}
-            }
-            let create = self
-                .db
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(presence_key(user)))
-                .update_expression("SET connections = :map, expiresAt = :exp ADD ver :one")
-                .condition_expression("attribute_not_exists(connections)")
-                .expression_attribute_values(
-                    ":map",
-                    AttributeValue::M(HashMap::from([(connection_id.to_owned(), expires.clone())])),
-                )
-                .expression_attribute_values(":exp", expires.clone())
-                .expression_attribute_values(":one", AttributeValue::N("1".into()))
-                .return_values(ReturnValue::AllNew)
-                .send()
-                .await;
-            match create {
-                Ok(out) => return Ok(out.attributes.unwrap_or_default()),
-                Err(e) if !conditional_failed(&e) => return Err(sdk_error("UpdateItem", e)),
-                Err(_) => {}
+            let values = |map: Option<AttributeValue>| {
+                let mut v = HashMap::from([
+                    (":exp".to_owned(), expires.clone()),
+                    (":one".to_owned(), AttributeValue::N("1".into())),
+                ]);
+                v.extend(map.map(|m| (":map".to_owned(), m)));
+                v
+            };
+            let entry = HashMap::from([(connection_id.to_owned(), expires.clone())]);
+            let tries = [
+                (
+                    "SET connections.#c = :exp, expiresAt = :exp ADD ver :one",
+                    "attribute_exists(connections)",
+                    Some(HashMap::from([("#c".to_owned(), connection_id.to_owned())])),
+                    values(None),
+                ),
+                (
+                    "SET connections = :map, expiresAt = :exp ADD ver :one",
+                    "attribute_not_exists(connections)",
+                    None,
+                    values(Some(AttributeValue::M(entry))),
+                ),
+            ];
+            for (update, condition, names, values) in tries {
+                let written = self
+                    .db
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(presence_key(user)))
+                    .update_expression(update)
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(Some(values))
+                    .return_values(ReturnValue::AllNew)
+                    .send()
+                    .await;
+                match written {
+                    Ok(out) => return Ok(out.attributes.unwrap_or_default()),
+                    Err(e) if !conditional_failed(&e) => return Err(sdk_error("UpdateItem", e)),
+                    Err(_) => {}
+                }
             }
         }
         Err(ChatError::Throttled)
@@ -379,7 +374,14 @@ impl ConnectionStore {
     /// The presence entries of one user as stored (connection id → expiry), expired ones included.
     /// DynamoDB: 1 GetItem, strongly consistent.
     pub async fn presence(&self, user: &UserId) -> Result<Vec<(String, i64)>, ChatError> {
-        let item = self
+        let mut entries = connection_map(&self.presence_item(user).await?);
+        entries.sort();
+        Ok(entries)
+    }
+
+    /// A user's presence item (empty when none). 1 GetItem, strongly consistent.
+    async fn presence_item(&self, user: &UserId) -> Result<Item, ChatError> {
+        let out = self
             .db
             .get_item()
             .table_name(&self.table)
@@ -387,12 +389,8 @@ impl ConnectionStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| sdk_error("GetItem", e))?
-            .item
-            .unwrap_or_default();
-        let mut entries = connection_map(&item);
-        entries.sort();
-        Ok(entries)
+            .map_err(|e| sdk_error("GetItem", e))?;
+        Ok(out.item.unwrap_or_default())
     }
 
     /// The unexpired connections of these users. DynamoDB: ⌈users/100⌉ BatchGetItem,

@@ -133,7 +133,8 @@ impl ChatStore {
         }
     }
 
-    /// `getConversation`: 1 Query.
+    /// `getConversation`: 1 round trip (`load_conversation`: a GetItem and a Query per member
+    /// partition, at once).
     pub async fn get_conversation(
         &self,
         caller: &UserId,
@@ -156,20 +157,9 @@ impl ChatStore {
         let now = chat_domain::time::now_rfc3339();
         let pair = sorted_ids([caller, peer]);
         let conversation = ConversationItem {
-            conversation_id: id.clone(),
-            kind: ConversationType::Direct,
-            title: None,
-            owner_id: None,
             direct_members: pair.clone(),
             member_count: 2,
-            last_seq: 0,
-            created_at: now.clone(),
-            last_message_at: None,
-            last_message: None,
-            members_version: 0,
-            members_change: None,
-            bucketed_since: None,
-            archived_through: 0,
+            ..ConversationItem::new(&id, ConversationType::Direct, &now)
         };
         let filed = filed_at(&conversation);
         let mut parts = vec![tx::put(
@@ -212,20 +202,11 @@ impl ChatStore {
         let fingerprint = group_fingerprint(title, &all);
         let now = chat_domain::time::now_rfc3339();
         let conversation = ConversationItem {
-            conversation_id: id.clone(),
-            kind: ConversationType::Group,
             title: Some(title.to_owned()),
             owner_id: Some(caller.clone()),
-            direct_members: vec![],
             member_count: all.len() as u32,
-            last_seq: 0,
-            created_at: now.clone(),
-            last_message_at: None,
-            last_message: None,
-            members_version: 0,
-            members_change: None,
             bucketed_since: bucketed(all.len()).then(|| now.clone()),
-            archived_through: 0,
+            ..ConversationItem::new(&id, ConversationType::Group, &now)
         };
         let filed = filed_at(&conversation);
         let chunks: Vec<&[UserId]> = all.chunks(MEMBERS_PER_TX).collect();

@@ -332,7 +332,8 @@ impl ChatStore {
     }
 }
 
-fn put_request(item: super::Item) -> Result<WriteRequest, ChatError> {
+/// A BatchWriteItem entry putting `item` (for `batch_write`).
+pub(super) fn put_request(item: super::Item) -> Result<WriteRequest, ChatError> {
     let put = PutRequest::builder()
         .set_item(Some(item))
         .build()
@@ -340,7 +341,8 @@ fn put_request(item: super::Item) -> Result<WriteRequest, ChatError> {
     Ok(WriteRequest::builder().put_request(put).build())
 }
 
-fn delete_request(key: super::Item) -> Result<WriteRequest, ChatError> {
+/// A BatchWriteItem entry deleting the item at `key`.
+pub(super) fn delete_request(key: super::Item) -> Result<WriteRequest, ChatError> {
     let delete = DeleteRequest::builder()
         .set_key(Some(key))
         .build()

@@ -90,6 +90,26 @@ pub struct MembersChange {
 }
 
 impl ConversationItem {
+    /// A conversation just created, with no member and no message yet.
+    pub fn new(id: &ConversationId, kind: ConversationType, now: &str) -> Self {
+        ConversationItem {
+            conversation_id: id.clone(),
+            kind,
+            title: None,
+            owner_id: None,
+            direct_members: vec![],
+            member_count: 0,
+            last_seq: 0,
+            created_at: now.to_owned(),
+            last_message_at: None,
+            last_message: None,
+            members_version: 0,
+            members_change: None,
+            bucketed_since: None,
+            archived_through: 0,
+        }
+    }
+
     pub fn to_item(&self) -> Result<Item, ChatError> {
         to_item(
             self,
@@ -252,48 +272,13 @@ impl LastMessage {
     }
 }
 
-/// `sk = S#<seq>`: one message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MessageItem {
-    pub conversation_id: ConversationId,
-    pub seq: u64,
-    pub client_msg_id: String,
-    pub sender_id: UserId,
-    pub body: String,
-    pub created_at: String,
-}
-
-impl MessageItem {
-    pub fn new(m: &Message) -> Self {
-        MessageItem {
-            conversation_id: m.conversation_id.clone(),
-            seq: m.seq,
-            client_msg_id: m.client_msg_id.clone(),
-            sender_id: m.sender_id.clone(),
-            body: m.body.clone(),
-            created_at: m.created_at.clone(),
-        }
-    }
-
-    pub fn to_item(&self) -> Result<Item, ChatError> {
-        to_item(
-            self,
-            keys::conversation_pk(&self.conversation_id),
-            keys::message_sk(self.seq),
-        )
-    }
-
-    pub fn into_message(self) -> Message {
-        Message {
-            conversation_id: self.conversation_id,
-            seq: self.seq,
-            client_msg_id: self.client_msg_id,
-            sender_id: self.sender_id,
-            body: self.body,
-            created_at: self.created_at,
-        }
-    }
+/// `sk = S#<seq>`: one message, stored as the API shows it (`Message`, the same attributes).
+pub fn message_item(m: &Message) -> Result<Item, ChatError> {
+    to_item(
+        m,
+        keys::conversation_pk(&m.conversation_id),
+        keys::message_sk(m.seq),
+    )
 }
 
 /// `sk = X#<clientMsgId>`: the idempotency key of a send, kept forever. Enough to answer a

@@ -120,14 +120,15 @@ impl Seen {
     }
 }
 
-#[cfg(feature = "archive")]
 /// What `query_each` reads: a partition, optionally a range of its sort keys, some attributes,
-/// and at most `page` items per Query.
+/// and at most `page` items per Query, ascending unless `descending`.
+#[derive(Default)]
 struct PartitionQuery<'a> {
     pk: String,
     range: Option<(String, String)>,
     projection: Option<&'a str>,
     page: Option<i32>,
+    descending: bool,
 }
 
 /// Result of a TransactWriteItems: committed, or cancelled with one reason per item (in request
@@ -436,48 +437,30 @@ impl ChatStore {
         Ok(items)
     }
 
+    /// Every item of one partition (`sk` in a range, when given), ascending, strongly consistent.
     async fn query_partition(
         &self,
         pk: String,
         range: Option<(String, String)>,
         projection: Option<&str>,
     ) -> Result<Vec<Item>, ChatError> {
-        let condition = match range {
-            Some(_) => "pk = :pk AND sk BETWEEN :from AND :to",
-            None => "pk = :pk",
-        };
         let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let mut query = self
-                .db
-                .query()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .key_condition_expression(condition)
-                .set_projection_expression(projection.map(str::to_owned))
-                .expression_attribute_values(":pk", attrs::s(pk.clone()));
-            if let Some((from, to)) = &range {
-                query = query
-                    .expression_attribute_values(":from", attrs::s(from.clone()))
-                    .expression_attribute_values(":to", attrs::s(to.clone()));
-            }
-            let resp = query
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk_error("Query", e))?;
-            items.extend(resp.items.unwrap_or_default());
-            match resp.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(items),
-            }
-        }
+        let all = PartitionQuery {
+            pk,
+            range,
+            projection,
+            ..Default::default()
+        };
+        self.query_each(all, |item| {
+            items.push(item);
+            Ok(true)
+        })
+        .await?;
+        Ok(items)
     }
 
-    #[cfg(feature = "archive")]
-    /// Each item of one partition (`sk` in a range, when given), ascending, strongly consistent,
-    /// Query page by Query page, until `keep` says stop (false) or the items end.
+    /// Each item of one partition (`sk` in a range, when given), in `sk` order, strongly
+    /// consistent, Query page by Query page, until `keep` says stop (false) or the items end.
     async fn query_each(
         &self,
         q: PartitionQuery<'_>,
@@ -492,6 +475,7 @@ impl ChatStore {
                 .consistent_read(true)
                 .set_projection_expression(q.projection.map(str::to_owned))
                 .set_limit(q.page)
+                .scan_index_forward(!q.descending)
                 .expression_attribute_values(":pk", attrs::s(q.pk.clone()))
                 .set_exclusive_start_key(start.take());
             request = match &q.range {

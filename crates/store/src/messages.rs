@@ -1,8 +1,8 @@
 //! `history` (docs/api.md §11), and reading committed messages back for the relay.
 
-use super::attrs::{get_s, s, Item};
-use super::items::{from_item, ConversationItem, MessageItem};
-use super::{keys, sdk_error, ChatStore};
+use super::attrs::{get_s, Item};
+use super::items::{from_item, ConversationItem};
+use super::{keys, ChatStore, PartitionQuery};
 use chat_domain::error::ChatError;
 use chat_domain::model::{HistoryPage, Message};
 use chat_domain::requests::{HistoryCursor, HistoryQuery};
@@ -216,37 +216,25 @@ impl ChatStore {
                 true,
             ),
         };
+        // One more than the page tells whether there is more.
         let mut items: Vec<Item> = Vec::with_capacity(limit + 1);
-        let mut start = None;
-        loop {
-            // One more than the page tells whether there is more.
-            let want = limit + 1 - items.len();
-            let resp = self
-                .db
-                .query()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-                .expression_attribute_values(":pk", s(keys::conversation_pk(id)))
-                .expression_attribute_values(":from", s(&from))
-                .expression_attribute_values(":to", s(&to))
-                .scan_index_forward(forward)
-                .limit(want as i32)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk_error("Query", e))?;
-            items.extend(resp.items.unwrap_or_default());
-            match resp.last_evaluated_key {
-                Some(k) if !k.is_empty() && items.len() <= limit => start = Some(k),
-                _ => break,
-            }
-        }
+        let page = PartitionQuery {
+            pk: keys::conversation_pk(id),
+            range: Some((from, to)),
+            page: Some(limit as i32 + 1),
+            descending: !forward,
+            ..Default::default()
+        };
+        self.query_each(page, |item| {
+            items.push(item);
+            Ok(items.len() <= limit)
+        })
+        .await?;
         let has_more = items.len() > limit;
         items.truncate(limit);
         let messages = items
             .into_iter()
-            .map(|i| from_item::<MessageItem, _>(i).map(MessageItem::into_message))
+            .map(from_item::<Message, _>)
             .collect::<Result<_, _>>()?;
         Ok((messages, has_more))
     }
@@ -263,7 +251,7 @@ impl ChatStore {
         self.conversation_range(id, range, None)
             .await?
             .into_iter()
-            .map(|item| Ok(from_item::<MessageItem, _>(item)?.into_message()))
+            .map(from_item::<Message, _>)
             .collect()
     }
 }
@@ -330,28 +318,22 @@ mod tests {
 
     #[test]
     fn only_a_page_wholly_archived_skips_the_table() {
-        assert!(!window_is_archived(q(HistoryCursor::Newest, 50), 0, 0));
-        assert!(!window_is_archived(q(HistoryCursor::Newest, 50), 250, 249));
-        assert!(window_is_archived(q(HistoryCursor::Newest, 50), 250, 250));
-        assert!(window_is_archived(
-            q(HistoryCursor::Before(250), 50),
-            250,
-            249
-        ));
-        assert!(!window_is_archived(
-            q(HistoryCursor::Before(251), 50),
-            250,
-            249
-        ));
-        assert!(window_is_archived(
-            q(HistoryCursor::After(198), 50),
-            250,
-            249
-        ));
-        assert!(!window_is_archived(
-            q(HistoryCursor::After(199), 50),
-            250,
-            249
-        ));
+        // (cursor, lastSeq, archivedThrough, skips the table)
+        let cases = [
+            (HistoryCursor::Newest, 0, 0, false),
+            (HistoryCursor::Newest, 250, 249, false),
+            (HistoryCursor::Newest, 250, 250, true),
+            (HistoryCursor::Before(250), 250, 249, true),
+            (HistoryCursor::Before(251), 250, 249, false),
+            (HistoryCursor::After(198), 250, 249, true),
+            (HistoryCursor::After(199), 250, 249, false),
+        ];
+        for (cursor, last_seq, archived, skips) in cases {
+            assert_eq!(
+                window_is_archived(q(cursor, 50), last_seq, archived),
+                skips,
+                "{cursor:?} at lastSeq {last_seq}, archived through {archived}"
+            );
+        }
     }
 }

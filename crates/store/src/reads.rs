@@ -90,7 +90,7 @@ impl ChatStore {
     }
 
     /// `readStates`: every member's watermark, never above the `lastSeq` shown with it
-    /// (`shown_watermark`: the Query is no snapshot). DynamoDB: 1 Query.
+    /// (`shown_watermark`: the reads are no snapshot). DynamoDB: 1 round trip, as `getConversation`.
     pub async fn read_states(
         &self,
         caller: &UserId,

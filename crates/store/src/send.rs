@@ -12,8 +12,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::attrs::{get_n, get_s, n, s, Item};
 use super::items::{
-    from_item, to_item, CommitRecordItem, CommittedSend, LastMessage, MessageItem, QueuedItem,
-    SendKeyItem,
+    from_item, to_item, CommitRecordItem, CommittedSend, LastMessage, QueuedItem, SendKeyItem,
 };
 use super::{keys, sdk_error, tx, CancelReason, ChatStore, TxOutcome};
 use crate::retry::Deadline;
@@ -259,7 +258,7 @@ impl ChatStore {
                 tx::update(table, key, &expression, condition, &values)
             }
             (Target::Message { send }, Write::Put) => {
-                let item = MessageItem::new(&commit.messages[*send]).to_item()?;
+                let item = super::items::message_item(&commit.messages[*send])?;
                 tx::put(table, item, condition, &values)
             }
             (Target::SendKey { send }, Write::Put) => {

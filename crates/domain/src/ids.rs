@@ -139,28 +139,28 @@ mod tests {
 
     #[test]
     fn direct_id_is_per_unordered_pair() {
-        assert_eq!(
-            ConversationId::direct(&u("a"), &u("b")),
-            ConversationId::direct(&u("b"), &u("a"))
-        );
-        assert_ne!(
-            ConversationId::direct(&u("a"), &u("b")),
-            ConversationId::direct(&u("a"), &u("c"))
-        );
-        // Concatenation ambiguity does not collide.
-        assert_ne!(
-            ConversationId::direct(&u("ab"), &u("c")),
-            ConversationId::direct(&u("a"), &u("bc"))
-        );
-        // Nor with `|` in ids: ("a|b", "c") is not ("a", "b|c").
-        assert_ne!(
-            ConversationId::direct(&u("a|b"), &u("c")),
-            ConversationId::direct(&u("a"), &u("b|c"))
-        );
-        assert_eq!(
-            ConversationId::direct(&u("auth0|1"), &u("google-oauth2|2")),
-            ConversationId::direct(&u("google-oauth2|2"), &u("auth0|1"))
-        );
+        let direct = |a: &str, b: &str| ConversationId::direct(&u(a), &u(b));
+        // (one pair, another, the same conversation)
+        let cases = [
+            (("a", "b"), ("b", "a"), true),
+            (("a", "b"), ("a", "c"), false),
+            // Concatenation ambiguity does not collide.
+            (("ab", "c"), ("a", "bc"), false),
+            // Nor with `|` in ids: ("a|b", "c") is not ("a", "b|c").
+            (("a|b", "c"), ("a", "b|c"), false),
+            (
+                ("auth0|1", "google-oauth2|2"),
+                ("google-oauth2|2", "auth0|1"),
+                true,
+            ),
+        ];
+        for ((a, b), (c, d), same) in cases {
+            assert_eq!(
+                direct(a, b) == direct(c, d),
+                same,
+                "({a}, {b}) and ({c}, {d})"
+            );
+        }
         let d = ConversationId::direct(&u("a"), &u("b"));
         assert_eq!(ConversationId::parse(d.as_str()), Some(d));
     }

@@ -477,29 +477,28 @@ mod tests {
     #[test]
     fn entries_count_only_for_the_current_membership() {
         let (k1, k2) = (t("01.000"), t("02.000"));
-        assert_eq!(
-            entry_verdict(&k2, true, Some(Some(&k1)), false),
-            Verdict::Show
-        );
-        assert_eq!(
-            entry_verdict(&k1, true, Some(Some(&k1)), false),
-            Verdict::Show
-        );
-        assert_eq!(entry_verdict(&k2, true, Some(None), false), Verdict::Show);
-        // Removed: never shown, the entry may go.
-        assert_eq!(entry_verdict(&k2, true, None, false), Verdict::Stale);
-        // Filed during an earlier membership (below where the current one started).
-        assert_eq!(
-            entry_verdict(&k1, true, Some(Some(&k2)), false),
-            Verdict::Stale
-        );
-        // The conversation item saw the reader's removal that the member read missed.
-        assert_eq!(
-            entry_verdict(&k2, true, Some(Some(&k1)), true),
-            Verdict::Skip
-        );
-        // A group still being created: its item is written last; keep the entry.
-        assert_eq!(entry_verdict(&k2, false, None, false), Verdict::Skip);
+        let (k1, k2) = (k1.as_str(), k2.as_str());
+        // (entry's key, conversation item found, membership (filed under), removal seen, verdict)
+        let cases = [
+            (k2, true, Some(Some(k1)), false, Verdict::Show),
+            (k1, true, Some(Some(k1)), false, Verdict::Show),
+            (k2, true, Some(None), false, Verdict::Show),
+            // Removed: never shown, the entry may go.
+            (k2, true, None, false, Verdict::Stale),
+            // Filed during an earlier membership (below where the current one started).
+            (k1, true, Some(Some(k2)), false, Verdict::Stale),
+            // The conversation item saw the reader's removal that the member read missed.
+            (k2, true, Some(Some(k1)), true, Verdict::Skip),
+            // A group still being created: its item is written last; keep the entry.
+            (k2, false, None, false, Verdict::Skip),
+        ];
+        for (i, (key, found, member, removed, verdict)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                entry_verdict(key, found, member, removed),
+                verdict,
+                "case {i}"
+            );
+        }
     }
 
     /// One page over an index held in memory (newest first, as the Query reads it), showing the

@@ -184,6 +184,10 @@ pub struct Line {
     pub dollars: f64,
 }
 
+fn line(part: &'static str, dollars: f64) -> Line {
+    Line { part, dollars }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Costs {
     pub direct: Vec<Line>,
@@ -224,50 +228,23 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
 
     let index_ddb = m.index_wru_1to1 * WRU + m.index_rru_1to1 * RRU;
     let direct = vec![
-        Line {
-            part: "API request",
-            dollars: HTTP_REQUEST,
-        },
-        Line {
-            part: "send-message function",
-            dollars: rest(&m.send) - HTTP_REQUEST,
-        },
-        Line {
-            part: "DynamoDB, send",
-            dollars: ddb(&m.send),
-        },
-        Line {
-            part: "relay",
-            dollars: relay,
-        },
-        Line {
-            part: "inbox index, DynamoDB",
-            dollars: index_ddb,
-        },
-        Line {
-            part: "inbox index, function",
-            dollars: consumer(a.relay_batch, a.index_ms, MEMORY_GB),
-        },
-        Line {
-            part: "Kinesis",
-            dollars: kinesis(m.event_bytes),
-        },
-        Line {
-            part: "fanout function",
-            dollars: fanout_1to1,
-        },
-        Line {
-            part: "DynamoDB, fanout",
-            dollars: m.fanout_rru_1to1 * RRU,
-        },
-        Line {
-            part: "pushes",
-            dollars: pushes_1to1 * WS_MESSAGE,
-        },
-        Line {
-            part: "logs",
-            dollars: gb(rest_logs(&m.send) + 3.0 * consumer_logs) * LOG_INGEST_GB,
-        },
+        line("API request", HTTP_REQUEST),
+        line("send-message function", rest(&m.send) - HTTP_REQUEST),
+        line("DynamoDB, send", ddb(&m.send)),
+        line("relay", relay),
+        line("inbox index, DynamoDB", index_ddb),
+        line(
+            "inbox index, function",
+            consumer(a.relay_batch, a.index_ms, MEMORY_GB),
+        ),
+        line("Kinesis", kinesis(m.event_bytes)),
+        line("fanout function", fanout_1to1),
+        line("DynamoDB, fanout", m.fanout_rru_1to1 * RRU),
+        line("pushes", pushes_1to1 * WS_MESSAGE),
+        line(
+            "logs",
+            gb(rest_logs(&m.send) + 3.0 * consumer_logs) * LOG_INGEST_GB,
+        ),
         Line {
             part: "data out",
             dollars: gb(m.send.response_bytes
@@ -280,35 +257,26 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
     let pushes_group = a.online_group * a.connections_per_online_user;
     let fetches = a.online_group * a.fetches_per_push;
     let group = vec![
-        Line {
-            part: "API request, send-message, DynamoDB send",
-            dollars: rest(&m.send_group) + ddb(&m.send_group),
-        },
-        Line {
-            part: "relay, Kinesis",
-            dollars: relay + kinesis(m.event_bytes_light),
-        },
+        line(
+            "API request, send-message, DynamoDB send",
+            rest(&m.send_group) + ddb(&m.send_group),
+        ),
+        line("relay, Kinesis", relay + kinesis(m.event_bytes_light)),
         Line {
             part: "inbox index",
             dollars: a.moves_per_group_message * (m.index_move_wru * WRU + m.index_move_rru * RRU)
                 + consumer(a.relay_batch, a.index_ms, MEMORY_GB),
         },
-        Line {
-            part: "fanout function",
-            dollars: consumer(a.fanout_batch, a.fanout_ms_group, FANOUT_MEMORY_GB),
-        },
-        Line {
-            part: "DynamoDB, fanout",
-            dollars: m.fanout_rru_group * RRU,
-        },
-        Line {
-            part: "pushes",
-            dollars: pushes_group * WS_MESSAGE,
-        },
-        Line {
-            part: "fetches after light pushes",
-            dollars: fetches * (rest(&m.history) + ddb(&m.history)),
-        },
+        line(
+            "fanout function",
+            consumer(a.fanout_batch, a.fanout_ms_group, FANOUT_MEMORY_GB),
+        ),
+        line("DynamoDB, fanout", m.fanout_rru_group * RRU),
+        line("pushes", pushes_group * WS_MESSAGE),
+        line(
+            "fetches after light pushes",
+            fetches * (rest(&m.history) + ddb(&m.history)),
+        ),
         Line {
             part: "logs, data out",
             dollars: gb(rest_logs(&m.send_group)
@@ -324,26 +292,14 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
     ];
 
     let receipts = vec![
-        Line {
-            part: "API request",
-            dollars: HTTP_REQUEST,
-        },
-        Line {
-            part: "mark-read function",
-            dollars: rest(&m.read) - HTTP_REQUEST,
-        },
-        Line {
-            part: "DynamoDB",
-            dollars: ddb(&m.read),
-        },
-        Line {
-            part: "relay, Kinesis, fanout",
-            dollars: relay + kinesis(m.event_bytes_read) + fanout_1to1 + m.fanout_rru_1to1 * RRU,
-        },
-        Line {
-            part: "pushes",
-            dollars: pushes_1to1 * WS_MESSAGE,
-        },
+        line("API request", HTTP_REQUEST),
+        line("mark-read function", rest(&m.read) - HTTP_REQUEST),
+        line("DynamoDB", ddb(&m.read)),
+        line(
+            "relay, Kinesis, fanout",
+            relay + kinesis(m.event_bytes_read) + fanout_1to1 + m.fanout_rru_1to1 * RRU,
+        ),
+        line("pushes", pushes_1to1 * WS_MESSAGE),
         Line {
             part: "logs, data out",
             dollars: gb(rest_logs(&m.read) + 2.0 * consumer_logs) * LOG_INGEST_GB
@@ -355,18 +311,9 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
     ];
 
     let inbox = vec![
-        Line {
-            part: "API request",
-            dollars: HTTP_REQUEST,
-        },
-        Line {
-            part: "inbox function",
-            dollars: rest(&m.inbox) - HTTP_REQUEST,
-        },
-        Line {
-            part: "DynamoDB",
-            dollars: ddb(&m.inbox),
-        },
+        line("API request", HTTP_REQUEST),
+        line("inbox function", rest(&m.inbox) - HTTP_REQUEST),
+        line("DynamoDB", ddb(&m.inbox)),
         Line {
             part: "logs, data out",
             dollars: gb(rest_logs(&m.inbox)) * LOG_INGEST_GB
@@ -395,22 +342,16 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         receipts: per_million(receipts),
         inbox: per_million(inbox),
         fixed: vec![
-            Line {
-                part: "Kinesis on-demand stream",
-                dollars: KINESIS_STREAM_HOUR * HOURS_PER_MONTH,
-            },
-            Line {
-                part: "enhanced fan-out consumer",
-                dollars: KINESIS_EFO_CONSUMER_HOUR * HOURS_PER_MONTH,
-            },
-            Line {
-                part: "alarms",
-                dollars: ALARM_METRICS * ALARM_METRIC_MONTH,
-            },
-            Line {
-                part: "custom metrics (EMF)",
-                dollars: m.emf_metrics * CUSTOM_METRIC_MONTH,
-            },
+            line(
+                "Kinesis on-demand stream",
+                KINESIS_STREAM_HOUR * HOURS_PER_MONTH,
+            ),
+            line(
+                "enhanced fan-out consumer",
+                KINESIS_EFO_CONSUMER_HOUR * HOURS_PER_MONTH,
+            ),
+            line("alarms", ALARM_METRICS * ALARM_METRIC_MONTH),
+            line("custom metrics (EMF)", m.emf_metrics * CUSTOM_METRIC_MONTH),
         ],
         storage_per_month: MILLION * m.message_bytes / 1e9
             * (DDB_STORAGE_GB_MONTH + DDB_PITR_GB_MONTH),
@@ -464,17 +405,7 @@ impl Bench<'_> {
 
         // 1:1 sends, and what they leave stored.
         let before = partition(t, &pk).await;
-        m.send = self
-            .op(n, |_| {
-                let body = json!({"clientMsgId": new_uuid(), "body": BODY});
-                (
-                    "POST",
-                    format!("/conversations/{c}/messages"),
-                    a.clone(),
-                    Some(body),
-                )
-            })
-            .await;
+        m.send = self.sends(n, &c, &a).await;
         let after = partition(t, &pk).await;
         let added: usize = after
             .iter()
@@ -579,17 +510,7 @@ impl Bench<'_> {
         m.index_move_rru = r;
 
         let group_sends = n.min(20);
-        m.send_group = self
-            .op(group_sends, |_| {
-                let body = json!({"clientMsgId": new_uuid(), "body": BODY});
-                (
-                    "POST",
-                    format!("/conversations/{g}/messages"),
-                    owner.clone(),
-                    Some(body),
-                )
-            })
-            .await;
+        m.send_group = self.sends(group_sends, &g, &owner).await;
         let last = t.get(&format!("/conversations/{g}"), &owner).await.body["lastSeq"]
             .as_u64()
             .unwrap();
@@ -626,6 +547,16 @@ impl Bench<'_> {
 
     /// `n` requests one at a time: per request the mean calls, units, sizes and log bytes, and
     /// the p50 duration.
+    /// `n` sends of `BODY` by `sender` to `conversation`, each a new message.
+    async fn sends(&self, n: usize, conversation: &str, sender: &str) -> Op {
+        self.op(n, |_| {
+            let body = json!({"clientMsgId": new_uuid(), "body": BODY});
+            let path = format!("/conversations/{conversation}/messages");
+            ("POST", path, sender.to_owned(), Some(body))
+        })
+        .await
+    }
+
     async fn op(
         &self,
         n: usize,

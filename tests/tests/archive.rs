@@ -104,6 +104,19 @@ async fn seed(t: &TestApp, c: &str, sender: &str, n: u64) {
         .unwrap();
 }
 
+/// A direct conversation of `a` and `b` with `n` messages sent, and what the history requests
+/// (`history_paths`) answer before anything moves.
+/// (a, b, the conversation, the sends' answers, the history requests, their answers)
+type Sent = (String, String, String, Vec<Value>, Vec<String>, Vec<Value>);
+
+async fn sent(t: &TestApp, n: usize) -> Sent {
+    let (a, b, c) = t.new_direct().await;
+    let sent = send_many(t, &c, [&a, &b], n).await;
+    let paths = history_paths(&c, n as u64);
+    let before = answers(t, &a, &paths).await;
+    (a, b, c, sent, paths, before)
+}
+
 /// The history requests whose answers must not change when messages move: every cursor kind,
 /// at and around chunk and tier boundaries, several limits.
 fn history_paths(c: &str, last: u64) -> Vec<String> {
@@ -200,10 +213,7 @@ fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
 #[tokio::test]
 async fn history_pages_across_the_boundary_as_before_and_replays_return_the_original() {
     let t = app().await;
-    let (a, b, c) = t.new_direct().await;
-    let sent = send_many(&t, &c, [&a, &b], 130).await;
-    let paths = history_paths(&c, 130);
-    let before = answers(&t, &a, &paths).await;
+    let (a, b, c, sent, paths, before) = sent(&t, 130).await;
     let inbox_before = t.get("/inbox", &a).await.body;
     let reads_before = t.get(&format!("/conversations/{c}/reads"), &a).await.body;
 
@@ -429,10 +439,7 @@ async fn an_archiver_stopped_at_any_step_or_failing_loses_and_doubles_nothing() 
         Step::Dropped,
     ];
     for step in steps {
-        let (a, b, c) = t.new_direct().await;
-        let sent = send_many(&t, &c, [&a, &b], 24).await;
-        let paths = history_paths(&c, 24);
-        let before = answers(&t, &a, &paths).await;
+        let (a, b, c, sent, paths, before) = sent(&t, 24).await;
         let archiver = t.archiver();
         // A first move (a partial chunk), so that the stopped one supersedes it.
         let first_cut = sent[10]["createdAt"].as_str().unwrap().to_owned();
@@ -488,10 +495,7 @@ async fn an_archiver_stopped_at_any_step_or_failing_loses_and_doubles_nothing() 
 #[tokio::test]
 async fn two_archivers_at_once_change_nothing_and_keep_seq_order() {
     let t = app().await;
-    let (a, b, c) = t.new_direct().await;
-    let sent = send_many(&t, &c, [&a, &b], 40).await;
-    let paths = history_paths(&c, 40);
-    let before = answers(&t, &a, &paths).await;
+    let (a, b, c, sent, paths, before) = sent(&t, 40).await;
     let (x, y) = (t.archiver(), t.archiver());
     for round in 0..3 {
         // Different cutoffs race: each sees its own set of due messages.

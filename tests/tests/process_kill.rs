@@ -165,6 +165,25 @@ async fn retry_through_a_process(
     assert!(queued.is_empty(), "left queued: {queued:?}");
 }
 
+/// A group of `a` and `b` made busy, `a`'s send handed to `process`, which is killed once its
+/// queued send `P#` is written (the layer holds its answer): the conversation, the send's id and
+/// its queued item.
+async fn queue_and_kill(
+    process: FunctionProcess,
+    t: &TestApp,
+    a: &str,
+    b: &str,
+    body: &str,
+) -> (String, String, HashMap<String, AttributeValue>) {
+    let c = t.group(a, &[b]).await;
+    t.mark_busy(&c).await;
+    hold_answer_of("PutItem", &c);
+    let id = new_uuid();
+    let queued = kill_once_written(process, t, &c, a, &id, body, &format!("P#{id}")).await;
+    server::clear_dynamodb_faults();
+    (c, id, queued)
+}
+
 /// Hands `user`'s send to `process`, waits until `sk` of the conversation is written (the point
 /// the layer holds the process at), checks it has not answered, and kills it.
 async fn kill_once_written(
@@ -288,13 +307,8 @@ async fn killed_after_joining_the_queue_it_is_committed_once() {
     let Some((_one, t, process, a, b)) = set_up(&[]).await else {
         return;
     };
-    let c = t.group(&a, &[&b]).await;
-    t.mark_busy(&c).await;
-    hold_answer_of("PutItem", &c);
-    let id = new_uuid();
     let body = "queued, then killed";
-    kill_once_written(process, &t, &c, &a, &id, body, &format!("P#{id}")).await;
-    server::clear_dynamodb_faults();
+    let (c, id, _) = queue_and_kill(process, &t, &a, &b, body).await;
 
     // A retry with a short budget whose looks at the queue are all throttled.
     let short = TestApp::custom(Duration::from_millis(700), None).await;
@@ -334,13 +348,8 @@ async fn killed_after_joining_the_queue_nothing_of_it_appears_after_its_lifetime
     let Some((_one, t, process, a, b)) = set_up(&budget).await else {
         return;
     };
-    let c = t.group(&a, &[&b]).await;
-    t.mark_busy(&c).await;
-    hold_answer_of("PutItem", &c);
-    let id = new_uuid();
     let body = "queued, killed, forgotten";
-    let pending = kill_once_written(process, &t, &c, &a, &id, body, &format!("P#{id}")).await;
-    server::clear_dynamodb_faults();
+    let (c, id, pending) = queue_and_kill(process, &t, &a, &b, body).await;
     let expires_at: u64 = pending["expiresAt"].as_n().unwrap().parse().unwrap();
     let now = chat_domain::time::unix_millis(chat_domain::time::now());
     tokio::time::sleep(Duration::from_millis(expires_at.saturating_sub(now) + 300)).await;

@@ -8,19 +8,6 @@ export type {
   WebSocketLike,
 } from "./client.js";
 export { ChangeError, ChatApiError, SendError, SyncError } from "./errors.js";
-export {
-  applyChange,
-  applyChanges,
-  applyPage,
-  forget,
-  initialState,
-  messageOf,
-  missingAfter,
-  missingChangesAfter,
-  observe,
-  observeChanges,
-  observeReads,
-  reduce,
-} from "./state.js";
-export type { ChatState, ConversationChanges, ConversationPage, ConversationState, Step } from "./state.js";
+// The state module is public as a whole: the reducer and its steps, for apps that keep their own store.
+export * from "./state.js";
 export type * from "./types.js";

@@ -338,21 +338,9 @@ impl ChatStore {
         let mut total = Archived::default();
         loop {
             // 1. Read.
-            let Some(head) = self
-                .conversation_fields(id, Some("archivedThrough, supersededThrough"))
-                .await?
-            else {
+            let Some(archived) = self.archived_and_tidied(archive, id).await? else {
                 return Ok(total);
             };
-            let archived = get_n(&head, "archivedThrough").unwrap_or(0);
-            // A partial chunk superseded by the last advance, which a run stopped before its
-            // step 6 left behind (deleting it again is harmless).
-            if let Some(old) = get_n(&head, "supersededThrough") {
-                if old != archived && old != archive::chunk_end(archive::chunk_of(old)) {
-                    let first = archive::chunk_first(archive::chunk_of(old));
-                    archive.delete(&archive::object_key(id, first, old)).await?;
-                }
-            }
             let k = archive::chunk_of(archived + 1);
             let (first, end) = (archive::chunk_first(k), archive::chunk_end(k));
             let (left, due) = self.due_messages(id, archived, end, cutoff).await?;
@@ -363,32 +351,15 @@ impl ChatStore {
                 }
                 return Ok(total);
             }
-            if due[0].seq != archived + 1
-                || !archive::is_run(&due, id, archived + 1, due[due.len() - 1].seq)
-            {
-                return Err(ChatError::internal(format!(
-                    "{id}: messages after {archived} are not contiguous"
-                )));
-            }
             let last = due[due.len() - 1].seq;
-            let mut chunk = Vec::with_capacity((last + 1 - first) as usize);
             let superseded = (archived >= first).then(|| archive::object_key(id, first, archived));
-            if let Some(key) = &superseded {
-                match archive.get(key).await? {
-                    Some(part) if archive::is_run(&part, id, first, archived) => chunk.extend(part),
-                    _ => {
-                        // Another archiver moved on meanwhile (and dropped it): start again.
-                        if self.archived_through(id).await? != archived {
-                            total.lost_races += 1;
-                            continue;
-                        }
-                        return Err(ChatError::internal(format!(
-                            "{key}: missing or not seqs {first}..={archived}"
-                        )));
-                    }
-                }
-            }
-            chunk.extend(due.iter().cloned());
+            let Some(chunk) = self
+                .assemble_chunk(archive, id, (first, archived), superseded.as_deref(), &due)
+                .await?
+            else {
+                total.lost_races += 1;
+                continue;
+            };
             if stops(Step::Read) {
                 return Ok(total);
             }
@@ -399,13 +370,7 @@ impl ChatStore {
                 return Ok(total);
             }
             // 3. Verify.
-            match archive.get(&key).await? {
-                Some(back) if back == chunk => {}
-                _ => {
-                    telemetry::count("ArchiveVerifyFailures", 1);
-                    return Err(ChatError::internal(format!("{key}: read back differs")));
-                }
-            }
+            verify(archive, &key, &chunk).await?;
             if stops(Step::Verify) {
                 return Ok(total);
             }
@@ -416,12 +381,7 @@ impl ChatStore {
                 .await?
             {
                 total.lost_races += 1;
-                let now = self.archived_through(id).await?;
-                let referenced =
-                    archive::chunk_key(id, last, now).is_some_and(|(k, _, _)| k == key);
-                if !referenced {
-                    archive.delete(&key).await?;
-                }
+                self.drop_unless_referenced(archive, id, &key, last).await?;
                 return Ok(total);
             }
             total.messages += last - archived;
@@ -430,9 +390,7 @@ impl ChatStore {
                 return Ok(total);
             }
             // 5. Trim.
-            let mut trimmed: Vec<Message> = left;
-            trimmed.extend(due);
-            total.deleted += self.trim(&trimmed, stop).await?;
+            total.deleted += self.trim(&[left, due].concat(), stop).await?;
             if stop.is_some_and(|s| s <= Step::Trimmed) {
                 return Ok(total);
             }
@@ -444,6 +402,77 @@ impl ChatStore {
                 return Ok(total);
             }
         }
+    }
+
+    /// Step 1's head: the conversation's `archivedThrough` (None: no such conversation), once a
+    /// partial chunk superseded by the last advance, which a run stopped before its step 6 left
+    /// behind, is deleted (deleting it again is harmless).
+    async fn archived_and_tidied(
+        &self,
+        archive: &archive::Archive,
+        id: &ConversationId,
+    ) -> Result<Option<u64>, ChatError> {
+        let fields = Some("archivedThrough, supersededThrough");
+        let Some(head) = self.conversation_fields(id, fields).await? else {
+            return Ok(None);
+        };
+        let archived = get_n(&head, "archivedThrough").unwrap_or(0);
+        if let Some(old) = get_n(&head, "supersededThrough") {
+            if old != archived && old != archive::chunk_end(archive::chunk_of(old)) {
+                let first = archive::chunk_first(archive::chunk_of(old));
+                archive.delete(&archive::object_key(id, first, old)).await?;
+            }
+        }
+        Ok(Some(archived))
+    }
+
+    /// The chunk to put: its archived part `first-archived` when it was partial (read from the
+    /// archive), then the due messages, which must follow on with no gap. None: another
+    /// archiver moved on meanwhile (and dropped that part), so the run starts again.
+    async fn assemble_chunk(
+        &self,
+        archive: &archive::Archive,
+        id: &ConversationId,
+        (first, archived): (u64, u64),
+        superseded: Option<&str>,
+        due: &[Message],
+    ) -> Result<Option<Vec<Message>>, ChatError> {
+        let last = due[due.len() - 1].seq;
+        if due[0].seq != archived + 1 || !archive::is_run(due, id, archived + 1, last) {
+            return Err(ChatError::internal(format!(
+                "{id}: messages after {archived} are not contiguous"
+            )));
+        }
+        let mut chunk = Vec::with_capacity((last + 1 - first) as usize);
+        if let Some(key) = superseded {
+            match archive.get(key).await? {
+                Some(part) if archive::is_run(&part, id, first, archived) => chunk.extend(part),
+                _ if self.archived_through(id).await? != archived => return Ok(None),
+                _ => {
+                    return Err(ChatError::internal(format!(
+                        "{key}: missing or not seqs {first}..={archived}"
+                    )))
+                }
+            }
+        }
+        chunk.extend(due.iter().cloned());
+        Ok(Some(chunk))
+    }
+
+    /// After a lost advance: the object this run put is deleted unless it is the one the winner
+    /// references (the same key always holds the same messages).
+    async fn drop_unless_referenced(
+        &self,
+        archive: &archive::Archive,
+        id: &ConversationId,
+        key: &str,
+        last: u64,
+    ) -> Result<(), ChatError> {
+        let now = self.archived_through(id).await?;
+        if archive::chunk_key(id, last, now).is_none_or(|(k, _, _)| k != key) {
+            archive.delete(key).await?;
+        }
+        Ok(())
     }
 
     /// Message items of the conversation at or below `archived` still in the table (left by a
@@ -565,6 +594,17 @@ impl ChatStore {
             tokio::time::sleep(pace.wait_after(units, started.elapsed())).await;
         }
         Ok(deleted)
+    }
+}
+
+/// Step 3: the chunk read back under `key` must be the chunk put.
+async fn verify(archive: &archive::Archive, key: &str, chunk: &[Message]) -> Result<(), ChatError> {
+    match archive.get(key).await? {
+        Some(back) if back == chunk => Ok(()),
+        _ => {
+            telemetry::count("ArchiveVerifyFailures", 1);
+            Err(ChatError::internal(format!("{key}: read back differs")))
+        }
     }
 }
 

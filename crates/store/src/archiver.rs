@@ -598,6 +598,7 @@ impl ChatStore {
 }
 
 /// Step 3: the chunk read back under `key` must be the chunk put.
+#[cfg(feature = "archive")]
 async fn verify(archive: &archive::Archive, key: &str, chunk: &[Message]) -> Result<(), ChatError> {
     match archive.get(key).await? {
         Some(back) if back == chunk => Ok(()),

@@ -315,6 +315,7 @@ pub enum Function {
     MarkRead,
     ReadStates,
     Inbox,
+    MessageChanges,
 }
 
 /// The inbox indexer's function (`TestApp::index`).
@@ -326,13 +327,14 @@ const ARCHIVER: &str = "archiver";
 pub const ARCHIVE_BUCKET: &str = "archivebucket";
 
 impl Function {
-    pub const ALL: [&'static str; 6] = [
+    pub const ALL: [&'static str; 7] = [
         "conversations",
         "send-message",
         "history",
         "mark-read",
         "read-states",
         "inbox",
+        "message-changes",
     ];
 
     pub fn by_name(name: &str) -> Option<Function> {
@@ -343,6 +345,7 @@ impl Function {
             "mark-read" => Function::MarkRead,
             "read-states" => Function::ReadStates,
             "inbox" => Function::Inbox,
+            "message-changes" => Function::MessageChanges,
             _ => return None,
         })
     }
@@ -356,6 +359,7 @@ impl Function {
             Function::MarkRead => "mark-read",
             Function::ReadStates => "read-states",
             Function::Inbox => "inbox",
+            Function::MessageChanges => "message-changes",
         }
     }
 }
@@ -745,6 +749,7 @@ impl TestApp {
             Some(Function::MarkRead) => http::handle(app, req, mark_read::handle).await,
             Some(Function::ReadStates) => http::handle(app, req, read_states::handle).await,
             Some(Function::Inbox) => http::handle(app, req, inbox::handle).await,
+            Some(Function::MessageChanges) => http::handle(app, req, message_changes::handle).await,
             // What the router answers for an unknown route.
             None => {
                 return Resp {
@@ -843,6 +848,26 @@ impl TestApp {
     }
 
     /// `markRead`: `user` has read `conversation` up to `seq`.
+    /// `editMessage` of message `seq` with `clientChangeId` `id`.
+    pub async fn edit(&self, c: &str, seq: u64, user: &str, id: &str, body: &str) -> Resp {
+        let body = json!({"clientChangeId": id, "body": body}).to_string();
+        let path = format!("/conversations/{c}/messages/{seq}");
+        self.call("PATCH", &path, Some(user), Some(&body)).await
+    }
+
+    /// `deleteMessage` of message `seq` with `clientChangeId` `id`.
+    pub async fn delete_message(&self, c: &str, seq: u64, user: &str, id: &str) -> Resp {
+        let path = format!("/conversations/{c}/messages/{seq}?clientChangeId={id}");
+        self.call("DELETE", &path, Some(user), None).await
+    }
+
+    /// `addReaction` (`add`) or `removeReaction` of `reaction` (as it stands in the path).
+    pub async fn react(&self, c: &str, seq: u64, user: &str, reaction: &str, add: bool) -> Resp {
+        let path = format!("/conversations/{c}/messages/{seq}/reactions/{reaction}");
+        let method = if add { "PUT" } else { "DELETE" };
+        self.call(method, &path, Some(user), None).await
+    }
+
     pub async fn mark_read(&self, conversation: &str, user: &str, seq: impl Into<Value>) -> Resp {
         self.post(
             &format!("/conversations/{conversation}/read"),

@@ -2,6 +2,8 @@
 
 #[path = "api/auth.rs"]
 mod auth;
+#[path = "api/changes.rs"]
+mod changes;
 #[path = "api/conversations.rs"]
 mod conversations;
 #[path = "api/faults.rs"]

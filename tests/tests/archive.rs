@@ -65,14 +65,14 @@ async fn seed(t: &TestApp, c: &str, sender: &str, n: u64) {
     for seq in 1..=n {
         let client_msg_id = new_uuid();
         let body = format!("seeded {seq}");
-        let m = chat_domain::model::Message {
-            conversation_id: cid.clone(),
+        let m = chat_domain::model::Message::new(
+            cid.clone(),
             seq,
-            client_msg_id: client_msg_id.clone(),
-            sender_id: sender.clone(),
-            body: body.clone(),
-            created_at: created_at.clone(),
-        };
+            client_msg_id.clone(),
+            sender.clone(),
+            body.clone(),
+            created_at.clone(),
+        );
         let key = SendKeyItem {
             conversation_id: cid.clone(),
             seq,

@@ -13,6 +13,9 @@ pub enum ChatError {
     /// Unknown conversation, or the caller is not a member: deliberately indistinguishable.
     #[error("conversation not found")]
     NotFound,
+    /// A message the conversation does not have (a seq above its `lastSeq`).
+    #[error("message not found")]
+    MessageNotFound,
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -46,7 +49,7 @@ impl ChatError {
             ChatError::InvalidRequest(_) => 400,
             ChatError::Unauthorized(_) => 401,
             ChatError::Forbidden(_) => 403,
-            ChatError::NotFound => 404,
+            ChatError::NotFound | ChatError::MessageNotFound => 404,
             ChatError::Conflict(_) => 409,
             ChatError::PayloadTooLarge(_) => 413,
             ChatError::Throttled => 429,
@@ -60,7 +63,7 @@ impl ChatError {
             ChatError::InvalidRequest(_) => "invalid_request",
             ChatError::Unauthorized(_) => "unauthorized",
             ChatError::Forbidden(_) => "forbidden",
-            ChatError::NotFound => "not_found",
+            ChatError::NotFound | ChatError::MessageNotFound => "not_found",
             ChatError::Conflict(_) => "conflict",
             ChatError::PayloadTooLarge(_) => "payload_too_large",
             ChatError::Throttled => "throttled",

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::changes::ChangeKind;
 use super::conversation::ConversationType;
 use super::ids::{ConversationId, UserId};
 
@@ -19,6 +20,8 @@ pub struct Conversation {
     pub last_seq: u64,
     pub created_at: String,
     pub last_message_at: Option<String>,
+    /// The newest `changeSeq` (0: none).
+    pub last_change: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +33,111 @@ pub struct Message {
     pub sender_id: UserId,
     pub body: String,
     pub created_at: String,
+    /// 1 = never edited, +1 per edit (and for the deletion).
+    #[serde(default = "first_version")]
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited_at: Option<String>,
+    /// A tombstone: `body` is empty and there are no reactions.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// Counts per reaction (docs/api.md §13), absent when none. Kept beside the message, never in
+    /// its item: filled in when the message is read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reactions: Vec<ReactionCount>,
+}
+
+fn first_version() -> u64 {
+    1
+}
+
+impl Message {
+    /// A message as sent: version 1, no change yet.
+    pub fn new(
+        conversation_id: ConversationId,
+        seq: u64,
+        client_msg_id: String,
+        sender_id: UserId,
+        body: String,
+        created_at: String,
+    ) -> Message {
+        Message {
+            conversation_id,
+            seq,
+            client_msg_id,
+            sender_id,
+            body,
+            created_at,
+            version: 1,
+            edited_at: None,
+            deleted: false,
+            reactions: Vec::new(),
+        }
+    }
+
+    /// The message once deleted: its seq and identity stay, its content goes.
+    pub fn tombstone(&self) -> Message {
+        Message {
+            body: String::new(),
+            version: self.version + 1,
+            deleted: true,
+            reactions: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReactionCount {
+    pub reaction: String,
+    pub count: u64,
+}
+
+/// One entry of a conversation's change log, with the message as it is now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeEntry {
+    pub change_seq: u64,
+    #[serde(rename = "type")]
+    pub kind: ChangeKind,
+    pub seq: u64,
+    pub user_id: UserId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reaction: Option<String>,
+    pub at: String,
+    pub message: Message,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangesPage {
+    pub changes: Vec<ChangeEntry>,
+    pub last_change: u64,
+    pub has_more: bool,
+}
+
+/// The answer of adding or removing a reaction: the message's counts after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReactionsResult {
+    pub conversation_id: ConversationId,
+    pub seq: u64,
+    pub reactions: Vec<ReactionCount>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reactor {
+    pub user_id: UserId,
+    pub reaction: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReactorsPage {
+    pub reactions: Vec<Reactor>,
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -89,6 +197,7 @@ pub struct InboxEntry {
     pub unread_count: u64,
     pub last_message_at: Option<String>,
     pub last_message: Option<MessagePreview>,
+    pub last_change: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

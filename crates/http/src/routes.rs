@@ -19,6 +19,12 @@ pub enum Operation {
     MarkRead,
     ReadStates,
     Inbox,
+    EditMessage,
+    DeleteMessage,
+    AddReaction,
+    RemoveReaction,
+    Reactions,
+    Changes,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -53,7 +59,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 9] = [
+pub const ROUTES: [Route; 15] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -63,6 +69,12 @@ pub const ROUTES: [Route; 9] = [
     route(MarkRead, "markRead", "POST", "/conversations/{conversationId}/read", "mark-read"),
     route(ReadStates, "readStates", "GET", "/conversations/{conversationId}/reads", "read-states"),
     route(Inbox, "inbox", "GET", "/inbox", "inbox"),
+    route(EditMessage, "editMessage", "PATCH", "/conversations/{conversationId}/messages/{seq}", "message-changes"),
+    route(DeleteMessage, "deleteMessage", "DELETE", "/conversations/{conversationId}/messages/{seq}", "message-changes"),
+    route(AddReaction, "addReaction", "PUT", "/conversations/{conversationId}/messages/{seq}/reactions/{reaction}", "message-changes"),
+    route(RemoveReaction, "removeReaction", "DELETE", "/conversations/{conversationId}/messages/{seq}/reactions/{reaction}", "message-changes"),
+    route(Reactions, "reactions", "GET", "/conversations/{conversationId}/messages/{seq}/reactions", "message-changes"),
+    route(Changes, "changes", "GET", "/conversations/{conversationId}/changes", "message-changes"),
 ];
 
 impl Operation {

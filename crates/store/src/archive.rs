@@ -182,14 +182,14 @@ mod tests {
     use chat_domain::UserId;
 
     fn message(id: &ConversationId, seq: u64, body: &str) -> Message {
-        Message {
-            conversation_id: id.clone(),
+        Message::new(
+            id.clone(),
             seq,
-            client_msg_id: format!("00000000-0000-4000-8000-{seq:012}"),
-            sender_id: UserId::parse("u1").unwrap(),
-            body: body.into(),
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-        }
+            format!("00000000-0000-4000-8000-{seq:012}"),
+            UserId::parse("u1").unwrap(),
+            body.into(),
+            "2026-01-01T00:00:00.000Z".into(),
+        )
     }
 
     #[test]

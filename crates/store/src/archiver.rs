@@ -706,13 +706,15 @@ mod tests {
 
     #[test]
     fn a_message_item_delete_is_billed_by_its_size() {
-        let m = |body: usize| Message {
-            conversation_id: ConversationId::parse("d-0123456789abcdef0123456789abcdef").unwrap(),
-            seq: 1,
-            client_msg_id: "x".into(),
-            sender_id: chat_domain::UserId::parse("u").unwrap(),
-            body: "b".repeat(body),
-            created_at: String::new(),
+        let m = |body: usize| {
+            Message::new(
+                ConversationId::parse("d-0123456789abcdef0123456789abcdef").unwrap(),
+                1,
+                "x".into(),
+                chat_domain::UserId::parse("u").unwrap(),
+                "b".repeat(body),
+                String::new(),
+            )
         };
         assert_eq!(message_item_write_units(&m(0)), 1);
         assert_eq!(message_item_write_units(&m(724)), 1);

@@ -134,14 +134,16 @@ impl ChatStore {
     }
 
     /// `getConversation`: 1 round trip (`load_conversation`: a GetItem and a Query per member
-    /// partition, at once).
+    /// partition, at once, with the GetItem of the change head for `lastChange`).
     pub async fn get_conversation(
         &self,
         caller: &UserId,
         id: &ConversationId,
     ) -> Result<Conversation, ChatError> {
-        let (conversation, members) = self.load_for_member(caller, id).await?;
-        Ok(conversation.to_conversation(sorted_ids(members.iter().map(|m| &m.member_id))))
+        let ((conversation, members), last_change) =
+            tokio::try_join!(self.load_for_member(caller, id), self.last_change(id))?;
+        let ids = sorted_ids(members.iter().map(|m| &m.member_id));
+        Ok(conversation.to_conversation(ids, last_change))
     }
 
     /// `createConversation` (direct). The id is derived from the pair and the conversation item is
@@ -174,7 +176,7 @@ impl ChatStore {
             parts.push(self.put_inbox_entry(user, &filed)?);
         }
         match self.transact_retrying(parts).await? {
-            TxOutcome::Committed => Ok((conversation.to_conversation(pair), true)),
+            TxOutcome::Committed => Ok((conversation.to_conversation(pair, 0), true)),
             TxOutcome::Cancelled(r) if reason_failed(&r, 0).is_some() => {
                 Ok((self.get_conversation(caller, &id).await?, false))
             }
@@ -246,7 +248,7 @@ impl ChatStore {
                 }
             }
         }
-        Ok((conversation.to_conversation(sorted_ids(&all)), true))
+        Ok((conversation.to_conversation(sorted_ids(&all), 0), true))
     }
 
     /// `addMembers`. Each transaction of up to 49 new members raises `memberCount` on condition
@@ -264,7 +266,9 @@ impl ChatStore {
         users: &[UserId],
     ) -> Result<Conversation, ChatError> {
         let mut retry = self.retry();
-        let mut known = None;
+        let (first, last_change) =
+            tokio::try_join!(self.load_for_member(caller, id), self.last_change(id))?;
+        let mut known = Some(first);
         let mut attempt = retry.next().await;
         while attempt {
             let (conversation, members) = match known.take() {
@@ -276,7 +280,7 @@ impl ChatStore {
             let new = members_to_add(&existing, users)?;
             let mut ids = sorted_ids(members.iter().map(|m| &m.member_id));
             if new.is_empty() {
-                return Ok(conversation.to_conversation(ids));
+                return Ok(conversation.to_conversation(ids, last_change));
             }
             let chunk = &new[..new.len().min(MEMBERS_PER_TX)];
             let parts = self.add_members_parts(&conversation, members.len(), chunk)?;
@@ -284,7 +288,7 @@ impl ChatStore {
                 TxOutcome::Committed if chunk.len() == new.len() => {
                     ids.extend(chunk.iter().map(|u| (*u).clone()));
                     ids.sort();
-                    let mut done = conversation.to_conversation(ids);
+                    let mut done = conversation.to_conversation(ids, last_change);
                     done.member_count = (members.len() + chunk.len()) as u32;
                     return Ok(done);
                 }

@@ -74,7 +74,7 @@ impl ChatStore {
             // a copy a move has not deleted yet.
             let (firsts, copies): (Vec<WalkedEntry>, Vec<WalkedEntry>) =
                 covered.into_iter().partition(|e| e.first);
-            let (members, calls) = self
+            let (members, heads, calls) = self
                 .read_entries_items(caller, &firsts, &mut conversations)
                 .await?;
             split |= calls > 1;
@@ -91,7 +91,7 @@ impl ChatStore {
                 caller,
                 firsts,
                 &conversations,
-                &members,
+                (&members, &heads),
                 &mut entries,
                 &mut stale,
             );
@@ -108,20 +108,30 @@ impl ChatStore {
     }
 
     /// A round's reads for `inbox`: the conversation items of its entries (into
-    /// `conversations`, kept across rounds) and the caller's member items (returned), strongly
-    /// consistent, in 1 BatchGetItem per 50 conversations, concurrently; and how many calls.
+    /// `conversations`, kept across rounds), the caller's member items and the conversations'
+    /// `lastChange` (from their change heads) (returned), strongly consistent, in 1 BatchGetItem
+    /// per 33 conversations, concurrently; and how many calls.
     async fn read_entries_items(
         &self,
         caller: &UserId,
         firsts: &[WalkedEntry],
         conversations: &mut HashMap<ConversationId, ConversationItem>,
-    ) -> Result<(HashMap<ConversationId, MemberItem>, usize), ChatError> {
+    ) -> Result<
+        (
+            HashMap<ConversationId, MemberItem>,
+            HashMap<ConversationId, u64>,
+            usize,
+        ),
+        ChatError,
+    > {
         let wanted: Vec<_> = firsts
             .iter()
             .flat_map(|e| {
+                let id = &e.position.conversation_id;
                 [
-                    keys::conversation_key(&e.position.conversation_id),
-                    keys::member_key(&e.position.conversation_id, caller),
+                    keys::conversation_key(id),
+                    keys::member_key(id, caller),
+                    keys::change_head_key(id),
                 ]
             })
             .collect();
@@ -130,16 +140,20 @@ impl ChatStore {
             .chunks(BATCH_GET_KEYS)
             .map(|chunk| self.batch_get(chunk.to_vec(), true));
         let mut members: HashMap<ConversationId, MemberItem> = HashMap::new();
+        let mut heads: HashMap<ConversationId, u64> = HashMap::new();
         for item in try_join_all(reads).await?.into_iter().flatten() {
             if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
                 let c: ConversationItem = from_item(item)?;
                 conversations.insert(c.conversation_id.clone(), c);
+            } else if get_s(&item, keys::SK) == Some(keys::CHANGE_HEAD_SK) {
+                let h: crate::items::ChangeItem = from_item(item)?;
+                heads.insert(h.conversation_id, h.change_seq);
             } else {
                 let m: MemberItem = from_item(item)?;
                 members.insert(m.conversation_id.clone(), m);
             }
         }
-        Ok((members, calls))
+        Ok((members, heads, calls))
     }
 
     /// Sorts a round's first entries by their verdict: shown ones into `entries`, stale ones
@@ -148,7 +162,10 @@ impl ChatStore {
         caller: &UserId,
         firsts: Vec<WalkedEntry>,
         conversations: &HashMap<ConversationId, ConversationItem>,
-        members: &HashMap<ConversationId, MemberItem>,
+        (members, heads): (
+            &HashMap<ConversationId, MemberItem>,
+            &HashMap<ConversationId, u64>,
+        ),
         entries: &mut Vec<(InboxPosition, InboxEntry)>,
         stale: &mut Vec<InboxPosition>,
     ) -> usize {
@@ -165,7 +182,8 @@ impl ChatStore {
             );
             match (verdict, c, m) {
                 (Verdict::Show, Some(c), Some(m)) => {
-                    entries.push(entry(caller, c, m));
+                    let last_change = heads.get(&p.conversation_id).copied().unwrap_or(0);
+                    entries.push(entry(caller, c, m, last_change));
                     shown += 1;
                 }
                 (Verdict::Stale, _, _) => stale.push(p),
@@ -352,7 +370,12 @@ pub(super) fn delete_request(key: super::Item) -> Result<WriteRequest, ChatError
 
 /// One conversation as the caller's inbox shows it: counts from the two strongly consistent
 /// reads, so `unreadCount` is exact right after a read or a send.
-fn entry(caller: &UserId, c: &ConversationItem, m: &MemberItem) -> (InboxPosition, InboxEntry) {
+fn entry(
+    caller: &UserId,
+    c: &ConversationItem,
+    m: &MemberItem,
+    last_change: u64,
+) -> (InboxPosition, InboxEntry) {
     let last_read_seq = m.last_read_seq.min(c.last_seq);
     let peer_id = match c.kind {
         ConversationType::Direct => c.direct_members.iter().find(|u| *u != caller).cloned(),
@@ -374,6 +397,7 @@ fn entry(caller: &UserId, c: &ConversationItem, m: &MemberItem) -> (InboxPositio
             last_read_seq,
             unread_count: unread_count(c.last_seq, last_read_seq),
             last_message_at: c.last_message_at.clone(),
+            last_change,
         },
     )
 }

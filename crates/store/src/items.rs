@@ -6,10 +6,11 @@ use serde::{Deserialize, Serialize};
 
 use super::attrs::Item;
 use super::keys;
+use chat_domain::changes::{reaction_counts, ChangeKind};
 use chat_domain::error::ChatError;
 use chat_domain::inbox::{self, InboxPosition};
 use chat_domain::message::preview;
-use chat_domain::model::{Conversation, Message, MessagePreview};
+use chat_domain::model::{ChangeEntry, Conversation, Message, MessagePreview};
 use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// A struct as an item with the given key.
@@ -135,7 +136,7 @@ impl ConversationItem {
             .is_some_and(|c| c.kind == MembersChangeKind::Removed && c.user_ids.contains(user))
     }
 
-    pub fn to_conversation(&self, member_ids: Vec<UserId>) -> Conversation {
+    pub fn to_conversation(&self, member_ids: Vec<UserId>, last_change: u64) -> Conversation {
         Conversation {
             conversation_id: self.conversation_id.clone(),
             kind: self.kind,
@@ -145,6 +146,7 @@ impl ConversationItem {
             last_seq: self.last_seq,
             created_at: self.created_at.clone(),
             last_message_at: self.last_message_at.clone(),
+            last_change,
         }
     }
 
@@ -261,24 +263,115 @@ impl LastMessage {
 
     /// The whole message, when the preview is all of it.
     pub fn complete(&self, conversation_id: &ConversationId) -> Option<Message> {
-        (!self.truncated).then(|| Message {
-            conversation_id: conversation_id.clone(),
-            seq: self.seq,
-            client_msg_id: self.client_msg_id.clone(),
-            sender_id: self.sender_id.clone(),
-            body: self.body.clone(),
-            created_at: self.created_at.clone(),
+        (!self.truncated).then(|| {
+            Message::new(
+                conversation_id.clone(),
+                self.seq,
+                self.client_msg_id.clone(),
+                self.sender_id.clone(),
+                self.body.clone(),
+                self.created_at.clone(),
+            )
         })
     }
 }
 
 /// `sk = S#<seq>`: one message, stored as the API shows it (`Message`, the same attributes).
 pub fn message_item(m: &Message) -> Result<Item, ChatError> {
-    to_item(
+    let mut item = to_item(
         m,
         keys::conversation_pk(&m.conversation_id),
         keys::message_sk(m.seq),
-    )
+    )?;
+    // Counts live beside the message (`ReactionsItem`); version 1 is the default, not stored, so
+    // a message as sent keeps its size.
+    item.remove("reactions");
+    if m.version == 1 {
+        item.remove("version");
+    }
+    Ok(item)
+}
+
+/// `pk = H#<conversationId>`: the change head (`sk = H`, the newest change, so its stream
+/// records are the conversation's changes in `changeSeq` order) and each change's record
+/// (`sk = H#<changeSeq>`). Content-free: a deletion has no copy of the message to erase here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeItem {
+    pub conversation_id: ConversationId,
+    pub change_seq: u64,
+    #[serde(rename = "type")]
+    pub kind: ChangeKind,
+    pub seq: u64,
+    pub user_id: UserId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction: Option<String>,
+    pub at: String,
+}
+
+impl ChangeItem {
+    /// The change as the API lists it, with the message as it is now.
+    pub fn entry(&self, message: Message) -> ChangeEntry {
+        ChangeEntry {
+            change_seq: self.change_seq,
+            kind: self.kind,
+            seq: self.seq,
+            user_id: self.user_id.clone(),
+            reaction: self.reaction.clone(),
+            at: self.at.clone(),
+            message,
+        }
+    }
+}
+
+/// `pk = H#<conversationId>, sk = K#<clientChangeId>`: an edit's or a deletion's idempotency
+/// key, kept forever.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeKeyItem {
+    pub fingerprint: String,
+    pub seq: u64,
+}
+
+/// `pk = R#<conversationId>, sk = C#<seq>`: a message's reaction counts, or (`deleted`) the mark
+/// that it was deleted, which history applies to an archived copy too. `changeSeq` is the change
+/// that wrote it last: a change writes it on condition that it is still the one read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReactionsItem {
+    #[serde(default)]
+    pub counts: std::collections::BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    #[serde(default)]
+    pub change_seq: u64,
+}
+
+impl ReactionsItem {
+    /// The message as the API shows it: its counts, or its tombstone.
+    pub fn apply(&self, m: Message) -> Message {
+        if self.deleted && !m.deleted {
+            return m.tombstone();
+        }
+        if m.deleted {
+            return m;
+        }
+        Message {
+            reactions: reaction_counts(&self.counts),
+            ..m
+        }
+    }
+}
+
+/// `pk = R#<conversationId>, sk = U#<seq>#<userId>`: one member's reactions to one message, in
+/// the order added (at most 20).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReactorItem {
+    pub user_id: UserId,
+    pub reactions: Vec<String>,
+    #[serde(default)]
+    pub change_seq: u64,
 }
 
 /// `sk = X#<clientMsgId>`: the idempotency key of a send, kept forever. Enough to answer a
@@ -510,13 +603,15 @@ mod tests {
     #[test]
     fn last_message_keeps_the_preview_and_says_when_it_cut() {
         let id = ConversationId::parse("g-00000000000000000000000000000001").unwrap();
-        let m = |body: &str| Message {
-            conversation_id: id.clone(),
-            seq: 3,
-            client_msg_id: "c".into(),
-            sender_id: UserId::parse("u").unwrap(),
-            body: body.into(),
-            created_at: "t".into(),
+        let m = |body: &str| {
+            Message::new(
+                id.clone(),
+                3,
+                "c".into(),
+                UserId::parse("u").unwrap(),
+                body.into(),
+                "t".into(),
+            )
         };
         let short = LastMessage::of(&m("hello"));
         assert!(!short.truncated);

@@ -13,6 +13,14 @@
 //! | `C#` | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
 //! | `C#` | `X#<clientMsgId>` | the idempotency key of a send, kept forever |
 //! | `M#…` | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
+//! | `H#` | `H` | the change head: the newest `changeSeq` and that change (docs/data-model.md §8) |
+//! | `H#` | `H#<changeSeq, 20 digits>` | a change record (no message content) |
+//! | `H#` | `K#<clientChangeId>` | the idempotency key of an edit or a deletion, kept forever |
+//! | `R#` | `C#<seq, 20 digits>` | a message's reaction counts, or the mark that it was deleted |
+//! | `R#` | `U#<seq, 20 digits>#<userId>` | one member's reactions to one message |
+//!
+//! Changes live off `C#`, so that edits and reactions take none of a hot conversation's write
+//! throughput and never conflict with its sends.
 //!
 //! Sort keys stay distinct across the two partitions, so a BatchGetItem of both tells its items
 //! apart by `sk` alone.
@@ -105,6 +113,52 @@ pub fn member_key(id: &ConversationId, user: &UserId) -> Item {
 
 pub fn message_sk(seq: u64) -> String {
     format!("S#{seq:020}")
+}
+
+/// The change log of a conversation: its head, records and idempotency keys.
+pub fn changes_pk(id: &ConversationId) -> String {
+    format!("H#{id}")
+}
+
+pub const CHANGE_HEAD_SK: &str = "H";
+pub const LAST_CHANGE_SK: &str = "H#99999999999999999999";
+
+pub fn change_head_key(id: &ConversationId) -> Item {
+    key(changes_pk(id), CHANGE_HEAD_SK)
+}
+
+pub fn change_sk(change_seq: u64) -> String {
+    format!("H#{change_seq:020}")
+}
+
+pub fn change_key_key(id: &ConversationId, client_change_key: &str) -> Item {
+    key(changes_pk(id), format!("K#{client_change_key}"))
+}
+
+/// What lives beside a conversation's messages: their reaction counts and who reacted.
+pub fn reactions_pk(id: &ConversationId) -> String {
+    format!("R#{id}")
+}
+
+pub fn reaction_counts_sk(seq: u64) -> String {
+    format!("C#{seq:020}")
+}
+
+pub fn reaction_counts_key(id: &ConversationId, seq: u64) -> Item {
+    key(reactions_pk(id), reaction_counts_sk(seq))
+}
+
+/// The sort-key prefix of one message's reactors (`U#<seq>#`), in user order.
+pub fn reactors_prefix(seq: u64) -> String {
+    format!("U#{seq:020}#")
+}
+
+pub fn reactor_key(id: &ConversationId, seq: u64, user: &UserId) -> Item {
+    key(reactions_pk(id), format!("{}{user}", reactors_prefix(seq)))
+}
+
+pub fn message_key(id: &ConversationId, seq: u64) -> Item {
+    key(conversation_pk(id), message_sk(seq))
 }
 
 pub fn send_key_sk(client_msg_key: &str) -> String {

@@ -20,6 +20,7 @@ pub mod archive;
 #[cfg_attr(not(feature = "archive"), allow(dead_code, unused_imports))]
 pub mod archiver;
 mod attrs;
+mod changes;
 pub mod config;
 pub mod connections;
 mod conversations;
@@ -391,11 +392,21 @@ impl ChatStore {
         id: &ConversationId,
         projection: Option<&str>,
     ) -> Result<Option<Item>, ChatError> {
+        self.item_fields(keys::conversation_key(id), projection)
+            .await
+    }
+
+    /// An item, or some of its attributes (None: no such item). 1 strongly consistent GetItem.
+    async fn item_fields(
+        &self,
+        key: Item,
+        projection: Option<&str>,
+    ) -> Result<Option<Item>, ChatError> {
         let out = self
             .db
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(keys::conversation_key(id)))
+            .set_key(Some(key))
             .consistent_read(true)
             .set_projection_expression(projection.map(str::to_owned))
             .send()

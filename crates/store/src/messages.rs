@@ -1,6 +1,7 @@
 //! `history` (docs/api.md §11), and reading committed messages back for the relay.
 
 use super::attrs::{get_s, Item};
+use super::changes::apply_reactions;
 use super::items::{from_item, ConversationItem};
 use super::{keys, ChatStore, PartitionQuery};
 use chat_domain::error::ChatError;
@@ -11,7 +12,8 @@ use chat_domain::{ConversationId, UserId};
 impl ChatStore {
     /// `history`. DynamoDB: a BatchGetItem of the conversation (for `lastSeq` and
     /// `archivedThrough`) and the caller's member item, then the Query of the page (more pages
-    /// only when the page's messages pass 1 MB). One after the other: a caller that is not a
+    /// only when the page's messages pass 1 MB) and, at the same time, the Query of the page's
+    /// reaction counts: 2 round trips. One after the other: a caller that is not a
     /// member makes nothing read but those two small items (run at once, a non-member could have
     /// 100 messages read per request).
     ///
@@ -41,11 +43,18 @@ impl ChatStore {
         let (Some(conversation), true) = (conversation, is_member) else {
             return Err(ChatError::NotFound);
         };
+        // The page's counts (docs/data-model.md §8.3), read beside its messages, at once.
+        let (from, to) = counts_range(q, conversation.last_seq);
+        let counts = self.reactions_between(id, from, to);
         #[cfg(feature = "archive")]
         if let Some(archive) = self.archive.as_ref() {
-            return self.page_across_tiers(archive, id, q, conversation).await;
+            let (mut page, counts) =
+                tokio::try_join!(self.page_across_tiers(archive, id, q, conversation), counts)?;
+            page.messages = apply_reactions(page.messages, &counts);
+            return Ok(page);
         }
-        let (mut messages, has_more) = self.query_messages(id, q).await?;
+        let ((messages, has_more), counts) = tokio::try_join!(self.query_messages(id, q), counts)?;
+        let mut messages = apply_reactions(messages, &counts);
         // A message committed between the two reads is in the page but not in the lastSeq
         // read before it. Report the larger.
         let last_seq = conversation
@@ -122,7 +131,7 @@ impl ChatStore {
     /// The archived messages `seqs` (all archived), from the ≤ 2 chunks holding them: 1 S3
     /// GetObject per chunk. When `archived` (as read) is behind them, or a partial chunk was
     /// just superseded by a longer one, +1 GetItem of `archivedThrough` and the read again.
-    async fn archived_messages(
+    pub(crate) async fn archived_messages(
         &self,
         archive: &super::archive::Archive,
         id: &ConversationId,
@@ -253,6 +262,17 @@ impl ChatStore {
             .into_iter()
             .map(from_item::<Message, _>)
             .collect()
+    }
+}
+
+/// The seqs whose counts a page needs: the page's window as `lastSeq` (as read) puts it, and,
+/// paging from the newest, every message committed since.
+fn counts_range(q: HistoryQuery, last_seq: u64) -> (u64, u64) {
+    let limit = u64::from(q.limit);
+    match q.cursor {
+        HistoryCursor::Newest => ((last_seq + 1).saturating_sub(limit).max(1), u64::MAX),
+        HistoryCursor::Before(b) => (b.saturating_sub(limit).max(1), b.saturating_sub(1)),
+        HistoryCursor::After(a) => (a.saturating_add(1), a.saturating_add(limit + 1)),
     }
 }
 

@@ -670,14 +670,14 @@ impl SendRequest<'_> {
 
     /// Its message, committed at `seq` at `created_at`.
     fn message(&self, seq: u64, created_at: String) -> Message {
-        Message {
-            conversation_id: self.id.clone(),
+        Message::new(
+            self.id.clone(),
             seq,
-            client_msg_id: self.request.client_msg_id.clone(),
-            sender_id: self.caller.clone(),
-            body: self.request.body.clone(),
+            self.request.client_msg_id.clone(),
+            self.caller.clone(),
+            self.request.body.clone(),
             created_at,
-        }
+        )
     }
 }
 
@@ -686,13 +686,15 @@ impl<'a> Commit<'a> {
         let messages = sends
             .iter()
             .enumerate()
-            .map(|(i, p)| Message {
-                conversation_id: id.clone(),
-                seq: layout.seq(i),
-                client_msg_id: p.client_msg_id.clone(),
-                sender_id: p.sender_id.clone(),
-                body: p.body.clone(),
-                created_at: layout.created_at.clone(),
+            .map(|(i, p)| {
+                Message::new(
+                    id.clone(),
+                    layout.seq(i),
+                    p.client_msg_id.clone(),
+                    p.sender_id.clone(),
+                    p.body.clone(),
+                    layout.created_at.clone(),
+                )
             })
             .collect();
         Commit {
@@ -845,14 +847,14 @@ fn answer(key: SendKeyItem, send: &SendRequest<'_>) -> Result<(Message, bool), C
         return Err(conflict());
     };
     Ok((
-        Message {
-            conversation_id: key.conversation_id,
-            seq: key.seq,
-            client_msg_id: key.client_msg_id,
-            sender_id: key.sender_id,
-            body: send.request.body.clone(),
-            created_at: key.created_at,
-        },
+        Message::new(
+            key.conversation_id,
+            key.seq,
+            key.client_msg_id,
+            key.sender_id,
+            send.request.body.clone(),
+            key.created_at,
+        ),
         created,
     ))
 }

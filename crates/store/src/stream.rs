@@ -9,20 +9,24 @@
 //! `lastSeq` by several at once, so a record may say that messages exist without carrying their
 //! content: those `message.new` come out light, and `Change::fill` asks the relay to read their
 //! content from the table (conversations above 200 members are pushed light anyway).
+//!
+//! Changes (edits, deletions, reactions) come from the change head `H` (`pk = H#…`): each of its
+//! new versions is one change, in `changeSeq` order; the relay reads the message as it is now.
 
 use serde_dynamo::{AttributeValue, Item};
 
-use crate::items::{from_item, ConversationItem, MembersChangeKind};
+use crate::items::{from_item, ChangeItem, ConversationItem, MembersChangeKind};
 use crate::keys;
 use crate::MemberItem;
 use chat_domain::error::ChatError;
-use chat_domain::events::{Event, FULL_PUSH_MAX_MEMBERS};
+use chat_domain::events::{ChangeEvent, Event, FULL_PUSH_MAX_MEMBERS};
 
 /// What one stream record stands for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Change {
     pub events: Vec<Event>,
-    /// The light `message.new` among `events` are to get their content from the table.
+    /// The light `message.new` and the change events among `events` are to get their content
+    /// (the message as it is now) from the table.
     pub fill: bool,
 }
 
@@ -38,6 +42,9 @@ pub fn events_from_change(old: &Item, new: &Item) -> Result<Change, ChatError> {
             .then(|| from_item(old.clone()))
             .transpose()?;
         return Ok(conversation_events(before.as_ref(), &after));
+    }
+    if sk == keys::CHANGE_HEAD_SK && !new.is_empty() {
+        return change_events(old, new);
     }
     if sk.starts_with(keys::MEMBER_SK_PREFIX) && !old.is_empty() && !new.is_empty() {
         let (before, after): (MemberItem, MemberItem) =
@@ -56,6 +63,31 @@ pub fn events_from_change(old: &Item, new: &Item) -> Result<Change, ChatError> {
         }
     }
     Ok(Change::default())
+}
+
+/// A new change head is one change (each change moves it by one, and the stream keeps one item's
+/// records in order): its event, without the message, which the relay reads (`fill`).
+fn change_events(old: &Item, new: &Item) -> Result<Change, ChatError> {
+    let after: ChangeItem = from_item(new.clone())?;
+    let before = (!old.is_empty())
+        .then(|| from_item::<ChangeItem, _>(old.clone()))
+        .transpose()?;
+    if before.is_some_and(|b| b.change_seq >= after.change_seq) {
+        return Ok(Change::default());
+    }
+    let event = ChangeEvent {
+        conversation_id: after.conversation_id,
+        change_seq: after.change_seq,
+        seq: after.seq,
+        message: None,
+        user_id: Some(after.user_id),
+        reaction: after.reaction,
+        at: Some(after.at),
+    };
+    Ok(Change {
+        events: vec![Event::change(after.kind, event)],
+        fill: true,
+    })
 }
 
 fn conversation_events(before: Option<&ConversationItem>, after: &ConversationItem) -> Change {

@@ -17,7 +17,7 @@
 //! (ReportBatchItemFailures): Lambda redelivers from there (the mapping retries until the record
 //! expires from the stream, template.yaml), nothing is lost and nothing before it is repeated.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -208,7 +208,9 @@ impl Relay {
         (put, retries)
     }
 
-    /// Gives light `message.new` events their content, read from the table (1 Query).
+    /// Gives light `message.new` events their content, read from the table (1 Query), and change
+    /// events the message as it is now (1 BatchGetItem of the messages and their counts, at the
+    /// same time). A message no longer in the table (archived) leaves its change event light.
     async fn fill_content(
         &self,
         group: &mut ConversationEvents,
@@ -221,14 +223,28 @@ impl Relay {
                 Event::MessageNew { seq, .. } => Some(*seq),
                 _ => None,
             });
-        let (Some(from), Some(to)) = (seqs.clone().min(), seqs.max()) else {
-            return Ok(());
-        };
+        let changed: BTreeSet<u64> = group
+            .events
+            .iter()
+            .filter(|(e, _)| e.lacks_message())
+            .filter_map(|(e, _)| e.as_change().map(|(_, c)| c.seq))
+            .collect();
         let id: &ConversationId = &group.conversation_id;
-        let found: HashMap<u64, Event> = self
-            .chat
-            .messages_between(id, from, to)
-            .await?
+        let new_messages = async {
+            match (seqs.clone().min(), seqs.max()) {
+                (Some(from), Some(to)) => self.chat.messages_between(id, from, to).await,
+                _ => Ok(Vec::new()),
+            }
+        };
+        let changed_messages = async {
+            if changed.is_empty() {
+                Ok(Default::default())
+            } else {
+                self.chat.messages_now(id, &changed, 0).await
+            }
+        };
+        let (new_messages, changed_messages) = tokio::try_join!(new_messages, changed_messages)?;
+        let found: HashMap<u64, Event> = new_messages
             .iter()
             .map(|m| (m.seq, Event::message_new(m)))
             .collect();
@@ -240,6 +256,10 @@ impl Relay {
                 if let Some(full) = found.get(seq) {
                     *event = full.clone();
                 }
+            }
+            let seq = event.as_change().map(|(_, c)| c.seq);
+            if let Some(m) = seq.and_then(|seq| changed_messages.get(&seq)) {
+                event.set_message(m.clone());
             }
         }
         Ok(())

@@ -39,17 +39,19 @@ async fn operations_stay_within_their_round_trip_budget() {
         .await;
     let mut calls = t.calls.take();
     calls.sort();
-    assert_eq!(calls, ["BatchGetItem", "Query"], "history");
+    // The page's messages and their reaction counts, read at the same time.
+    assert_eq!(calls, ["BatchGetItem", "Query", "Query"], "history");
 
     // The conversation item and its member partition, read at the same time: one round trip.
     t.get(&format!("/conversations/{c}/reads"), &a).await;
     let mut calls = t.calls.take();
     calls.sort();
     assert_eq!(calls, ["GetItem", "Query"], "read states");
+    // With the change head (`lastChange`), at the same time.
     t.get(&format!("/conversations/{c}"), &a).await;
     let mut calls = t.calls.take();
     calls.sort();
-    assert_eq!(calls, ["GetItem", "Query"], "get conversation");
+    assert_eq!(calls, ["GetItem", "GetItem", "Query"], "get conversation");
 
     let g = t.group(&a, &[&b]).await;
     assert_eq!(
@@ -59,16 +61,16 @@ async fn operations_stay_within_their_round_trip_budget() {
     );
     // A group's members are spread over 4 partitions (docs/data-model.md §1): its conversation
     // item and the 4 Queries, all at once, are still one round trip.
-    let shards = ["GetItem", "Query", "Query", "Query", "Query"];
+    let shards = ["GetItem", "GetItem", "Query", "Query", "Query", "Query"];
     t.get(&format!("/conversations/{g}"), &a).await;
     let mut calls = t.calls.take();
     calls.sort();
     assert_eq!(calls, shards, "get a group");
     t.add_members(&g, &a, json!([format!("{a}-new")])).await;
     let mut calls = t.calls.take();
-    calls[..5].sort();
-    assert_eq!(calls[..5], shards, "add members: one round trip of reads");
-    assert_eq!(calls[5..], ["TransactWriteItems"], "add members");
+    calls[..6].sort();
+    assert_eq!(calls[..6], shards, "add members: one round trip of reads");
+    assert_eq!(calls[6..], ["TransactWriteItems"], "add members");
     t.remove_member(&g, &a, &b).await;
     assert_eq!(
         t.calls.take(),
@@ -102,7 +104,64 @@ async fn operations_stay_within_their_round_trip_budget() {
     calls.sort();
     assert_eq!(
         calls,
-        ["BatchGetItem", "BatchGetItem", "Query"],
-        "a page of 100: 200 keys are two concurrent BatchGetItem"
+        ["BatchGetItem", "BatchGetItem", "BatchGetItem", "Query"],
+        "a page of 100: 300 keys (conversation, membership, change head) are three concurrent BatchGetItem"
     );
+}
+
+/// Message changes (docs/data-model.md §8): edit ≤ 3, reaction ≤ 3, a changes page ≤ 2 round
+/// trips; here, uncontended, 2, 2 and 2.
+#[tokio::test]
+async fn changes_stay_within_their_round_trip_budget() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_group().await;
+    t.send(&c, &a, "one").await;
+    t.send(&c, &b, "two").await;
+    t.calls.take();
+
+    let edit = json!({"clientChangeId": chat_tests::new_uuid(), "body": "uno"}).to_string();
+    let thumbs = format!("/conversations/{c}/messages/2/reactions/%F0%9F%91%8D");
+    let write = ["BatchGetItem", "TransactWriteItems"];
+    let steps = [
+        (
+            "PATCH",
+            format!("/conversations/{c}/messages/1"),
+            Some(edit.as_str()),
+            &write[..],
+            "edit",
+        ),
+        ("PUT", thumbs.clone(), None, &write[..], "reaction"),
+        (
+            "PUT",
+            thumbs,
+            None,
+            &write[..1],
+            "a reaction already there: no write",
+        ),
+    ];
+    for (method, path, body, calls, what) in steps {
+        let r = t.call(method, &path, Some(&a), body).await;
+        assert_eq!(r.status, 200, "{what}: {r:?}");
+        assert_eq!(t.calls.take(), calls, "{what}");
+    }
+
+    let r = t.get(&format!("/conversations/{c}/changes"), &b).await;
+    assert_eq!(r.body["changes"].as_array().unwrap().len(), 2, "{r:?}");
+    let calls = t.calls.take();
+    let mut first = calls[..2].to_vec();
+    first.sort();
+    assert_eq!(
+        first,
+        ["BatchGetItem", "Query"],
+        "changes: the log beside the membership"
+    );
+    assert_eq!(
+        calls[2..],
+        ["BatchGetItem"],
+        "changes: the messages as they are now"
+    );
+
+    t.get(&format!("/conversations/{c}/messages/2/reactions"), &b)
+        .await;
+    assert_eq!(t.calls.take(), ["BatchGetItem", "Query"], "who reacted");
 }

@@ -9,6 +9,7 @@ pub mod redelivery;
 
 use serde::{Deserialize, Serialize};
 
+use crate::changes::ChangeKind;
 use crate::model::Message;
 use crate::{ConversationId, UserId};
 
@@ -47,6 +48,47 @@ pub enum Event {
         conversation_id: ConversationId,
         user_ids: Vec<UserId>,
     },
+    #[serde(rename = "message.edited")]
+    MessageEdited(ChangeEvent),
+    #[serde(rename = "message.deleted")]
+    MessageDeleted(ChangeEvent),
+    #[serde(rename = "reaction.added")]
+    ReactionAdded(ChangeEvent),
+    #[serde(rename = "reaction.removed")]
+    ReactionRemoved(ChangeEvent),
+}
+
+/// A change to a message (docs/api.md §13): which one (`changeSeq`, gap-free per conversation),
+/// and, in the full form, the message as it is now and who made the change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeEvent {
+    pub conversation_id: ConversationId,
+    pub change_seq: u64,
+    pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<UserId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+}
+
+impl ChangeEvent {
+    /// The light form: `{type, conversationId, changeSeq, seq}`.
+    pub fn light(&self) -> ChangeEvent {
+        ChangeEvent {
+            conversation_id: self.conversation_id.clone(),
+            change_seq: self.change_seq,
+            seq: self.seq,
+            message: None,
+            user_id: None,
+            reaction: None,
+            at: None,
+        }
+    }
 }
 
 impl Event {
@@ -64,6 +106,53 @@ impl Event {
             | Event::MemberRemoved {
                 conversation_id, ..
             } => conversation_id,
+            Event::MessageEdited(c)
+            | Event::MessageDeleted(c)
+            | Event::ReactionAdded(c)
+            | Event::ReactionRemoved(c) => &c.conversation_id,
+        }
+    }
+
+    /// A change event of `kind`.
+    pub fn change(kind: ChangeKind, event: ChangeEvent) -> Event {
+        match kind {
+            ChangeKind::Edited => Event::MessageEdited(event),
+            ChangeKind::Deleted => Event::MessageDeleted(event),
+            ChangeKind::ReactionAdded => Event::ReactionAdded(event),
+            ChangeKind::ReactionRemoved => Event::ReactionRemoved(event),
+        }
+    }
+
+    /// The change a change event stands for.
+    pub fn as_change(&self) -> Option<(ChangeKind, &ChangeEvent)> {
+        match self {
+            Event::MessageEdited(c) => Some((ChangeKind::Edited, c)),
+            Event::MessageDeleted(c) => Some((ChangeKind::Deleted, c)),
+            Event::ReactionAdded(c) => Some((ChangeKind::ReactionAdded, c)),
+            Event::ReactionRemoved(c) => Some((ChangeKind::ReactionRemoved, c)),
+            _ => None,
+        }
+    }
+
+    fn change_mut(&mut self) -> Option<&mut ChangeEvent> {
+        match self {
+            Event::MessageEdited(c)
+            | Event::MessageDeleted(c)
+            | Event::ReactionAdded(c)
+            | Event::ReactionRemoved(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// A change event whose message is still to be read (the relay reads it).
+    pub fn lacks_message(&self) -> bool {
+        self.as_change().is_some_and(|(_, c)| c.message.is_none())
+    }
+
+    /// Gives a change event its message as it is now.
+    pub fn set_message(&mut self, message: Message) {
+        if let Some(c) = self.change_mut() {
+            c.message = Some(message);
         }
     }
 
@@ -96,8 +185,8 @@ impl Event {
         matches!(self, Event::MessageNew { body: None, .. })
     }
 
-    /// The form pushed to a conversation of `members` members: content-free `message.new` above
-    /// 200 members (clients fetch the content when they need it).
+    /// The form pushed to a conversation of `members` members: content-free `message.new` and
+    /// change events above 200 members (clients fetch the content when they need it).
     pub fn for_audience(&self, members: usize) -> Event {
         match self {
             Event::MessageNew {
@@ -105,6 +194,10 @@ impl Event {
                 seq,
                 ..
             } if members > FULL_PUSH_MAX_MEMBERS => Event::light(conversation_id, *seq),
+            other if members > FULL_PUSH_MAX_MEMBERS => match other.as_change() {
+                Some((kind, c)) => Event::change(kind, c.light()),
+                None => other.clone(),
+            },
             other => other.clone(),
         }
     }
@@ -184,5 +277,26 @@ mod tests {
         );
         let back: Event = serde_json::from_value(serde_json::to_value(&light).unwrap()).unwrap();
         assert_eq!(back, light);
+        let change = ChangeEvent {
+            conversation_id: conversation(),
+            change_seq: 3,
+            seq: 42,
+            message: None,
+            user_id: Some(user("u")),
+            reaction: Some("👍".into()),
+            at: Some("t".into()),
+        };
+        let added = Event::change(ChangeKind::ReactionAdded, change);
+        assert_eq!(
+            serde_json::to_value(&added).unwrap(),
+            serde_json::json!({"type":"reaction.added","conversationId":C,"changeSeq":3,"seq":42,"userId":"u","reaction":"👍","at":"t"})
+        );
+        assert_eq!(
+            serde_json::to_value(added.for_audience(201)).unwrap(),
+            serde_json::json!({"type":"reaction.added","conversationId":C,"changeSeq":3,"seq":42})
+        );
+        assert_eq!(added.for_audience(200), added);
+        let back: Event = serde_json::from_value(serde_json::to_value(&added).unwrap()).unwrap();
+        assert_eq!(back, added);
     }
 }

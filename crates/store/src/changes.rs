@@ -1,0 +1,769 @@
+//! Message changes (docs/api.md §13, docs/data-model.md §8): `editMessage`, `deleteMessage`,
+//! `addReaction` / `removeReaction`, `reactions` (who reacted) and `changes` (the change log).
+//!
+//! Every change is one transaction that moves the change head `H` from `changeSeq = n` to `n + 1`
+//! (so `changeSeq` is gap-free: a cancelled transaction allocates nothing), records the change at
+//! `H#<n + 1>` and writes what it changes, each item on condition that it is still as read. A lost
+//! race reads again and decides again, within the request's deadline (then `429`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::attrs::{get_s, n, s, Item};
+use super::items::{
+    from_item, message_item, to_item, ChangeItem, ChangeKeyItem, ConversationItem, LastMessage,
+    ReactionsItem, ReactorItem,
+};
+use super::{keys, tx, ChatStore, PartitionQuery, TxOutcome};
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use chat_domain::changes::{
+    change_fingerprint, check_delete, check_edit, check_replay, edited, react, reaction_counts,
+    reactor_cursor, recount, ChangeKind, ChangesQuery, EditMessage, Reaction, ReactorsQuery,
+    Target,
+};
+use chat_domain::error::ChatError;
+use chat_domain::model::{ChangesPage, Message, ReactionsResult, Reactor, ReactorsPage};
+use chat_domain::{ConversationId, ConversationType, UserId};
+
+/// What a change reads first, in one BatchGetItem.
+struct Read {
+    conversation: ConversationItem,
+    /// The newest change (None: none yet).
+    head: Option<ChangeItem>,
+    /// The message item (None: not in the table, i.e. archived).
+    message: Option<(Message, u64)>,
+    reactions: ReactionsItem,
+    key: Option<ChangeKeyItem>,
+    reactor: Option<ReactorItem>,
+}
+
+impl Read {
+    fn last_change(&self) -> u64 {
+        self.head.as_ref().map_or(0, |h| h.change_seq)
+    }
+}
+
+/// The condition that an item a change writes is still as read: written last by change `read`
+/// (0: by none, or absent).
+fn unchanged_since(
+    read: u64,
+) -> (
+    &'static str,
+    Vec<(&'static str, aws_sdk_dynamodb::types::AttributeValue)>,
+) {
+    if read == 0 {
+        ("attribute_not_exists(changeSeq)", vec![])
+    } else {
+        ("changeSeq = :read", vec![(":read", n(read))])
+    }
+}
+
+fn with_change_seq(mut item: Item, change_seq: u64) -> Item {
+    item.insert("changeSeq".into(), n(change_seq));
+    item
+}
+
+impl ChatStore {
+    /// The first read of a change: the conversation, the caller's member item, the change head,
+    /// the message's reaction counts, and, as asked, the message item, the idempotency key and
+    /// the caller's reactions. 1 BatchGetItem (strongly consistent). Not a member: `NotFound`; a
+    /// seq the conversation does not have: `MessageNotFound`.
+    async fn read_for_change(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        seq: u64,
+        message: bool,
+        key: Option<&str>,
+        reactor: bool,
+    ) -> Result<Read, ChatError> {
+        let mut wanted = vec![
+            keys::conversation_key(id),
+            keys::member_key(id, caller),
+            keys::change_head_key(id),
+            keys::reaction_counts_key(id, seq),
+        ];
+        if message {
+            wanted.push(keys::message_key(id, seq));
+        }
+        if let Some(k) = key {
+            wanted.push(keys::change_key_key(id, k));
+        }
+        if reactor {
+            wanted.push(keys::reactor_key(id, seq, caller));
+        }
+        let found = self.batch_get(wanted, true).await?;
+        let sk_of = |i: &Item| get_s(i, keys::SK).unwrap_or_default().to_owned();
+        let by_sk: BTreeMap<String, Item> = found.into_iter().map(|i| (sk_of(&i), i)).collect();
+        let get = |sk: &str| by_sk.get(sk).cloned();
+        let (Some(conversation), Some(_member)) =
+            (get(keys::CONVERSATION_SK), get(&keys::member_sk(caller)))
+        else {
+            return Err(ChatError::NotFound);
+        };
+        let conversation: ConversationItem = from_item(conversation)?;
+        if seq > conversation.last_seq {
+            return Err(ChatError::MessageNotFound);
+        }
+        let message = get(&keys::message_sk(seq))
+            .map(|i| {
+                let change_seq = super::attrs::get_n(&i, "changeSeq").unwrap_or(0);
+                from_item::<Message, _>(i).map(|m| (m, change_seq))
+            })
+            .transpose()?;
+        Ok(Read {
+            conversation,
+            head: get(keys::CHANGE_HEAD_SK).map(from_item).transpose()?,
+            message,
+            reactions: get(&keys::reaction_counts_sk(seq))
+                .map(from_item)
+                .transpose()?
+                .unwrap_or_default(),
+            key: key
+                .and_then(|k| get(&format!("K#{k}")))
+                .map(from_item)
+                .transpose()?,
+            reactor: get(&format!("{}{caller}", keys::reactors_prefix(seq)))
+                .map(from_item)
+                .transpose()?,
+        })
+    }
+
+    /// The head and the record of change `n + 1` (`n` as read): the two parts every change
+    /// transaction starts with.
+    fn change_parts(
+        &self,
+        read: &Read,
+        change: &ChangeItem,
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        let pk = keys::changes_pk(&change.conversation_id);
+        let last = read.last_change();
+        let (condition, values) = if last == 0 {
+            ("attribute_not_exists(changeSeq)", vec![])
+        } else {
+            ("changeSeq = :last", vec![(":last", n(last))])
+        };
+        Ok(vec![
+            tx::put(
+                &self.table,
+                to_item(change, pk.clone(), keys::CHANGE_HEAD_SK)?,
+                Some(condition),
+                &values,
+            )?,
+            tx::put(
+                &self.table,
+                to_item(change, pk, keys::change_sk(change.change_seq))?,
+                None,
+                &[],
+            )?,
+        ])
+    }
+
+    /// The Put of a message item changed by change `change_seq`, on condition that it is still
+    /// the one read (and still in the table: the archiver may have moved it since).
+    fn message_part(
+        &self,
+        m: &Message,
+        read_change: u64,
+        change_seq: u64,
+    ) -> Result<TransactWriteItem, ChatError> {
+        let (unchanged, values) = unchanged_since(read_change);
+        tx::put(
+            &self.table,
+            with_change_seq(message_item(m)?, change_seq),
+            Some(&format!("attribute_exists(pk) AND {unchanged}")),
+            &values,
+        )
+    }
+
+    /// The conversation's preview, when `m` is its last message (on condition that it still is).
+    fn preview_part(
+        &self,
+        read: &Read,
+        m: &Message,
+    ) -> Result<Option<TransactWriteItem>, ChatError> {
+        if read.conversation.last_seq != m.seq {
+            return Ok(None);
+        }
+        let preview = LastMessage::of(m);
+        let expression = if preview.truncated {
+            "SET lastMessage.body = :body, lastMessage.truncated = :cut"
+        } else {
+            "SET lastMessage.body = :body REMOVE lastMessage.truncated"
+        };
+        let mut values = vec![(":body", s(preview.body)), (":seq", n(m.seq))];
+        if preview.truncated {
+            values.push((":cut", aws_sdk_dynamodb::types::AttributeValue::Bool(true)));
+        }
+        Ok(Some(tx::update(
+            &self.table,
+            keys::conversation_key(&m.conversation_id),
+            expression,
+            Some("lastSeq = :seq"),
+            &values,
+        )?))
+    }
+
+    /// The Put of an edit's or a deletion's idempotency key (only if absent: two requests with
+    /// one `clientChangeId` make one change).
+    fn key_part(
+        &self,
+        id: &ConversationId,
+        client_change_key: &str,
+        key: &ChangeKeyItem,
+    ) -> Result<TransactWriteItem, ChatError> {
+        let k = keys::change_key_key(id, client_change_key);
+        let pk = get_s(&k, keys::PK).unwrap_or_default().to_owned();
+        let sk = get_s(&k, keys::SK).unwrap_or_default().to_owned();
+        tx::put(
+            &self.table,
+            to_item(key, pk, sk)?,
+            Some("attribute_not_exists(pk)"),
+            &[],
+        )
+    }
+
+    /// Whether an edit comes too late: the message is archived, or older than the archive age
+    /// (it may move any moment).
+    fn is_archived(&self, read: &Read, m: &Message) -> bool {
+        if m.seq <= read.conversation.archived_through {
+            return true;
+        }
+        if !self.archive_tier {
+            return false;
+        }
+        let age = self.archive_settings.age;
+        chat_domain::time::parse_rfc3339(&m.created_at)
+            .is_some_and(|t| chat_domain::time::now() - t > age)
+    }
+
+    /// One change's transaction: committed (true), or lost to a concurrent change (false: read
+    /// again and decide again).
+    async fn commit_change(&self, parts: Vec<TransactWriteItem>) -> Result<bool, ChatError> {
+        Ok(matches!(self.transact(parts).await?, TxOutcome::Committed))
+    }
+
+    /// `editMessage`. DynamoDB: 1 BatchGetItem (conversation, member, head, message, counts,
+    /// key), then 1 TransactWriteItems (head, record, key, message, and the preview when it is
+    /// the last message): 2 round trips, again after a lost race.
+    pub async fn edit_message(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        seq: u64,
+        edit: &EditMessage,
+    ) -> Result<Message, ChatError> {
+        let fingerprint = change_fingerprint(ChangeKind::Edited, seq, caller, &edit.body);
+        let mut retry = self.retry();
+        while retry.next().await {
+            let read = self
+                .read_for_change(caller, id, seq, true, Some(&edit.client_change_key), false)
+                .await?;
+            let Some((message, message_change)) = read.message.clone() else {
+                if let Some(key) = &read.key {
+                    check_replay(&key.fingerprint, &fingerprint)?;
+                }
+                return Err(ChatError::Conflict(
+                    "the message is archived and cannot be edited".into(),
+                ));
+            };
+            if let Some(key) = &read.key {
+                check_replay(&key.fingerprint, &fingerprint)?;
+                return Ok(read.reactions.apply(message));
+            }
+            check_edit(&Target {
+                caller,
+                owner: read.conversation.owner_id.as_ref(),
+                message: &message,
+                archived: self.is_archived(&read, &message),
+            })?;
+            let now = chat_domain::time::now_rfc3339();
+            let after = edited(&message, &edit.body, &now);
+            let change = self.change_item(&read, id, ChangeKind::Edited, seq, caller, None, now);
+            let mut parts = self.change_parts(&read, &change)?;
+            parts.push(self.key_part(
+                id,
+                &edit.client_change_key,
+                &ChangeKeyItem {
+                    fingerprint: fingerprint.clone(),
+                    seq,
+                },
+            )?);
+            parts.push(self.message_part(&after, message_change, change.change_seq)?);
+            parts.extend(self.preview_part(&read, &after)?);
+            if self.commit_change(parts).await? {
+                return Ok(read.reactions.apply(after));
+            }
+        }
+        Err(ChatError::Throttled)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn change_item(
+        &self,
+        read: &Read,
+        id: &ConversationId,
+        kind: ChangeKind,
+        seq: u64,
+        caller: &UserId,
+        reaction: Option<&Reaction>,
+        at: String,
+    ) -> ChangeItem {
+        ChangeItem {
+            conversation_id: id.clone(),
+            change_seq: read.last_change() + 1,
+            kind,
+            seq,
+            user_id: caller.clone(),
+            reaction: reaction.map(|r| r.as_str().to_owned()),
+            at,
+        }
+    }
+
+    /// `deleteMessage`. DynamoDB: 1 BatchGetItem (as an edit's), then 1 TransactWriteItems
+    /// (head, record, key, the tombstone, the deleted mark beside it, the preview when it is the
+    /// last message). An archived message: its chunk is read for the message (1 GetObject) and
+    /// the deleted mark hides it from history (docs/data-model.md §8). Deleting a deleted
+    /// message writes only its key: no change.
+    pub async fn delete_message(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        seq: u64,
+        client_change_key: &str,
+    ) -> Result<Message, ChatError> {
+        let fingerprint = change_fingerprint(ChangeKind::Deleted, seq, caller, "");
+        let mut retry = self.retry();
+        while retry.next().await {
+            let read = self
+                .read_for_change(caller, id, seq, true, Some(client_change_key), false)
+                .await?;
+            let (message, message_change) = match read.message.clone() {
+                Some(found) => found,
+                None => (self.archived_message(id, seq, &read).await?, 0),
+            };
+            let message = read.reactions.apply(message);
+            if let Some(key) = &read.key {
+                check_replay(&key.fingerprint, &fingerprint)?;
+                return Ok(message);
+            }
+            let target = Target {
+                caller,
+                owner: match read.conversation.kind {
+                    ConversationType::Group => read.conversation.owner_id.as_ref(),
+                    ConversationType::Direct => None,
+                },
+                message: &message,
+                archived: false,
+            };
+            let key = ChangeKeyItem {
+                fingerprint: fingerprint.clone(),
+                seq,
+            };
+            if !check_delete(&target)? {
+                // Already deleted: nothing changes, but the key is kept, so that this
+                // clientChangeId never changes anything later.
+                let part = self.key_part(id, client_change_key, &key)?;
+                if self.commit_change(vec![part]).await? {
+                    return Ok(message);
+                }
+                continue;
+            }
+            let tomb = message.tombstone();
+            let change = self.change_item(
+                &read,
+                id,
+                ChangeKind::Deleted,
+                seq,
+                caller,
+                None,
+                chat_domain::time::now_rfc3339(),
+            );
+            let mut parts = self.change_parts(&read, &change)?;
+            parts.push(self.key_part(id, client_change_key, &key)?);
+            if read.message.is_some() {
+                parts.push(self.message_part(&tomb, message_change, change.change_seq)?);
+            }
+            let mark = ReactionsItem {
+                counts: BTreeMap::new(),
+                deleted: true,
+                change_seq: change.change_seq,
+            };
+            parts.push(self.reactions_part(id, seq, &mark, read.reactions.change_seq)?);
+            parts.extend(self.preview_part(&read, &tomb)?);
+            if self.commit_change(parts).await? {
+                return Ok(tomb);
+            }
+        }
+        Err(ChatError::Throttled)
+    }
+
+    /// The Put of a message's counts (or its deleted mark), on condition that they are as read.
+    fn reactions_part(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        item: &ReactionsItem,
+        read_change: u64,
+    ) -> Result<TransactWriteItem, ChatError> {
+        let (unchanged, values) = unchanged_since(read_change);
+        tx::put(
+            &self.table,
+            to_item(item, keys::reactions_pk(id), keys::reaction_counts_sk(seq))?,
+            Some(unchanged),
+            &values,
+        )
+    }
+
+    /// An archived message, from its chunk (1 GetObject; +1 GetItem when the boundary moved).
+    #[cfg(feature = "archive")]
+    async fn archived_message(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        read: &Read,
+    ) -> Result<Message, ChatError> {
+        let archive = self.archive.as_ref().ok_or(ChatError::Unavailable)?;
+        let archived = read.conversation.archived_through;
+        self.archived_messages(archive, id, seq..=seq, archived)
+            .await?
+            .into_iter()
+            .find(|m| m.seq == seq)
+            .ok_or(ChatError::Unavailable)
+    }
+
+    #[cfg(not(feature = "archive"))]
+    async fn archived_message(
+        &self,
+        _id: &ConversationId,
+        _seq: u64,
+        _read: &Read,
+    ) -> Result<Message, ChatError> {
+        Err(ChatError::internal("archive tier not compiled in"))
+    }
+
+    /// `addReaction` (`add`) / `removeReaction`. DynamoDB: 1 BatchGetItem (conversation, member,
+    /// head, counts, the caller's reactions), then, unless it changes nothing, 1
+    /// TransactWriteItems (head, record, the caller's reactions, the counts). The message item
+    /// is neither read nor written: a reaction takes nothing of the conversation's log partition.
+    pub async fn react(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        seq: u64,
+        reaction: &Reaction,
+        add: bool,
+    ) -> Result<ReactionsResult, ChatError> {
+        let mut retry = self.retry();
+        while retry.next().await {
+            let read = self
+                .read_for_change(caller, id, seq, false, None, true)
+                .await?;
+            if read.reactions.deleted {
+                return Err(ChatError::Conflict(
+                    "the message is deleted: it takes no reactions".into(),
+                ));
+            }
+            let mine = read.reactor.as_ref().map_or(&[][..], |r| &r.reactions[..]);
+            let result = |counts: &BTreeMap<String, u64>| ReactionsResult {
+                conversation_id: id.clone(),
+                seq,
+                reactions: reaction_counts(counts),
+            };
+            let Some(after) = react(mine, reaction, add)? else {
+                return Ok(result(&read.reactions.counts));
+            };
+            let kind = if add {
+                ChangeKind::ReactionAdded
+            } else {
+                ChangeKind::ReactionRemoved
+            };
+            let now = chat_domain::time::now_rfc3339();
+            let change = self.change_item(&read, id, kind, seq, caller, Some(reaction), now);
+            let mut parts = self.change_parts(&read, &change)?;
+            let reactor_change = read.reactor.as_ref().map_or(0, |r| r.change_seq);
+            let (unchanged, values) = unchanged_since(reactor_change);
+            let key = keys::reactor_key(id, seq, caller);
+            parts.push(if after.is_empty() {
+                tx::delete(&self.table, key, unchanged, &values)?
+            } else {
+                let item = ReactorItem {
+                    user_id: caller.clone(),
+                    reactions: after,
+                    change_seq: change.change_seq,
+                };
+                let pk = get_s(&key, keys::PK).unwrap_or_default().to_owned();
+                let sk = get_s(&key, keys::SK).unwrap_or_default().to_owned();
+                tx::put(
+                    &self.table,
+                    to_item(&item, pk, sk)?,
+                    Some(unchanged),
+                    &values,
+                )?
+            });
+            let mut counts = read.reactions.counts.clone();
+            recount(&mut counts, reaction, add);
+            let item = ReactionsItem {
+                counts,
+                deleted: false,
+                change_seq: change.change_seq,
+            };
+            parts.push(self.reactions_part(id, seq, &item, read.reactions.change_seq)?);
+            if self.commit_change(parts).await? {
+                return Ok(result(&item.counts));
+            }
+        }
+        Err(ChatError::Throttled)
+    }
+
+    /// `reactions`: who reacted to a message, by user then reaction. DynamoDB: 1 BatchGetItem
+    /// (conversation, member, counts), then 1 Query of the message's reactors from the cursor
+    /// (more pages past 1 MB).
+    pub async fn reactors(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        seq: u64,
+        q: ReactorsQuery,
+    ) -> Result<ReactorsPage, ChatError> {
+        let read = self
+            .read_for_change(caller, id, seq, false, None, false)
+            .await?;
+        let limit = q.limit as usize;
+        let mut out: Vec<Reactor> = Vec::with_capacity(limit + 1);
+        if !read.reactions.deleted {
+            let prefix = keys::reactors_prefix(seq);
+            let from = match &q.after {
+                Some((user, _)) => format!("{prefix}{user}"),
+                None => prefix.clone(),
+            };
+            // User ids are of `A-Za-z0-9._:@-|`: all below `~`.
+            let range = Some((from, format!("{prefix}~")));
+            let page = PartitionQuery {
+                pk: keys::reactions_pk(id),
+                range,
+                ..Default::default()
+            };
+            self.query_each(page, |item| {
+                let r: ReactorItem = from_item(item)?;
+                for reaction in sorted(&r.reactions) {
+                    let past_cursor = q.after.as_ref().is_none_or(|(u, last)| {
+                        (&r.user_id, reaction.as_str()) > (u, last.as_str())
+                    });
+                    let wanted = q.reaction.as_ref().is_none_or(|w| w.as_str() == reaction);
+                    if past_cursor && wanted {
+                        out.push(Reactor {
+                            user_id: r.user_id.clone(),
+                            reaction: reaction.clone(),
+                        });
+                    }
+                }
+                Ok(out.len() <= limit)
+            })
+            .await?;
+        }
+        let next_cursor = (out.len() > limit).then(|| {
+            out.truncate(limit);
+            let last = &out[limit - 1];
+            reactor_cursor(&last.user_id, &last.reaction)
+        });
+        Ok(ReactorsPage {
+            reactions: out,
+            next_cursor,
+        })
+    }
+
+    /// `changes`: the change log after `afterChange`, each change with its message as it is now.
+    /// DynamoDB: 1 BatchGetItem (conversation, member, head) and, at the same time, 1 Query of
+    /// the records (`limit + 1`; small, content-free items, so a non-member costs little); then
+    /// the messages and their counts (`messages_now`): 2 round trips.
+    pub async fn changes(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        q: ChangesQuery,
+    ) -> Result<ChangesPage, ChatError> {
+        let wanted = vec![
+            keys::conversation_key(id),
+            keys::member_key(id, caller),
+            keys::change_head_key(id),
+        ];
+        let limit = q.limit as usize;
+        let mut records: Vec<ChangeItem> = Vec::with_capacity(limit + 1);
+        let page = PartitionQuery {
+            pk: keys::changes_pk(id),
+            range: Some((
+                keys::change_sk(q.after.saturating_add(1)),
+                keys::LAST_CHANGE_SK.to_owned(),
+            )),
+            page: Some(limit as i32 + 1),
+            ..Default::default()
+        };
+        let query = self.query_each(page, |item| {
+            records.push(from_item(item)?);
+            Ok(records.len() <= limit)
+        });
+        let (found, ()) = tokio::try_join!(self.batch_get(wanted, true), query)?;
+        let sk = |i: &Item| get_s(i, keys::SK).unwrap_or_default().to_owned();
+        let conversation = found.iter().find(|i| sk(i) == keys::CONVERSATION_SK);
+        let member = found.iter().any(|i| sk(i) == keys::member_sk(caller));
+        let (Some(conversation), true) = (conversation, member) else {
+            return Err(ChatError::NotFound);
+        };
+        let conversation: ConversationItem = from_item(conversation.clone())?;
+        let head: Option<ChangeItem> = found
+            .iter()
+            .find(|i| sk(i) == keys::CHANGE_HEAD_SK)
+            .cloned()
+            .map(from_item)
+            .transpose()?;
+        let has_more = records.len() > limit;
+        records.truncate(limit);
+        let seqs: BTreeSet<u64> = records.iter().map(|r| r.seq).collect();
+        let messages = self
+            .messages_now(id, &seqs, conversation.archived_through)
+            .await?;
+        let mut changes = Vec::with_capacity(records.len());
+        for r in &records {
+            let Some(m) = messages.get(&r.seq) else {
+                tracing::error!(conversation = %id, seq = r.seq, "changed message in neither tier");
+                return Err(ChatError::Unavailable);
+            };
+            changes.push(r.entry(m.clone()));
+        }
+        let last_change = head
+            .map_or(0, |h| h.change_seq)
+            .max(records.last().map_or(0, |r| r.change_seq));
+        Ok(ChangesPage {
+            changes,
+            last_change,
+            has_more,
+        })
+    }
+
+    /// Messages as they are now (their counts, or their tombstones), by seq: 1 round trip of
+    /// BatchGetItem (the message items and their counts, 100 keys a call, at once); those no
+    /// longer in the table from their chunks (with the archive tier: 1 GetObject per chunk).
+    pub async fn messages_now(
+        &self,
+        id: &ConversationId,
+        seqs: &BTreeSet<u64>,
+        archived_through: u64,
+    ) -> Result<BTreeMap<u64, Message>, ChatError> {
+        let wanted: Vec<Item> = seqs
+            .iter()
+            .flat_map(|&seq| {
+                [
+                    keys::message_key(id, seq),
+                    keys::reaction_counts_key(id, seq),
+                ]
+            })
+            .collect();
+        let calls = wanted
+            .chunks(100)
+            .map(|keys| self.batch_get(keys.to_vec(), true));
+        let found: Vec<Item> = futures::future::try_join_all(calls)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut messages = BTreeMap::new();
+        let mut counts: BTreeMap<u64, ReactionsItem> = BTreeMap::new();
+        for item in found {
+            let sk = get_s(&item, keys::SK).unwrap_or_default();
+            if sk.starts_with("S#") {
+                let m: Message = from_item(item)?;
+                messages.insert(m.seq, m);
+            } else if let Some(seq) = sk.strip_prefix("C#").and_then(|s| s.parse().ok()) {
+                counts.insert(seq, from_item(item)?);
+            }
+        }
+        let missing: Vec<u64> = seqs
+            .iter()
+            .copied()
+            .filter(|s| !messages.contains_key(s))
+            .collect();
+        #[cfg(feature = "archive")]
+        if let (Some(archive), Some(&from), Some(&to)) =
+            (self.archive.as_ref(), missing.first(), missing.last())
+        {
+            for m in self
+                .archived_messages(archive, id, from..=to, archived_through)
+                .await?
+            {
+                if seqs.contains(&m.seq) {
+                    messages.entry(m.seq).or_insert(m);
+                }
+            }
+        }
+        let _ = (missing, archived_through);
+        Ok(messages
+            .into_iter()
+            .map(|(seq, m)| {
+                let m = match counts.get(&seq) {
+                    Some(c) => c.apply(m),
+                    None => m,
+                };
+                (seq, m)
+            })
+            .collect())
+    }
+
+    /// The counts of the messages `from..=to`, by seq. 1 strongly consistent Query of the
+    /// conversation's reactions partition, counts only (the reactors are not read).
+    pub(crate) async fn reactions_between(
+        &self,
+        id: &ConversationId,
+        from: u64,
+        to: u64,
+    ) -> Result<BTreeMap<u64, ReactionsItem>, ChatError> {
+        let mut out = BTreeMap::new();
+        if from > to {
+            return Ok(out);
+        }
+        let range = (keys::reaction_counts_sk(from), keys::reaction_counts_sk(to));
+        let q = PartitionQuery {
+            pk: keys::reactions_pk(id),
+            range: Some(range),
+            ..Default::default()
+        };
+        self.query_each(q, |item| {
+            let sk = get_s(&item, keys::SK).unwrap_or_default();
+            if let Some(seq) = sk.strip_prefix("C#").and_then(|s| s.parse().ok()) {
+                out.insert(seq, from_item(item)?);
+            }
+            Ok(true)
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// The conversation's newest `changeSeq` (0: none). 1 strongly consistent GetItem.
+    pub(crate) async fn last_change(&self, id: &ConversationId) -> Result<u64, ChatError> {
+        let head = self
+            .item_fields(keys::change_head_key(id), Some("changeSeq"))
+            .await?;
+        Ok(head
+            .and_then(|i| super::attrs::get_n(&i, "changeSeq"))
+            .unwrap_or(0))
+    }
+}
+
+/// Applies counts (and deleted marks) to messages read from either tier.
+pub(crate) fn apply_reactions(
+    messages: Vec<Message>,
+    counts: &BTreeMap<u64, ReactionsItem>,
+) -> Vec<Message> {
+    messages
+        .into_iter()
+        .map(|m| match counts.get(&m.seq) {
+            Some(c) => c.apply(m),
+            None => m,
+        })
+        .collect()
+}
+
+fn sorted(reactions: &[String]) -> Vec<String> {
+    let mut out = reactions.to_vec();
+    out.sort();
+    out
+}

@@ -162,6 +162,20 @@ async fn a_group_over_200_members_gets_the_light_message() {
             batches.concat(),
             more.iter().map(|u| json!(u)).collect::<Vec<_>>()
         );
+        // A change, too, comes light: the client fetches it with afterChange.
+        let r = t.react(&conv, 1, &first[3], "party", true).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let events = member
+            .until(EVENT, |e| e.iter().any(|e| e["type"] == "reaction.added"))
+            .await;
+        let change = events.iter().find(|e| e["type"] == "reaction.added");
+        assert_eq!(
+            change,
+            Some(
+                &json!({"type": "reaction.added", "conversationId": conv, "changeSeq": 1, "seq": 1})
+            ),
+            "{events:#?}"
+        );
     })
     .await
 }
@@ -622,6 +636,69 @@ async fn the_inbox_index_follows_the_stream() {
         println!("the inbox index moved after {:?}", started.elapsed());
         assert!(gw.stats().inbox_index.invocations() > invocations);
         assert_eq!(gw.stats().inbox_index.given_up(), 0);
+    })
+    .await
+}
+
+/// Changes (docs/api.md §15.2): each one pushed once, in changeSeq order, with the message as it is
+/// now; a reaction that changes nothing pushes nothing.
+#[tokio::test]
+async fn edits_reactions_and_deletions_reach_the_members_in_change_order() {
+    bounded(60, async {
+        let (t, a, b, conv, mut wa) = connected_direct().await;
+        t.send(&conv, &a, "helo").await;
+        wa.until_message(EVENT, &conv, 1).await;
+        let edited = t.edit(&conv, 1, &a, &chat_tests::new_uuid(), "hello").await;
+        assert_eq!(edited.status, 200, "{edited:?}");
+        assert_eq!(
+            t.react(&conv, 1, &b, "%F0%9F%91%8D", true).await.status,
+            200
+        );
+        assert_eq!(
+            t.react(&conv, 1, &b, "%F0%9F%91%8D", true).await.status,
+            200
+        );
+        let deleted = t
+            .delete_message(&conv, 1, &a, &chat_tests::new_uuid())
+            .await;
+        assert_eq!(deleted.status, 200, "{deleted:?}");
+
+        let is_change = |e: &serde_json::Value| e.get("changeSeq").is_some();
+        let events = wa
+            .until(EVENT, |e| e.iter().filter(|e| is_change(e)).count() >= 3)
+            .await;
+        let changes: Vec<&serde_json::Value> = events.iter().filter(|e| is_change(e)).collect();
+        let later = wa.drain(QUIET).await;
+        assert!(
+            !later.iter().any(is_change),
+            "the repeated reaction pushed something: {later:#?}"
+        );
+        let kinds: Vec<(&str, u64)> = changes
+            .iter()
+            .map(|e| {
+                (
+                    e["type"].as_str().unwrap(),
+                    e["changeSeq"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("message.edited", 1),
+                ("reaction.added", 2),
+                ("message.deleted", 3)
+            ],
+            "{events:#?}"
+        );
+        assert_eq!(changes[0]["userId"], a.as_str());
+        assert_eq!(changes[1]["reaction"], "👍");
+        // The message as it is when relayed: never older content after a deletion.
+        for change in &changes {
+            let m = &change["message"];
+            assert!(m["body"] == "hello" || m["deleted"] == true, "{change}");
+        }
+        assert_eq!(changes[2]["message"], deleted.body);
     })
     .await
 }

@@ -675,3 +675,63 @@ async fn the_trim_leaves_a_busy_conversation_most_of_its_partition() {
     );
     assert_eq!(walk(&t, &c, &a).await, (1..=500).collect::<Vec<u64>>());
 }
+
+/// Changes at any age (docs/api.md §13): an archived message takes reactions and can be deleted,
+/// and its deletion erases its content from the archive too; it cannot be edited (409).
+#[tokio::test]
+async fn an_archived_message_is_deleted_from_the_archive_and_takes_reactions() {
+    let t = app().await;
+    let (a, b, c) = t.new_direct().await;
+    let secret = format!("secret {}", chat_tests::new_uuid());
+    t.send(&c, &a, &secret).await;
+    t.send(&c, &b, "kept").await;
+    t.archiver()
+        .archive_conversation(&id(&c), &everything(), None)
+        .await
+        .unwrap();
+    assert_eq!(archived_through(&items(&t, &c).await), 2);
+
+    let r = t.react(&c, 2, &a, "party", true).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let edit = t.edit(&c, 2, &b, &chat_tests::new_uuid(), "changed").await;
+    assert_eq!((edit.status, edit.code()), (409, "conflict"), "{edit:?}");
+    let deleted = t.delete_message(&c, 1, &a, &chat_tests::new_uuid()).await;
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    assert_eq!(
+        (
+            deleted.body["deleted"].as_bool(),
+            deleted.body["body"].as_str()
+        ),
+        (Some(true), Some(""))
+    );
+
+    let page = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    let messages = page.body["messages"].as_array().unwrap();
+    assert_eq!(messages[0], deleted.body, "{page:?}");
+    assert_eq!(
+        messages[1]["reactions"],
+        serde_json::json!([{"reaction": "party", "count": 1}])
+    );
+    let changes = t.get(&format!("/conversations/{c}/changes"), &b).await;
+    assert_eq!(
+        changes.body["changes"][1]["message"], deleted.body,
+        "{changes:?}"
+    );
+
+    for key in list_objects(&c).await {
+        let object = s3()
+            .await
+            .get_object()
+            .bucket(chat_tests::ARCHIVE_BUCKET)
+            .key(&key)
+            .send()
+            .await
+            .unwrap();
+        let bytes = object.body.collect().await.unwrap().into_bytes();
+        let text = format!("{:?}", chat_store::archive::decode(&bytes).unwrap());
+        assert!(
+            !text.contains(&secret),
+            "{key} still holds the deleted text"
+        );
+    }
+}

@@ -31,6 +31,10 @@ pub enum Receipts {
     None,
     Here,
     Elsewhere,
+    /// Not receipts: the same 50 members reacting to the conversation's newest message (adding,
+    /// then removing, 👍), about ten reactions per send (issue 19's goal: sends keep their
+    /// figures; reactions write `H#` and `R#`, never the log partition).
+    Reactions,
 }
 
 /// Write units the strictness layer recorded on the chat table's partitions `keys` so far (it
@@ -85,7 +89,7 @@ pub async fn row(
     } else {
         vec![]
     };
-    let here: Vec<&String> = if receipts_to == Receipts::Here {
+    let here: Vec<&String> = if matches!(receipts_to, Receipts::Here | Receipts::Reactions) {
         others.iter().chain(&readers).collect()
     } else {
         others.iter().collect()
@@ -188,23 +192,29 @@ pub async fn row(
             );
             let receipts_throttled = receipts_throttled.clone();
             tokio::spawn(async move {
+                let mut reacted = false;
                 while let Ok(permit) = credits.acquire().await {
                     permit.forget();
                     receipts_done.fetch_add(1, Ordering::SeqCst);
                     let seen = sent.load(Ordering::SeqCst);
-                    let (status, answer) = target
-                        .call(
-                            "POST",
-                            &format!("/conversations/{c}/read"),
-                            &reader,
-                            Some(json!({"seq": seen})),
-                        )
-                        .await;
+                    let (status, answer) = if receipts_to == Receipts::Reactions {
+                        let path =
+                            format!("/conversations/{c}/messages/{seen}/reactions/%F0%9F%91%8D");
+                        reacted = !reacted;
+                        let method = if reacted { "PUT" } else { "DELETE" };
+                        target.call(method, &path, &reader, None).await
+                    } else {
+                        let path = format!("/conversations/{c}/read");
+                        target
+                            .call("POST", &path, &reader, Some(json!({"seq": seen})))
+                            .await
+                    };
                     match status {
                         200 => {}
                         // The member partition's write units ran out: nothing happened, and
                         // the next receipt carries a higher seq anyway (clients debounce).
-                        429 => {
+                        // A change lost to the others past its deadline: nothing happened.
+                        429 | 503 => {
                             receipts_throttled.fetch_add(1, Ordering::SeqCst);
                             tokio::time::sleep(Duration::from_millis(200)).await;
                         }
@@ -275,6 +285,8 @@ pub async fn row(
                 Receipts::None => "",
                 Receipts::Here => ", + receipts from 50 of its members (~10 per send)",
                 Receipts::Elsewhere => ", + the same receipts to another conversation",
+                Receipts::Reactions =>
+                    ", + 50 of its members reacting to its newest message (~10 per send)",
             }
         ),
         n.to_string(),

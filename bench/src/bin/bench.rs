@@ -111,6 +111,13 @@ async fn main() {
                     let base = Some(elsewhere.await.sends_per_s);
                     hot::row(&target, &mut table, senders, per, Receipts::Here, base).await;
                 }
+                // Reactions on the hot conversation, to the same senders without them.
+                for senders in [1, 16] {
+                    let per = messages / senders;
+                    let alone = hot::row(&target, &mut table, senders, per, Receipts::None, None);
+                    let base = Some(alone.await.sends_per_s);
+                    hot::row(&target, &mut table, senders, per, Receipts::Reactions, base).await;
+                }
                 table.print();
             }
             // The scale model: DynamoDB's per-partition limits at 1/10 (the strictness layer's

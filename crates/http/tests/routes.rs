@@ -162,9 +162,13 @@ fn a_route_any_of_them_has_otherwise_fails() {
         assert!(found[0].starts_with(place), "{found:?}");
     };
     // Another path, another method, another function, another operationId, one route less.
-    let path = edited(&s.template, "Path: /inbox", "Path: /inboxes");
+    let path = edited(&s.template, r#"Path: "/inbox""#, r#"Path: "/inboxes""#);
     check(&path, &s.cargo, &s.openapi, "template.yaml");
-    let method = edited(&s.template, "Method: DELETE\n", "Method: POST\n");
+    let method = edited(
+        &s.template,
+        r#"Method: DELETE, Path: "/conversations/{conversationId}/members"#,
+        r#"Method: POST, Path: "/conversations/{conversationId}/members"#,
+    );
     check(&method, &s.cargo, &s.openapi, "template.yaml");
     let function = edited(
         &s.cargo,

@@ -10,9 +10,9 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ChatError;
-use crate::ids::{hex_digest, UserId};
+use crate::ids::{hex_digest, ConversationId, UserId};
 use crate::message::check_body;
-use crate::model::{Message, ReactionCount};
+use crate::model::{ChangeEntry, Message, ReactionCount};
 use crate::requests::{page_limit, parse_uuid, Fields, QueryParams};
 
 pub const MAX_REACTION_CHARS: usize = 32;
@@ -47,6 +47,37 @@ impl ChangeKind {
 
 fn invalid(msg: impl Into<String>) -> ChatError {
     ChatError::invalid(msg)
+}
+
+/// One change as the log records it: what, to which message, by whom, when; no content, so a
+/// deletion has nothing to erase here. The change log lists it with its message as it is now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeRecord {
+    pub conversation_id: ConversationId,
+    pub change_seq: u64,
+    #[serde(rename = "type")]
+    pub kind: ChangeKind,
+    pub seq: u64,
+    pub user_id: UserId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction: Option<String>,
+    pub at: String,
+}
+
+impl ChangeRecord {
+    /// The change as the API lists it, with the message as it is now.
+    pub fn entry(&self, message: Message) -> ChangeEntry {
+        ChangeEntry {
+            change_seq: self.change_seq,
+            kind: self.kind,
+            seq: self.seq,
+            user_id: self.user_id.clone(),
+            reaction: self.reaction.clone(),
+            at: self.at.clone(),
+            message,
+        }
+    }
 }
 
 /// The `{seq}` of a message path: a positive integer (`400` otherwise).
@@ -306,7 +337,6 @@ pub fn reaction_counts(counts: &BTreeMap<String, u64>) -> Vec<ReactionCount> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ConversationId;
     use std::collections::HashMap;
 
     fn user(u: &str) -> UserId {

@@ -6,11 +6,11 @@ use serde::{Deserialize, Serialize};
 
 use super::attrs::Item;
 use super::keys;
-use chat_domain::changes::{reaction_counts, ChangeKind};
+use chat_domain::changes::reaction_counts;
 use chat_domain::error::ChatError;
 use chat_domain::inbox::{self, InboxPosition};
 use chat_domain::message::preview;
-use chat_domain::model::{ChangeEntry, Conversation, Message, MessagePreview};
+use chat_domain::model::{Conversation, Message, MessagePreview};
 use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// A struct as an item with the given key.
@@ -292,37 +292,10 @@ pub fn message_item(m: &Message) -> Result<Item, ChatError> {
     Ok(item)
 }
 
-/// `pk = H#<conversationId>`: the change head (`sk = H`, the newest change, so its stream
+/// `pk = H#<conversationId>`: the change head (`sk = H`, the newest change, so that its stream
 /// records are the conversation's changes in `changeSeq` order) and each change's record
-/// (`sk = H#<changeSeq>`). Content-free: a deletion has no copy of the message to erase here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ChangeItem {
-    pub conversation_id: ConversationId,
-    pub change_seq: u64,
-    #[serde(rename = "type")]
-    pub kind: ChangeKind,
-    pub seq: u64,
-    pub user_id: UserId,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reaction: Option<String>,
-    pub at: String,
-}
-
-impl ChangeItem {
-    /// The change as the API lists it, with the message as it is now.
-    pub fn entry(&self, message: Message) -> ChangeEntry {
-        ChangeEntry {
-            change_seq: self.change_seq,
-            kind: self.kind,
-            seq: self.seq,
-            user_id: self.user_id.clone(),
-            reaction: self.reaction.clone(),
-            at: self.at.clone(),
-            message,
-        }
-    }
-}
+/// (`sk = H#<changeSeq>`), both a `ChangeRecord`.
+pub use chat_domain::changes::ChangeRecord as ChangeItem;
 
 /// `pk = H#<conversationId>, sk = K#<clientChangeId>`: an edit's or a deletion's idempotency
 /// key, kept forever.

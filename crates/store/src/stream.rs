@@ -75,17 +75,9 @@ fn change_events(old: &Item, new: &Item) -> Result<Change, ChatError> {
     if before.is_some_and(|b| b.change_seq >= after.change_seq) {
         return Ok(Change::default());
     }
-    let event = ChangeEvent {
-        conversation_id: after.conversation_id,
-        change_seq: after.change_seq,
-        seq: after.seq,
-        message: None,
-        user_id: Some(after.user_id),
-        reaction: after.reaction,
-        at: Some(after.at),
-    };
+    let kind = after.kind;
     Ok(Change {
-        events: vec![Event::change(after.kind, event)],
+        events: vec![Event::change(kind, ChangeEvent::of(after))],
         fill: true,
     })
 }

@@ -6,15 +6,39 @@ use std::sync::Arc;
 
 const THUMBS: &str = "%F0%9F%91%8D";
 
+/// Who sends a message of `chat`'s conversation.
+#[derive(Clone, Copy)]
+pub(crate) enum By {
+    A,
+    B,
+}
+
+/// A new app, a conversation of two new users `a` and `b` (a group owned by `a`, or a direct
+/// one) and the messages `sent` in it, in order: (app, a, b, conversation).
+pub(crate) async fn chat(group: bool, sent: &[(By, &str)]) -> (TestApp, String, String, String) {
+    let t = TestApp::new().await;
+    let (a, b, c) = if group {
+        t.new_group().await
+    } else {
+        t.new_direct().await
+    };
+    for (by, body) in sent {
+        let sender = match by {
+            By::A => &a,
+            By::B => &b,
+        };
+        let r = t.send(&c, sender, body).await;
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    (t, a, b, c)
+}
+
+/// The change log after `after` (one page of up to 100).
 async fn changes(t: &TestApp, c: &str, user: &str, after: u64) -> Value {
-    let r = t
-        .get(
-            &format!("/conversations/{c}/changes?afterChange={after}&limit=100"),
-            user,
-        )
-        .await;
-    assert_eq!(r.status, 200, "{r:?}");
-    r.body
+    let path = format!("/conversations/{c}/changes?afterChange={after}&limit=100");
+    let page = t.get(&path, user).await;
+    assert_eq!(page.status, 200, "{page:?}");
+    page.body
 }
 
 fn change_seqs(page: &Value) -> Vec<u64> {
@@ -34,10 +58,9 @@ async fn history(t: &TestApp, c: &str, user: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn the_sender_edits_once_per_change_id_and_everyone_sees_it() {
-    let t = TestApp::new().await;
-    let (a, b, c) = t.new_direct().await;
-    let sent = t.send(&c, &a, "helo").await;
-    assert_eq!(sent.body["version"], 1, "{sent:?}");
+    let (t, a, b, c) = chat(false, &[(By::A, "helo")]).await;
+    let sent = &history(&t, &c, &a).await[0];
+    assert_eq!(sent["version"], 1, "{sent:?}");
     let id = new_uuid();
     let r = t.edit(&c, 1, &a, &id, "hello").await;
     assert_eq!(r.status, 200, "{r:?}");
@@ -46,7 +69,7 @@ async fn the_sender_edits_once_per_change_id_and_everyone_sees_it() {
         (Some("hello"), Some(2))
     );
     assert!(r.body["editedAt"].as_str().unwrap().ends_with('Z'));
-    assert_eq!(r.body["clientMsgId"], sent.body["clientMsgId"]);
+    assert_eq!(r.body["clientMsgId"], sent["clientMsgId"]);
 
     let again = t.edit(&c, 1, &a, &id, "hello").await;
     assert_eq!(
@@ -87,9 +110,7 @@ async fn the_sender_edits_once_per_change_id_and_everyone_sees_it() {
 
 #[tokio::test]
 async fn bad_edits_are_refused_and_change_nothing() {
-    let t = TestApp::new().await;
-    let (a, _b, c) = t.new_direct().await;
-    t.send(&c, &a, "one").await;
+    let (t, a, _b, c) = chat(false, &[(By::A, "one")]).await;
     let path = format!("/conversations/{c}/messages/1");
     let cases = [
         (
@@ -144,10 +165,7 @@ async fn bad_edits_are_refused_and_change_nothing() {
 
 #[tokio::test]
 async fn a_deletion_leaves_a_tombstone_in_place_and_happens_once() {
-    let t = TestApp::new().await;
-    let (owner, b, c) = t.new_group().await;
-    t.send(&c, &b, "secret").await;
-    t.send(&c, &b, "last words").await;
+    let (t, owner, b, c) = chat(true, &[(By::B, "secret"), (By::B, "last words")]).await;
     t.react(&c, 2, &owner, THUMBS, true).await;
     let other = t.delete_message(&c, 2, "stranger", &new_uuid()).await;
     assert_eq!(other.status, 404);
@@ -215,9 +233,7 @@ async fn unique_member(t: &TestApp, c: &str, owner: &str) -> String {
 
 #[tokio::test]
 async fn reactions_count_once_per_member_and_page_who_reacted() {
-    let t = TestApp::new().await;
-    let (a, b, c) = t.new_group().await;
-    t.send(&c, &a, "react to me").await;
+    let (t, a, b, c) = chat(true, &[(By::A, "react to me")]).await;
     let r = t.react(&c, 1, &a, THUMBS, true).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(
@@ -295,7 +311,21 @@ async fn reactions_count_once_per_member_and_page_who_reacted() {
         r.body["reactions"],
         json!([{"reaction": "party", "count": 1}, {"reaction": "👍", "count": 1}])
     );
+    // The last reaction of a member gone: its reactions item with it.
+    let r = t.react(&c, 1, &a, THUMBS, false).await;
+    assert_eq!(
+        r.body["reactions"],
+        json!([{"reaction": "party", "count": 1}])
+    );
+    let who = t
+        .get(&format!("/conversations/{c}/messages/1/reactions"), &a)
+        .await;
+    assert_eq!(
+        who.body["reactions"],
+        json!([{"userId": b, "reaction": "party"}])
+    );
     let page = changes(&t, &c, &a, 3).await;
+    assert_eq!(change_seqs(&page), [4, 5]);
     assert_eq!(page["changes"][0]["type"], "reaction.removed");
     assert_eq!(page["changes"][0]["reaction"], "👍");
     assert_eq!(page["changes"][0]["changeSeq"], 4);
@@ -303,9 +333,7 @@ async fn reactions_count_once_per_member_and_page_who_reacted() {
 
 #[tokio::test]
 async fn reactions_are_bounded() {
-    let t = TestApp::new().await;
-    let (a, _b, c) = t.new_direct().await;
-    t.send(&c, &a, "x").await;
+    let (t, a, _b, c) = chat(false, &[(By::A, "x")]).await;
     for i in 0..20 {
         assert_eq!(t.react(&c, 1, &a, &format!("r{i}"), true).await.status, 200);
     }

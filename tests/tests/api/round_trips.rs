@@ -113,10 +113,8 @@ async fn operations_stay_within_their_round_trip_budget() {
 /// trips; here, uncontended, 2, 2 and 2.
 #[tokio::test]
 async fn changes_stay_within_their_round_trip_budget() {
-    let t = TestApp::new().await;
-    let (a, b, c) = t.new_group().await;
-    t.send(&c, &a, "one").await;
-    t.send(&c, &b, "two").await;
+    use super::changes::{chat, By};
+    let (t, a, b, c) = chat(true, &[(By::A, "one"), (By::B, "two")]).await;
     t.calls.take();
 
     let edit = json!({"clientChangeId": chat_tests::new_uuid(), "body": "uno"}).to_string();

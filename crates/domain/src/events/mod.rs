@@ -9,7 +9,7 @@ pub mod redelivery;
 
 use serde::{Deserialize, Serialize};
 
-use crate::changes::ChangeKind;
+use crate::changes::{ChangeKind, ChangeRecord};
 use crate::model::Message;
 use crate::{ConversationId, UserId};
 
@@ -58,35 +58,53 @@ pub enum Event {
     ReactionRemoved(ChangeEvent),
 }
 
-/// A change to a message (docs/api.md §13): which one (`changeSeq`, gap-free per conversation),
-/// and, in the full form, the message as it is now and who made the change.
+/// A change to a message (docs/api.md §15.2): which one (`changeSeq`, gap-free per conversation)
+/// and, in the full form, who made it and the message as it is now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangeEvent {
     pub conversation_id: ConversationId,
     pub change_seq: u64,
     pub seq: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<Message>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_id: Option<UserId>,
+    /// None: the light form `{type, conversationId, changeSeq, seq}`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub full: Option<ChangeDetail>,
+}
+
+/// What the full form of a change event adds to the light one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeDetail {
+    pub user_id: UserId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reaction: Option<String>,
+    pub at: String,
+    /// Read by the relay (absent when it could not be read, e.g. archived).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at: Option<String>,
+    pub message: Option<Message>,
 }
 
 impl ChangeEvent {
-    /// The light form: `{type, conversationId, changeSeq, seq}`.
+    /// A change as recorded, its message still to be read.
+    pub fn of(r: ChangeRecord) -> ChangeEvent {
+        ChangeEvent {
+            conversation_id: r.conversation_id,
+            change_seq: r.change_seq,
+            seq: r.seq,
+            full: Some(ChangeDetail {
+                user_id: r.user_id,
+                reaction: r.reaction,
+                at: r.at,
+                message: None,
+            }),
+        }
+    }
+
+    /// The light form.
     pub fn light(&self) -> ChangeEvent {
         ChangeEvent {
-            conversation_id: self.conversation_id.clone(),
-            change_seq: self.change_seq,
-            seq: self.seq,
-            message: None,
-            user_id: None,
-            reaction: None,
-            at: None,
+            full: None,
+            ..self.clone()
         }
     }
 }
@@ -144,15 +162,17 @@ impl Event {
         }
     }
 
-    /// A change event whose message is still to be read (the relay reads it).
+    /// A full change event whose message is still to be read (the relay reads it).
     pub fn lacks_message(&self) -> bool {
-        self.as_change().is_some_and(|(_, c)| c.message.is_none())
+        self.as_change()
+            .and_then(|(_, c)| c.full.as_ref())
+            .is_some_and(|d| d.message.is_none())
     }
 
-    /// Gives a change event its message as it is now.
+    /// Gives a full change event its message as it is now.
     pub fn set_message(&mut self, message: Message) {
-        if let Some(c) = self.change_mut() {
-            c.message = Some(message);
+        if let Some(d) = self.change_mut().and_then(|c| c.full.as_mut()) {
+            d.message = Some(message);
         }
     }
 
@@ -277,15 +297,15 @@ mod tests {
         );
         let back: Event = serde_json::from_value(serde_json::to_value(&light).unwrap()).unwrap();
         assert_eq!(back, light);
-        let change = ChangeEvent {
+        let change = ChangeEvent::of(ChangeRecord {
             conversation_id: conversation(),
             change_seq: 3,
+            kind: ChangeKind::ReactionAdded,
             seq: 42,
-            message: None,
-            user_id: Some(user("u")),
+            user_id: user("u"),
             reaction: Some("👍".into()),
-            at: Some("t".into()),
-        };
+            at: "t".into(),
+        });
         let added = Event::change(ChangeKind::ReactionAdded, change);
         assert_eq!(
             serde_json::to_value(&added).unwrap(),

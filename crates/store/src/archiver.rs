@@ -386,6 +386,12 @@ impl ChatStore {
             }
             total.messages += last - archived;
             total.chunks += 1;
+            // A message deleted after step 1 read it: its deletion, had it looked at the
+            // boundary before this advance, left the erasure to this run (docs/data-model.md §8.2).
+            let marks = self.reactions_between(id, first, last).await?;
+            if let Some(erased) = super::changes::erased(chunk, &marks) {
+                archive.put(&key, archive::encode(&erased)?).await?;
+            }
             if stops(Step::Advance) {
                 return Ok(total);
             }

@@ -344,6 +344,8 @@ impl ChatStore {
             let message = read.reactions.apply(message);
             if let Some(key) = &read.key {
                 check_replay(&key.fingerprint, &fingerprint)?;
+                // A retry after a 503: the erasure may not have happened.
+                self.erase_from_archive(id, seq).await?;
                 return Ok(message);
             }
             let target = Target {
@@ -391,9 +393,9 @@ impl ChatStore {
             parts.push(self.reactions_part(id, seq, &mark, read.reactions.change_seq)?);
             parts.extend(self.preview_part(&read, &tomb)?);
             if self.commit_change(parts).await? {
-                if read.message.is_none() {
-                    self.erase_from_archive(id, seq).await?;
-                }
+                // Archived, or archived since it was read (the archiver's own erasure covers
+                // an advance after this looks).
+                self.erase_from_archive(id, seq).await?;
                 return Ok(tomb);
             }
         }
@@ -442,7 +444,9 @@ impl ChatStore {
     #[cfg(feature = "archive")]
     async fn erase_from_archive(&self, id: &ConversationId, seq: u64) -> Result<(), ChatError> {
         use super::archive::{chunk_key, encode};
-        let archive = self.archive.as_ref().ok_or(ChatError::Unavailable)?;
+        let Some(archive) = self.archive.as_ref() else {
+            return Ok(());
+        };
         let mut through = self.archived_through(id).await?;
         for _ in 0..3 {
             let Some((key, first, last)) = chunk_key(id, seq, through) else {
@@ -450,19 +454,7 @@ impl ChatStore {
             };
             let (chunk, marks) =
                 tokio::try_join!(archive.get(&key), self.reactions_between(id, first, last))?;
-            let chunk = chunk.unwrap_or_default();
-            let deleted = |m: &Message| marks.get(&m.seq).is_some_and(|r| r.deleted);
-            if chunk.iter().any(|m| deleted(m) && !m.deleted) {
-                let erased: Vec<Message> = chunk
-                    .into_iter()
-                    .map(|m| {
-                        if deleted(&m) && !m.deleted {
-                            m.tombstone()
-                        } else {
-                            m
-                        }
-                    })
-                    .collect();
+            if let Some(erased) = erased(chunk.unwrap_or_default(), &marks) {
                 archive.put(&key, encode(&erased)?).await?;
             }
             let now = self.archived_through(id).await?;
@@ -808,6 +800,24 @@ pub(crate) fn apply_reactions(
             None => m,
         })
         .collect()
+}
+
+/// A chunk's messages with the tombstones of those its marks say are deleted; None when none of
+/// them still holds content to erase.
+pub(crate) fn erased(
+    chunk: Vec<Message>,
+    marks: &BTreeMap<u64, ReactionsItem>,
+) -> Option<Vec<Message>> {
+    let deleted = |m: &Message| !m.deleted && marks.get(&m.seq).is_some_and(|r| r.deleted);
+    if !chunk.iter().any(deleted) {
+        return None;
+    }
+    Some(
+        chunk
+            .into_iter()
+            .map(|m| if deleted(&m) { m.tombstone() } else { m })
+            .collect(),
+    )
 }
 
 fn sorted(reactions: &[String]) -> Vec<String> {

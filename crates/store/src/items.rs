@@ -306,7 +306,7 @@ pub struct ChangeKeyItem {
     pub seq: u64,
 }
 
-/// `pk = R#<conversationId>, sk = C#<seq>`: a message's reaction counts, or (`deleted`) the mark
+/// `pk = RX#<conversationId>, sk = C#<seq>`: a message's reaction counts, or (`deleted`) the mark
 /// that it was deleted, which history applies to an archived copy too. `changeSeq` is the change
 /// that wrote it last: a change writes it on condition that it is still the one read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -336,7 +336,7 @@ impl ReactionsItem {
     }
 }
 
-/// `pk = R#<conversationId>, sk = U#<seq>#<userId>`: one member's reactions to one message, in
+/// `pk = RX#<conversationId>, sk = U#<seq>#<userId>`: one member's reactions to one message, in
 /// the order added (at most 20).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

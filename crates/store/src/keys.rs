@@ -16,8 +16,8 @@
 //! | `H#` | `H` | the change head: the newest `changeSeq` and that change (docs/data-model.md §8) |
 //! | `H#` | `H#<changeSeq, 20 digits>` | a change record (no message content) |
 //! | `H#` | `K#<clientChangeId>` | the idempotency key of an edit or a deletion, kept forever |
-//! | `R#` | `C#<seq, 20 digits>` | a message's reaction counts, or the mark that it was deleted |
-//! | `R#` | `U#<seq, 20 digits>#<userId>` | one member's reactions to one message |
+//! | `RX#` | `C#<seq, 20 digits>` | a message's reaction counts, or the mark that it was deleted |
+//! | `RX#` | `U#<seq, 20 digits>#<userId>` | one member's reactions to one message |
 //!
 //! Changes live off `C#`, so that edits and reactions take none of a hot conversation's write
 //! throughput and never conflict with its sends.
@@ -137,7 +137,7 @@ pub fn change_key_key(id: &ConversationId, client_change_key: &str) -> Item {
 
 /// What lives beside a conversation's messages: their reaction counts and who reacted.
 pub fn reactions_pk(id: &ConversationId) -> String {
-    format!("R#{id}")
+    format!("RX#{id}")
 }
 
 pub fn reaction_counts_sk(seq: u64) -> String {

@@ -229,6 +229,8 @@ async fn set_up_memberships(t: &TestApp, user: &str, n: usize) {
             members_change: None,
             bucketed_since: None,
             archived_through: 0,
+            deleted_seqs: vec![],
+            deleted_change: 0,
         };
         let member = MemberItem {
             last_read_seq: 40,

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::attrs::{get_s, n, s, Item};
 use super::items::{
     from_item, message_item, to_item, ChangeItem, ChangeKeyItem, ConversationItem, LastMessage,
-    ReactionsItem, ReactorItem,
+    ReactionsItem, ReactorItem, RECENT_DELETIONS,
 };
 use super::{keys, tx, ChatStore, PartitionQuery, TxOutcome};
 use aws_sdk_dynamodb::types::TransactWriteItem;
@@ -175,30 +175,55 @@ impl ChatStore {
         )
     }
 
-    /// The conversation's preview, when `m` is its last message (on condition that it still is).
-    fn preview_part(
+    /// The conversation item's part of an edit or a deletion, if any: its preview, when `m` is
+    /// its last message (on condition that it still is); for a deletion (`deletion`: its
+    /// changeSeq), the seq among the recently deleted ones (on condition that they are as read).
+    fn conversation_part(
         &self,
         read: &Read,
         m: &Message,
+        deletion: Option<u64>,
     ) -> Result<Option<TransactWriteItem>, ChatError> {
-        if read.conversation.last_seq != m.seq {
+        let last = read.conversation.last_seq == m.seq;
+        let (mut sets, mut conditions) = (Vec::new(), Vec::new());
+        let mut values = Vec::new();
+        let mut remove = "";
+        if last {
+            let preview = LastMessage::of(m);
+            sets.push("lastMessage.body = :body");
+            if preview.truncated {
+                sets.push("lastMessage.truncated = :cut");
+                values.push((":cut", aws_sdk_dynamodb::types::AttributeValue::Bool(true)));
+            } else {
+                remove = " REMOVE lastMessage.truncated";
+            }
+            values.extend([(":body", s(preview.body)), (":seq", n(m.seq))]);
+            conditions.push("lastSeq = :seq".to_owned());
+        }
+        if let Some(change_seq) = deletion {
+            let c = &read.conversation;
+            let recent = c.deleted_seqs.iter().copied().chain([m.seq]);
+            let skip = (c.deleted_seqs.len() + 1).saturating_sub(RECENT_DELETIONS);
+            let list = recent.skip(skip).map(n).collect();
+            sets.push("deletedSeqs = :deleted, deletedChange = :change");
+            values.push((":deleted", aws_sdk_dynamodb::types::AttributeValue::L(list)));
+            values.push((":change", n(change_seq)));
+            conditions.push(if c.deleted_change == 0 {
+                "attribute_not_exists(deletedChange)".to_owned()
+            } else {
+                values.push((":was", n(c.deleted_change)));
+                "deletedChange = :was".to_owned()
+            });
+        }
+        if sets.is_empty() {
             return Ok(None);
         }
-        let preview = LastMessage::of(m);
-        let expression = if preview.truncated {
-            "SET lastMessage.body = :body, lastMessage.truncated = :cut"
-        } else {
-            "SET lastMessage.body = :body REMOVE lastMessage.truncated"
-        };
-        let mut values = vec![(":body", s(preview.body)), (":seq", n(m.seq))];
-        if preview.truncated {
-            values.push((":cut", aws_sdk_dynamodb::types::AttributeValue::Bool(true)));
-        }
+        let expression = format!("SET {}{remove}", sets.join(", "));
         Ok(Some(tx::update(
             &self.table,
             keys::conversation_key(&m.conversation_id),
-            expression,
-            Some("lastSeq = :seq"),
+            &expression,
+            Some(&conditions.join(" AND ")),
             &values,
         )?))
     }
@@ -289,7 +314,7 @@ impl ChatStore {
                 },
             )?);
             parts.push(self.message_part(&after, message_change, change.change_seq)?);
-            parts.extend(self.preview_part(&read, &after)?);
+            parts.extend(self.conversation_part(&read, &after, None)?);
             if self.commit_change(parts).await? {
                 return Ok(read.reactions.apply(after));
             }
@@ -391,7 +416,7 @@ impl ChatStore {
                 change_seq: change.change_seq,
             };
             parts.push(self.reactions_part(id, seq, &mark, read.reactions.change_seq)?);
-            parts.extend(self.preview_part(&read, &tomb)?);
+            parts.extend(self.conversation_part(&read, &tomb, Some(change.change_seq))?);
             if self.commit_change(parts).await? {
                 // Archived, or archived since it was read (the archiver's own erasure covers
                 // an advance after this looks).

@@ -94,6 +94,28 @@ impl ChatStore {
     /// The fanout's cheap check of who is in a conversation: its `membersVersion`, which every
     /// membership change bumps in the same transaction (None: no such conversation).
     /// 1 strongly consistent GetItem.
+    /// What the fanout reads of a conversation for each batch: `membersVersion` and the recently
+    /// deleted seqs, whose content it withholds (None: no such conversation). 1 strongly
+    /// consistent GetItem.
+    pub async fn push_state(
+        &self,
+        id: &ConversationId,
+    ) -> Result<Option<(u64, Vec<u64>)>, ChatError> {
+        let fields = Some("membersVersion, deletedSeqs, pk");
+        let Some(item) = self.conversation_fields(id, fields).await? else {
+            return Ok(None);
+        };
+        let deleted = match item.get("deletedSeqs") {
+            Some(aws_sdk_dynamodb::types::AttributeValue::L(list)) => list
+                .iter()
+                .filter_map(|v| v.as_n().ok()?.parse().ok())
+                .collect(),
+            _ => Vec::new(),
+        };
+        let version = super::attrs::get_n(&item, "membersVersion").unwrap_or(0);
+        Ok(Some((version, deleted)))
+    }
+
     pub async fn members_version(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {
         let item = self
             .conversation_fields(id, Some("membersVersion, pk"))

@@ -70,7 +70,18 @@ pub struct ConversationItem {
     /// while nothing is archived.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub archived_through: u64,
+    /// The seqs of the conversation's latest deletions (at most `RECENT_DELETIONS`, newest
+    /// last), and the change that deleted the last of them: the fanout withholds their content
+    /// from events relayed before the deletion (docs/data-model.md §8.4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted_seqs: Vec<u64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deleted_change: u64,
 }
+
+/// How many deleted seqs a conversation item remembers for the fanout: an event waits in the
+/// pipeline seconds, and a conversation deletes far fewer messages than this meanwhile.
+pub const RECENT_DELETIONS: usize = 10;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -108,6 +119,8 @@ impl ConversationItem {
             members_change: None,
             bucketed_since: None,
             archived_through: 0,
+            deleted_seqs: vec![],
+            deleted_change: 0,
         }
     }
 
@@ -549,6 +562,8 @@ mod tests {
             }),
             bucketed_since: None,
             archived_through: 0,
+            deleted_seqs: vec![],
+            deleted_change: 0,
         }
     }
 

@@ -161,6 +161,8 @@ mod tests {
             }),
             bucketed_since: None,
             archived_through: 0,
+            deleted_seqs: vec![],
+            deleted_change: 0,
         }
     }
 

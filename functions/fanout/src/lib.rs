@@ -162,6 +162,9 @@ fn report_undelivered(
     (read_failures, push_failures)
 }
 
+/// A conversation's members and its recently deleted seqs.
+type Members = (Arc<Vec<UserId>>, Vec<u64>);
+
 /// The frames of a set of a conversation's records, planned once per set (most connections
 /// need all of them).
 struct FramePlans<'a> {
@@ -400,11 +403,16 @@ impl Fanout {
         slots: &Semaphore,
     ) -> Result<Pushed, ChatError> {
         let started = Instant::now();
-        let Some(users) = self.members(conversation).await? else {
+        let Some((users, deleted)) = self.members(conversation).await? else {
             return Ok(Pushed::everyone());
         };
         let mut records: Vec<usize> = events.iter().map(|(_, i)| *i).collect();
         records.dedup();
+        // Content deleted since these events were relayed is not pushed (docs/data-model.md §8.4).
+        let events: Vec<(Event, usize)> = events
+            .into_iter()
+            .map(|(e, i)| (e.without_deleted(&deleted), i))
+            .collect();
         let mut plans = FramePlans::new(&events, users.len());
         if plans.frames(&records)?.is_empty() {
             return Ok(Pushed::everyone());
@@ -503,12 +511,23 @@ impl Fanout {
         (connection.connection_id, outcome)
     }
 
-    /// The current members (None: no such conversation). DynamoDB: 1 GetItem, + 1 Query and 1
-    /// GetItem when the membership changed since this instance last read it.
-    async fn members(&self, id: &ConversationId) -> Result<Option<Arc<Vec<UserId>>>, ChatError> {
-        let Some(version) = self.chat.members_version(id).await? else {
+    /// The current members and the recently deleted seqs (None: no such conversation).
+    /// DynamoDB: 1 GetItem, + 1 Query and 1 GetItem when the membership changed since this
+    /// instance last read it.
+    async fn members(&self, id: &ConversationId) -> Result<Option<Members>, ChatError> {
+        let Some((version, deleted)) = self.chat.push_state(id).await? else {
             return Ok(None);
         };
+        let users = self.member_list(id, version).await?;
+        Ok(users.map(|users| (users, deleted)))
+    }
+
+    /// The members of membership version `version` (as read), from the cache while current.
+    async fn member_list(
+        &self,
+        id: &ConversationId,
+        version: u64,
+    ) -> Result<Option<Arc<Vec<UserId>>>, ChatError> {
         if let Some((v, users)) = self.members.lock().unwrap().get(id) {
             if *v == version {
                 return Ok(Some(users.clone()));

@@ -199,6 +199,8 @@ mod tests {
             members_change: None,
             bucketed_since: None,
             archived_through: 0,
+            deleted_seqs: vec![],
+            deleted_change: 0,
         }
     }
 

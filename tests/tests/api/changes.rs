@@ -216,6 +216,17 @@ async fn a_deletion_leaves_a_tombstone_in_place_and_happens_once() {
     let member = unique_member(&t, &c, &owner).await;
     let refused = t.delete_message(&c, 1, &member, &new_uuid()).await;
     assert_eq!((refused.status, refused.code()), (403, "forbidden"));
+    // The fanout withholds the seq's content from events relayed before the deletion.
+    let item = t.conversation_item(&c, "C").await.unwrap();
+    assert_eq!(
+        format!("{:?}", item["deletedSeqs"]),
+        format!(
+            "{:?}",
+            aws_sdk_dynamodb::types::AttributeValue::L(vec![
+                aws_sdk_dynamodb::types::AttributeValue::N("2".into())
+            ])
+        ),
+    );
     // The content is gone from every item of the table.
     let items = t.partition(&format!("C#{c}")).await;
     assert!(

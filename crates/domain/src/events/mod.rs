@@ -205,6 +205,32 @@ impl Event {
         matches!(self, Event::MessageNew { body: None, .. })
     }
 
+    /// This event without the content of a message deleted since it was relayed (`deleted`:
+    /// the conversation's recently deleted seqs): its light form, whose client fetches the
+    /// message, now a tombstone.
+    pub fn without_deleted(&self, deleted: &[u64]) -> Event {
+        match self {
+            Event::MessageNew {
+                conversation_id,
+                seq,
+                body: Some(_),
+                ..
+            } if deleted.contains(seq) => Event::light(conversation_id, *seq),
+            other => match other.as_change() {
+                Some((kind, c))
+                    if deleted.contains(&c.seq)
+                        && c.full
+                            .as_ref()
+                            .and_then(|d| d.message.as_ref())
+                            .is_some_and(|m| !m.deleted) =>
+                {
+                    Event::change(kind, c.light())
+                }
+                _ => other.clone(),
+            },
+        }
+    }
+
     /// The form pushed to a conversation of `members` members: content-free `message.new` and
     /// change events above 200 members (clients fetch the content when they need it).
     pub fn for_audience(&self, members: usize) -> Event {
@@ -271,6 +297,19 @@ mod tests {
     use super::fixtures::*;
     use super::*;
 
+    /// Change 3: `u` added 👍 to message `seq`.
+    fn record(seq: u64) -> ChangeRecord {
+        ChangeRecord {
+            conversation_id: conversation(),
+            change_seq: 3,
+            kind: ChangeKind::ReactionAdded,
+            seq,
+            user_id: user("u"),
+            reaction: Some("👍".into()),
+            at: "t".into(),
+        }
+    }
+
     #[test]
     fn wire_format_matches_spec() {
         let light = msg(42).for_audience(201);
@@ -297,15 +336,7 @@ mod tests {
         );
         let back: Event = serde_json::from_value(serde_json::to_value(&light).unwrap()).unwrap();
         assert_eq!(back, light);
-        let change = ChangeEvent::of(ChangeRecord {
-            conversation_id: conversation(),
-            change_seq: 3,
-            kind: ChangeKind::ReactionAdded,
-            seq: 42,
-            user_id: user("u"),
-            reaction: Some("👍".into()),
-            at: "t".into(),
-        });
+        let change = ChangeEvent::of(record(42));
         let added = Event::change(ChangeKind::ReactionAdded, change);
         assert_eq!(
             serde_json::to_value(&added).unwrap(),
@@ -316,6 +347,32 @@ mod tests {
             serde_json::json!({"type":"reaction.added","conversationId":C,"changeSeq":3,"seq":42})
         );
         assert_eq!(added.for_audience(200), added);
+        // Content deleted after the event was relayed is withheld: the light form.
+        assert_eq!(
+            msg(42).without_deleted(&[42]),
+            Event::light(&conversation(), 42)
+        );
+        assert_eq!(msg(42).without_deleted(&[41]), msg(42));
+        let mut edited = Event::change(
+            ChangeKind::Edited,
+            ChangeEvent::of(ChangeRecord {
+                kind: ChangeKind::Edited,
+                reaction: None,
+                ..record(42)
+            }),
+        );
+        edited.set_message(crate::model::Message::new(
+            conversation(),
+            42,
+            "id".into(),
+            user("u"),
+            "text".into(),
+            "t".into(),
+        ));
+        let light = edited.without_deleted(&[42]);
+        assert_eq!(serde_json::to_value(&light).unwrap()["changeSeq"], 3);
+        assert!(!light.lacks_message() && light.as_change().unwrap().1.full.is_none());
+        assert_eq!(edited.without_deleted(&[7]), edited);
         let back: Event = serde_json::from_value(serde_json::to_value(&added).unwrap()).unwrap();
         assert_eq!(back, added);
     }

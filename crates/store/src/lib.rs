@@ -2,7 +2,7 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | this one, `conversations`, `send`, `messages`, `reads`, `inbox`, `connections` | DynamoDB storage (docs/data-model.md): the chat table, one module per concern, each operation commented with the DynamoDB calls it makes; the connections table |
+//! | this one, `conversations`, `send`, `messages`, `changes`, `reads`, `inbox`, `connections` | DynamoDB storage (docs/data-model.md): the chat table, one module per concern, each operation commented with the DynamoDB calls it makes; the connections table |
 //! | `items`, `keys`, `attrs`, `tx` | the stored layout: items, keys, attribute helpers, transactions |
 //! | `archive`, `archiver` | the archive tier (S3, feature `archive`) and the archiver's work list |
 //! | `stream` | the chat table's stream records decoded into push events |

@@ -259,7 +259,7 @@ fn preflight() -> Response<Body> {
     let allowed = [
         (
             header::ACCESS_CONTROL_ALLOW_METHODS,
-            "GET,POST,DELETE,OPTIONS",
+            "GET,POST,PUT,PATCH,DELETE,OPTIONS",
         ),
         (
             header::ACCESS_CONTROL_ALLOW_HEADERS,
@@ -469,7 +469,7 @@ mod tests {
         );
         assert_eq!(
             h[header::ACCESS_CONTROL_ALLOW_METHODS],
-            "GET,POST,DELETE,OPTIONS"
+            "GET,POST,PUT,PATCH,DELETE,OPTIONS"
         );
         assert_eq!(h[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
         let mut from_functions = response(StatusCode::OK, Bytes::new());

@@ -829,6 +829,7 @@ pub(crate) fn apply_reactions(
 
 /// A chunk's messages with the tombstones of those its marks say are deleted; None when none of
 /// them still holds content to erase.
+#[cfg(feature = "archive")]
 pub(crate) fn erased(
     chunk: Vec<Message>,
     marks: &BTreeMap<u64, ReactionsItem>,

@@ -1,7 +1,8 @@
 // The demo page in headless Chromium (Debian's `chromium`, driven by playwright-core), two pages as
 // two users against the local stack: a new conversation and messages both ways; the unread badge,
 // and the read tick once the other side has read; a page whose socket is cut while messages are sent
-// catches up with no duplicate and no gap. Screenshots of both pages go to test-results/ on failure.
+// catches up with no duplicate and no gap; an edit and a reaction show live on the other page
+// ("edited", the reaction's count). Screenshots of both pages go to test-results/ on failure.
 //
 // The page: CHAT_DEMO_URL, else the stack's http://127.0.0.1:9003/, else this test serves
 // clients/demo/dist itself. The API: the page's defaults, or CHAT_API_URL / CHAT_WS_URL.
@@ -150,7 +151,7 @@ async function send(page: Page, text: string): Promise<void> {
 }
 
 describe("demo page, two users in Chromium", () => {
-  it("conversation, unread badge, read tick, and catch-up after a cut socket", { timeout: 180_000 }, async (t) => {
+  it("conversation, unread badge, read tick, catch-up after a cut socket, a live edit and reaction", { timeout: 180_000 }, async (t) => {
     const alice = newUser("alice");
     const bob = newUser("bob");
     const log: string[] = [];
@@ -209,6 +210,27 @@ describe("demo page, two users in Chromium", () => {
       assert.deepEqual(caughtUp.slice(2).map((m) => m.body), offline);
       // Bob has the conversation open, so he read them; Alice's ticks say so.
       await a.waitForFunction(() => document.querySelector('#messages li[data-seq="7"] .tick')?.textContent === "✓✓ read", null, { timeout: 30_000 });
+
+      // Alice edits one of her messages and reacts to it: Bob's page shows both live, through the
+      // "change" events (the message keeps its place; nothing is added to the list).
+      await a.hover('#messages li[data-seq="3"]'); // its controls show on hover
+      await a.click('#messages li[data-seq="3"] button[data-action="edit"]');
+      await a.waitForSelector("#composer.editing");
+      assert.equal(await a.inputValue("#body"), offline[0]);
+      await send(a, "edited while Bob was online");
+      await a.waitForSelector('#messages li[data-seq="3"] .edited:not([hidden])');
+      await b.waitForSelector('#messages li[data-seq="3"] .edited:not([hidden])', { timeout: 30_000 });
+      assert.equal(await b.textContent('#messages li[data-seq="3"] .body'), "edited while Bob was online");
+      await a.hover('#messages li[data-seq="3"]');
+      await a.click('#messages li[data-seq="3"] .actions button[data-react="👍"]');
+      await a.waitForSelector('#messages li[data-seq="3"] .reactions button.mine[data-react="👍"]');
+      await b.waitForFunction(
+        () => document.querySelector('#messages li[data-seq="3"] .reactions button[data-react="👍"]')?.textContent === "👍 1",
+        null,
+        { timeout: 30_000 },
+      );
+      assert.equal(await b.$$eval('#messages li[data-seq="3"] .reactions button.mine', (bs) => bs.length), 0, "not Bob's reaction");
+      assert.deepEqual((await shown(b)).map((m) => m.seq), [1, 2, 3, 4, 5, 6, 7], "an edit adds no message");
     } catch (e) {
       mkdirSync(resultsDir, { recursive: true });
       for (const [who, page] of Object.entries(pages)) {

@@ -6,7 +6,15 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
-import { ChatApiError, ChatClient, type Message, type WebSocketConstructor } from "../../src/index.js";
+import {
+  applyChange,
+  ChatApiError,
+  ChatClient,
+  type ChatEvents,
+  type Message,
+  type MessageChange,
+  type WebSocketConstructor,
+} from "../../src/index.js";
 import { clientFor, eventually, mintToken, newUser, requireStack, sleep, waitFor, WS_URL } from "../helpers/stack.js";
 
 const open: ChatClient[] = [];
@@ -16,16 +24,47 @@ function client(user: string, options: Parameters<typeof clientFor>[1] = {}): Ch
   return c;
 }
 
-/** Collects the "message" events of a client, per conversation. */
-function collect(c: ChatClient): Map<string, Message[]> {
-  const got = new Map<string, Message[]>();
-  c.on("message", (m) => {
-    if (!got.has(m.conversationId)) got.set(m.conversationId, []);
-    got.get(m.conversationId)!.push(m);
+/** Collects the "message" (or "change") events of a client, per conversation. */
+function collect<K extends "message" | "change" = "message">(c: ChatClient, event: K = "message" as K): Map<string, ChatEvents[K][]> {
+  const got = new Map<string, ChatEvents[K][]>();
+  c.on(event, (e) => {
+    if (!got.has(e.conversationId)) got.set(e.conversationId, []);
+    got.get(e.conversationId)!.push(e);
   });
   return got;
 }
 
+/**
+ * A WebSocket class whose current socket the test can cut; while `offline`, new ones fail to
+ * connect, as with no network.
+ */
+function unpluggable(): { WebSocket: WebSocketConstructor; cut(): void; plug(): void } {
+  let offline = false;
+  let current: WebSocket | undefined;
+  class Unpluggable extends WebSocket {
+    constructor(url: string) {
+      super(offline ? "ws://127.0.0.1:9/" : url);
+      current = this;
+    }
+  }
+  return {
+    WebSocket: Unpluggable as unknown as WebSocketConstructor,
+    cut: () => {
+      offline = true;
+      current!.terminate();
+    },
+    plug: () => {
+      offline = false;
+    },
+  };
+}
+
+/** The messages a client was handed, with the changes it was handed applied (applyChange). */
+function held(messages: Message[] | undefined, changes: MessageChange[] | undefined): Message[] {
+  return (messages ?? []).map((m) => (changes ?? []).filter((c) => c.seq === m.seq).reduce(applyChange, m));
+}
+
+const changeSeqs = (cs: { changeSeq: number }[] | undefined) => (cs ?? []).map((c) => c.changeSeq);
 const seqs = (ms: Message[] | undefined) => (ms ?? []).map((m) => m.seq);
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
@@ -226,17 +265,9 @@ describe("live delivery", () => {
 
   it("a client offline during 50 messages has all 50 after reconnecting, each once", { timeout: 180_000 }, async () => {
     const [alice, bob] = [newUser("alice"), newUser("bob")];
-    // A socket the test can cut; while `offline`, new ones fail to connect, as with no network.
-    let offline = false;
-    let current: WebSocket | undefined;
-    class Unpluggable extends WebSocket {
-      constructor(url: string) {
-        super(offline ? "ws://127.0.0.1:9/" : url);
-        current = this;
-      }
-    }
+    const socket = unpluggable();
     const a = client(alice);
-    const b = client(bob, { WebSocket: Unpluggable as unknown as WebSocketConstructor, reconnect: { baseDelayMs: 200, maxDelayMs: 1000 } });
+    const b = client(bob, { WebSocket: socket.WebSocket, reconnect: { baseDelayMs: 200, maxDelayMs: 1000 } });
     const got = collect(b);
     const states: string[] = [];
     b.on("connection", (s) => states.push(s));
@@ -246,12 +277,11 @@ describe("live delivery", () => {
     await a.send(id, "before");
     await waitFor("the first message", () => got.get(id)?.length === 1);
 
-    offline = true;
-    current!.terminate();
+    socket.cut();
     await waitFor("closed", () => states.at(-1) !== "open");
     for (let i = 1; i <= 50; i++) await a.send(id, `while offline ${i}`);
     assert.equal(got.get(id)!.length, 1, "nothing arrives while offline");
-    offline = false;
+    socket.plug();
 
     await waitFor("51 messages at bob", () => (got.get(id)?.length ?? 0) >= 51, 60_000);
     await waitFor("open again", () => states.at(-1) === "open");
@@ -322,5 +352,97 @@ describe("live delivery", () => {
     for (const f of pushed()) {
       assert.deepEqual(Object.keys(f).sort(), ["conversationId", "seq", "type"], "the light form above 200 members");
     }
+  });
+  it("edits, deletions and reactions reach the other member as \"change\" events, once each, in changeSeq order", { timeout: 60_000 }, async () => {
+    const [alice, bob] = [newUser("alice"), newUser("bob")];
+    const a = client(alice);
+    const b = client(bob);
+    const got = collect(b);
+    const changes = collect(b, "change");
+    const { conversationId: id } = await a.openDirect(bob);
+    await b.getConversation(id);
+    await b.connect();
+    await a.send(id, "first");
+    await a.send(id, "second");
+    await waitFor("both messages at bob", () => got.get(id)?.length === 2);
+
+    const edited = await a.edit(id, 1, "first, edited");
+    assert.deepEqual([edited.seq, edited.body, edited.version, typeof edited.editedAt], [1, "first, edited", 2, "string"]);
+    assert.deepEqual(await a.react(id, 1, "👍"), { conversationId: id, seq: 1, reactions: [{ reaction: "👍", count: 1 }] });
+    assert.deepEqual((await a.react(id, 1, "👍")).reactions, [{ reaction: "👍", count: 1 }], "a repeat changes nothing");
+    assert.deepEqual(await b.reactions(id, 1), { reactions: [{ userId: alice, reaction: "👍" }], nextCursor: null });
+    const tombstone = await a.delete(id, 2);
+    assert.deepEqual([tombstone.deleted, tombstone.body, tombstone.version], [true, "", 2]);
+    assert.deepEqual((await a.unreact(id, 1, "👍")).reactions, []);
+
+    await waitFor("4 changes at bob", () => (changes.get(id)?.length ?? 0) >= 4);
+    await sleep(2000); // late repeats would show up now
+    const at = changes.get(id)!;
+    assert.deepEqual(changeSeqs(at), [1, 2, 3, 4]);
+    assert.deepEqual(
+      at.map((c) => [c.type, c.seq, c.userId, c.reaction]),
+      [
+        ["message.edited", 1, alice, undefined],
+        ["reaction.added", 1, alice, "👍"],
+        ["message.deleted", 2, alice, undefined],
+        ["reaction.removed", 1, alice, "👍"],
+      ],
+    );
+    assert.deepEqual(held(got.get(id), at), (await b.history(id)).messages, "applied, they give what a fetch gives");
+    const page = await b.changes(id, { afterChange: 1, limit: 2 });
+    assert.deepEqual([changeSeqs(page.changes), page.lastChange, page.hasMore], [[2, 3], 4, true]);
+    assert.deepEqual((await a.getConversation(id)).lastChange, 4);
+  });
+
+  it("a client offline during changes has them after reconnecting, fetched with afterChange, each once", { timeout: 120_000 }, async () => {
+    const [alice, bob] = [newUser("alice"), newUser("bob")];
+    const socket = unpluggable();
+    const asked: string[] = [];
+    const recording = ((input: string | URL | Request, init?: RequestInit) => {
+      asked.push(String(input));
+      return fetch(input, init);
+    }) as typeof fetch;
+    const a = client(alice);
+    const b = client(bob, { WebSocket: socket.WebSocket, fetch: recording, reconnect: { baseDelayMs: 200, maxDelayMs: 1000 } });
+    const got = collect(b);
+    const changes = collect(b, "change");
+    const states: string[] = [];
+    b.on("connection", (s) => states.push(s));
+    const { conversationId: id } = await a.openDirect(bob);
+    for (const body of ["one", "two", "three"]) await a.send(id, body);
+    await b.getConversation(id);
+    await b.connect();
+    const before = (await b.history(id)).messages;
+    await a.edit(id, 1, "one, edited");
+    await waitFor("the first change", () => changes.get(id)?.length === 1);
+
+    socket.cut();
+    await waitFor("closed", () => states.at(-1) !== "open");
+    await a.react(id, 2, "🎉");
+    await a.edit(id, 3, "three, edited");
+    await a.delete(id, 1);
+    await a.react(id, 3, "🎉");
+    assert.equal(changes.get(id)!.length, 1, "nothing arrives while offline");
+    socket.plug();
+
+    await waitFor("5 changes at bob", () => (changes.get(id)?.length ?? 0) >= 5, 60_000);
+    await waitFor("open again", () => states.at(-1) === "open");
+    await sleep(2000);
+    assert.deepEqual(changeSeqs(changes.get(id)), [1, 2, 3, 4, 5]);
+    assert.deepEqual(
+      changes.get(id)!.map((c) => c.type),
+      ["message.edited", "reaction.added", "message.edited", "message.deleted", "reaction.added"],
+    );
+    assert.ok(
+      asked.some((u) => u.includes(`/conversations/${id}/changes?afterChange=1`)),
+      `the catch-up asked for afterChange=1: ${asked.filter((u) => u.includes("/changes")).join(", ")}`,
+    );
+    const history = await b.history(id);
+    assert.deepEqual(held(before, changes.get(id)), history.messages, "applied, they give what a fetch gives");
+    assert.deepEqual(history.messages.map((m) => [m.body, m.version, m.deleted, m.reactions]), [
+      ["", 3, true, undefined],
+      ["two", 1, undefined, [{ reaction: "🎉", count: 1 }]],
+      ["three, edited", 2, undefined, [{ reaction: "🎉", count: 1 }]],
+    ]);
   });
 });

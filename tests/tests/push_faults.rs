@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::config::http::HttpRequest;
 use aws_sdk_dynamodb::error::BoxError;
 use chat_domain::events::policy::PUSH_ATTEMPTS;
 use chat_domain::events::{Event, EventBatch};
 use chat_domain::ConversationId;
+use chat_store::telemetry::{BeforeTransmit, ReadBeforeTransmit};
 use chat_store::{ChatStore, ConnectionStore};
 use chat_tests::push::{
     bounded, chat_config, connected_direct, connection_ids, connection_store, first_seqs, gateway,
@@ -138,18 +138,11 @@ struct FailReadsOf {
     on: Arc<AtomicBool>,
 }
 
-impl Intercept for FailReadsOf {
-    fn name(&self) -> &'static str {
-        "FailReadsOf"
-    }
+impl ReadBeforeTransmit for FailReadsOf {
+    const NAME: &'static str = "FailReadsOf";
 
-    fn read_before_transmit(
-        &self,
-        ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let body = ctx.request().body().bytes().unwrap_or_default();
+    fn read(&self, request: &HttpRequest) -> Result<(), BoxError> {
+        let body = request.body().bytes().unwrap_or_default();
         let names = String::from_utf8_lossy(body).contains(&self.pk);
         if names && self.on.load(Ordering::SeqCst) {
             return Err("injected: DynamoDB did not answer".into());
@@ -205,10 +198,10 @@ async fn a_failed_read_makes_only_what_failed_be_pushed_again() {
         let db = aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(&sdk)
                 .endpoint_url(server::dynamodb_endpoint())
-                .interceptor(FailReadsOf {
+                .interceptor(BeforeTransmit(FailReadsOf {
                     pk: format!("C#{x}"),
                     on: failing.clone(),
-                })
+                }))
                 .build(),
         );
         let management = aws_sdk_apigatewaymanagement::Client::from_conf(

@@ -14,10 +14,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::config::http::HttpRequest;
 use aws_sdk_dynamodb::error::BoxError;
 use serde_json::{json, Value};
+
+use crate::telemetry::{BeforeTransmit, ReadBeforeTransmit};
 
 /// Both tables' partition key attribute (template.yaml): the `dynamodb:LeadingKeys` of a write.
 const PARTITION_KEY: &str = "pk";
@@ -168,22 +169,27 @@ fn signed_for_s3(authorization: &str) -> bool {
 static SEEN: Mutex<Option<HashSet<(PathBuf, Need)>>> = Mutex::new(None);
 
 /// The interceptor: one per client, naming the function whose role the client acts for.
-#[derive(Debug, Clone)]
-pub struct RecordIamNeeds {
-    function: Arc<str>,
-    file: Arc<Path>,
-}
+pub type RecordIamNeeds = BeforeTransmit<IamNeeds>;
 
 impl RecordIamNeeds {
     pub fn new(dir: &Path, function: &str) -> RecordIamNeeds {
         let _ = std::fs::create_dir_all(dir);
         let file = dir.join(format!("{function}-{}.jsonl", std::process::id()));
-        RecordIamNeeds {
+        BeforeTransmit(IamNeeds {
             function: function.into(),
             file: file.into(),
-        }
+        })
     }
+}
 
+/// What `RecordIamNeeds` reads requests with: the function and its file.
+#[derive(Debug, Clone)]
+pub struct IamNeeds {
+    function: Arc<str>,
+    file: Arc<Path>,
+}
+
+impl IamNeeds {
     fn record(&self, needs: Vec<Need>) {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
         let seen = seen.get_or_insert_with(HashSet::new);
@@ -212,18 +218,10 @@ impl RecordIamNeeds {
     }
 }
 
-impl Intercept for RecordIamNeeds {
-    fn name(&self) -> &'static str {
-        "RecordIamNeeds"
-    }
+impl ReadBeforeTransmit for IamNeeds {
+    const NAME: &'static str = "RecordIamNeeds";
 
-    fn read_before_transmit(
-        &self,
-        ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let req = ctx.request();
+    fn read(&self, req: &HttpRequest) -> Result<(), BoxError> {
         let target = req.headers().get("x-amz-target").unwrap_or_default();
         let body: Value = req
             .body()
@@ -339,9 +337,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("iam-log-{}", uuid::Uuid::new_v4()));
         let rec = RecordIamNeeds::new(&dir, "f");
         let n = need("dynamodb:GetItem", "table/T", Some("C#"));
-        rec.record(vec![n.clone(), n.clone()]);
-        RecordIamNeeds::new(&dir, "f").record(vec![n]);
-        let text = std::fs::read_to_string(&rec.file).unwrap();
+        rec.0.record(vec![n.clone(), n.clone()]);
+        RecordIamNeeds::new(&dir, "f").0.record(vec![n]);
+        let text = std::fs::read_to_string(&rec.0.file).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -8,6 +8,7 @@ use std::cell::Cell;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
+use aws_sdk_dynamodb::config::http::HttpRequest;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
@@ -149,6 +150,35 @@ impl Intercept for CountCalls {
     ) -> Result<(), BoxError> {
         let _ = CALLS.try_with(|c| c.set(c.get() + 1));
         Ok(())
+    }
+}
+
+/// What an interceptor that only reads each request just before it is sent (every attempt,
+/// retries included) does with it; `BeforeTransmit` makes it an SDK interceptor.
+pub trait ReadBeforeTransmit: std::fmt::Debug + Send + Sync {
+    /// The interceptor's name in the SDK's logs.
+    const NAME: &'static str;
+
+    /// Reads the request; an error fails this attempt.
+    fn read(&self, request: &HttpRequest) -> Result<(), BoxError>;
+}
+
+/// The SDK interceptor of a `ReadBeforeTransmit` (of any client of this workspace's SDKs).
+#[derive(Debug, Clone)]
+pub struct BeforeTransmit<R>(pub R);
+
+impl<R: ReadBeforeTransmit> Intercept for BeforeTransmit<R> {
+    fn name(&self) -> &'static str {
+        R::NAME
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.read(ctx.request())
     }
 }
 

@@ -13,6 +13,7 @@
 //! instead of 1,000 queries.
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
 use futures::future::try_join_all;
@@ -120,6 +121,14 @@ impl ConnectionStore {
         }
     }
 
+    /// An UpdateItem of `user`'s presence item (its connection map and version).
+    fn update_presence(&self, user: &UserId) -> UpdateItemFluentBuilder {
+        self.db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(presence_key(user)))
+    }
+
     /// `$connect`: records the connection, and prunes the user's presence (expired entries, and
     /// the oldest beyond [`MAX_CONNECTIONS_PER_USER`]). DynamoDB: 1 PutItem + 1 UpdateItem (2 for
     /// a user's first connection), + 1 UpdateItem when something is pruned (+ GetItem and
@@ -201,10 +210,7 @@ impl ConnectionStore {
         // removal changes which entries are the oldest.
         let version = get_n(presence, "ver").unwrap_or(0);
         let mut update = self
-            .db
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(presence_key(user)))
+            .update_presence(user)
             .condition_expression("ver = :v")
             .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
             .expression_attribute_values(":one", AttributeValue::N("1".into()));
@@ -267,10 +273,7 @@ impl ConnectionStore {
             ];
             for (update, condition, names, values) in tries {
                 let written = self
-                    .db
-                    .update_item()
-                    .table_name(&self.table)
-                    .set_key(Some(presence_key(user)))
+                    .update_presence(user)
                     .update_expression(update)
                     .condition_expression(condition)
                     .set_expression_attribute_names(names)
@@ -320,10 +323,7 @@ impl ConnectionStore {
     ) -> Result<bool, ChatError> {
         let expires = AttributeValue::N(connection.expires_at.to_string());
         let removed = self
-            .db
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(presence_key(&connection.user)))
+            .update_presence(&connection.user)
             .update_expression("REMOVE connections.#c ADD ver :one")
             .condition_expression("connections.#c = :exp")
             .expression_attribute_names("#c", &connection.connection_id)
@@ -354,10 +354,7 @@ impl ConnectionStore {
 
     async fn forget_presence(&self, user: &UserId, connection_id: &str) -> Result<(), ChatError> {
         let r = self
-            .db
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(presence_key(user)))
+            .update_presence(user)
             .update_expression("REMOVE connections.#c ADD ver :one")
             .condition_expression("attribute_exists(connections)")
             .expression_attribute_names("#c", connection_id)

@@ -19,7 +19,7 @@ use chat_store::ConnectionStore;
 use serde_json::{json, Value};
 use tracing::Instrument;
 
-use super::{percentile, write_units_in};
+use super::{call_as, percentile, write_units_in, Request};
 use chat_tests::capacity::{item_size, read_units};
 use chat_tests::{new_uuid, unique, Call, LogCapture, TestApp};
 
@@ -557,11 +557,7 @@ impl Bench<'_> {
         .await
     }
 
-    async fn op(
-        &self,
-        n: usize,
-        request: impl Fn(usize) -> (&'static str, String, String, Option<Value>),
-    ) -> Op {
+    async fn op(&self, n: usize, request: impl Fn(usize) -> Request) -> Op {
         let mut op = Op {
             requests: n,
             ..Op::default()
@@ -578,14 +574,7 @@ impl Bench<'_> {
                 xrayTraceId = "Root=1-674a5e2b-3f1c2a9d8e7b6c5d4e3f2a1b;Parent=53995c3f42cd8ad8;Sampled=0;Lineage=1:a3f1b2c4:0"
             );
             let started = Instant::now();
-            let r = self
-                .t
-                .call(
-                    method,
-                    &path,
-                    Some(&user),
-                    body.map(|b| b.to_string()).as_deref(),
-                )
+            let r = call_as(self.t, method, &path, &user, body.as_ref())
                 .instrument(span)
                 .await;
             latencies.push(started.elapsed());

@@ -16,7 +16,23 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 
 use chat_tests::capacity::{self, item_json};
-use chat_tests::{Call, TestApp};
+use chat_tests::{Call, Resp, TestApp};
+use serde_json::Value;
+
+/// One request of a scenario: method, path, the user who makes it, its JSON body.
+pub type Request = (&'static str, String, String, Option<Value>);
+
+/// One request as `user`, in process (the REST handlers, invoked as API Gateway would).
+pub async fn call_as(
+    t: &TestApp,
+    method: &str,
+    path: &str,
+    user: &str,
+    body: Option<&Value>,
+) -> Resp {
+    let body = body.map(Value::to_string);
+    t.call(method, path, Some(user), body.as_deref()).await
+}
 
 /// The value after `flag` in `args` (`--api URL` → `URL`).
 pub fn flag_value(args: &[String], flag: &str) -> Option<String> {

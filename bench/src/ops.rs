@@ -2,9 +2,9 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::{percentile, write_units, Table};
+use super::{call_as, percentile, write_units, Request, Table};
 use chat_tests::{new_uuid, unique, TestApp};
 
 pub fn table() -> Table {
@@ -24,7 +24,7 @@ async fn measure(
     table: &mut Table,
     name: &str,
     n: usize,
-    request: impl Fn(usize) -> (&'static str, String, String, Option<Value>),
+    request: impl Fn(usize) -> Request,
 ) {
     t.calls.take_calls();
     let mut latencies = vec![];
@@ -32,14 +32,7 @@ async fn measure(
     for i in 0..n {
         let (method, path, user, body) = request(i);
         let started = Instant::now();
-        let r = t
-            .call(
-                method,
-                &path,
-                Some(&user),
-                body.map(|b| b.to_string()).as_deref(),
-            )
-            .await;
+        let r = call_as(t, method, &path, &user, body.as_ref()).await;
         latencies.push(started.elapsed());
         errors += usize::from(r.status >= 400);
     }

@@ -13,6 +13,8 @@ use serde_json::Value;
 
 use chat_tests::TestApp;
 
+use crate::call_as;
+
 #[derive(Clone)]
 pub enum Target {
     InProcess(Arc<TestApp>),
@@ -78,14 +80,7 @@ impl Target {
     ) -> (u16, Value) {
         match self {
             Target::InProcess(t) => {
-                let r = t
-                    .call(
-                        method,
-                        path,
-                        Some(user),
-                        body.map(|b| b.to_string()).as_deref(),
-                    )
-                    .await;
+                let r = call_as(t, method, path, user, body.as_ref()).await;
                 (r.status, r.body)
             }
             Target::Http { base, client, .. } => {

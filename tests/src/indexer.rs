@@ -74,6 +74,46 @@ pub async fn stream_shards(
     (arn, shards)
 }
 
+/// An iterator of `shard` of the stream `arn`: after the sequence number `after`, else from the
+/// shard's trim horizon.
+pub async fn shard_iterator(
+    streams: &aws_sdk_dynamodbstreams::Client,
+    arn: &str,
+    shard: &str,
+    after: Option<&str>,
+) -> String {
+    let request = streams.get_shard_iterator().stream_arn(arn).shard_id(shard);
+    let request = match after {
+        Some(seq) => request
+            .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+            .sequence_number(seq),
+        None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+    };
+    request
+        .send()
+        .await
+        .expect("GetShardIterator")
+        .shard_iterator
+        .expect("a shard iterator")
+}
+
+/// The page of at most `limit` records at `iterator`, and the shard's next iterator (None: the
+/// shard is closed and read to its end).
+pub async fn records_at(
+    streams: &aws_sdk_dynamodbstreams::Client,
+    iterator: &str,
+    limit: i32,
+) -> (Vec<aws_sdk_dynamodbstreams::types::Record>, Option<String>) {
+    let page = streams
+        .get_records()
+        .shard_iterator(iterator)
+        .limit(limit)
+        .send()
+        .await
+        .expect("GetRecords");
+    (page.records.unwrap_or_default(), page.next_shard_iterator)
+}
+
 /// Reads the chat table's stream from where the last catch-up stopped to its end and hands it to
 /// the indexer in batches of at most `batch` records, as Lambda would; a batch whose response
 /// reports a failure is handed over again from the reported record (at most 10 times, then the
@@ -93,35 +133,18 @@ pub async fn catch_up(
     let mut done = Indexed::default();
     for shard in shards {
         let id = shard.shard_id().unwrap_or_default().to_owned();
-        let request = streams.get_shard_iterator().stream_arn(&arn).shard_id(&id);
-        let request = match positions.get(&id) {
-            Some(seq) => request
-                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                .sequence_number(seq),
-            None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
-        };
-        let mut iterator = request
-            .send()
-            .await
-            .expect("GetShardIterator")
-            .shard_iterator
-            .expect("a shard iterator");
+        let after = positions.get(&id).map(String::as_str);
+        let mut iterator = shard_iterator(streams, &arn, &id, after).await;
         loop {
-            let page = streams
-                .get_records()
-                .shard_iterator(&iterator)
-                .limit(batch)
-                .send()
-                .await
-                .expect("GetRecords");
-            let records: Vec<(String, Value)> = page.records().iter().map(lambda_record).collect();
+            let (page, next) = records_at(streams, &iterator, batch).await;
+            let records: Vec<(String, Value)> = page.iter().map(lambda_record).collect();
             if records.is_empty() {
                 break;
             }
             done.records += records.len();
             done.invocations += deliver(&indexer, &records).await;
             positions.insert(id.clone(), records.last().unwrap().0.clone());
-            match page.next_shard_iterator {
+            match next {
                 Some(next) => iterator = next,
                 None => break,
             }

@@ -10,9 +10,10 @@
 use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
+use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use chat_tests::push::{chat_config, gateway_config, read_record};
 use chat_tests::server::{self, inject_kinesis_put_failures, sqs};
-use chat_tests::TestApp;
+use chat_tests::{indexer, TestApp};
 use serde_json::{json, Value};
 
 /// One test at a time: injected failures are emulator-wide.
@@ -69,43 +70,17 @@ async fn in_kinesis(kinesis: &aws_sdk_kinesis::Client, conversation: &str) -> Ve
 /// The events in Kinesis for this conversation, in stream order.
 async fn events_in_kinesis(kinesis: &aws_sdk_kinesis::Client, conversation: &str) -> Vec<Value> {
     let stream = chat_config().event_stream;
-    let shards = kinesis
-        .list_shards()
-        .stream_name(&stream)
-        .send()
+    let records = local_gateway::kinesis_lambda_records(kinesis.clone(), &stream, "us-east-1")
         .await
         .unwrap();
     let mut events = Vec::new();
-    for shard in shards.shards() {
-        let mut iterator = kinesis
-            .get_shard_iterator()
-            .stream_name(&stream)
-            .shard_id(shard.shard_id())
-            .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .unwrap()
-            .shard_iterator
-            .unwrap();
-        loop {
-            let page = kinesis
-                .get_records()
-                .shard_iterator(&iterator)
-                .send()
-                .await
-                .unwrap();
-            for r in page.records() {
-                if r.partition_key() != Some(conversation) {
-                    continue;
-                }
-                let batch: Value = serde_json::from_slice(r.data().as_ref()).unwrap();
-                events.extend(batch["events"].as_array().unwrap().iter().cloned());
-            }
-            match page.next_shard_iterator() {
-                Some(next) if !page.records().is_empty() => iterator = next.to_owned(),
-                _ => break,
-            }
+    for r in records {
+        let r: KinesisEventRecord = serde_json::from_value(r).unwrap();
+        if r.kinesis.partition_key != conversation {
+            continue;
         }
+        let batch: Value = serde_json::from_slice(&r.kinesis.data.0).unwrap();
+        events.extend(batch["events"].as_array().unwrap().iter().cloned());
     }
     events
 }
@@ -195,36 +170,22 @@ async fn stream_records_of(conversation: &str) -> (String, String, Vec<String>) 
             .endpoint_url(config.dynamodb_endpoint.clone().unwrap())
             .build(),
     );
-    let (arn, shards) = chat_tests::indexer::stream_shards(&db, &streams, &config.chat_table).await;
+    let (arn, shards) = indexer::stream_shards(&db, &streams, &config.chat_table).await;
     let shard = shards[0].shard_id().unwrap().to_owned();
-    let mut iterator = streams
-        .get_shard_iterator()
-        .stream_arn(&arn)
-        .shard_id(&shard)
-        .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
-        .send()
-        .await
-        .unwrap()
-        .shard_iterator
-        .unwrap();
+    let mut iterator = indexer::shard_iterator(&streams, &arn, &shard, None).await;
     let pk = format!("C#{conversation}");
     let mut sequences = Vec::new();
     loop {
-        let page = streams
-            .get_records()
-            .shard_iterator(&iterator)
-            .send()
-            .await
-            .unwrap();
-        for r in page.records() {
+        let (records, next) = indexer::records_at(&streams, &iterator, 1_000).await;
+        for r in &records {
             let change = r.dynamodb().unwrap();
             let key = change.keys().unwrap()["pk"].as_s().unwrap();
             if *key == pk {
                 sequences.push(change.sequence_number().unwrap().to_owned());
             }
         }
-        match page.next_shard_iterator() {
-            Some(next) if !page.records().is_empty() => iterator = next.to_owned(),
+        match next {
+            Some(next) if !records.is_empty() => iterator = next,
             _ => break,
         }
     }

@@ -5,7 +5,7 @@ use aws_sdk_kinesis::types::{Record as KinesisRecord, ShardIteratorType};
 use aws_sdk_kinesis::Client;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::mapping::{Page, Position, Record, Shard, Source};
 use crate::{sdk_error, Error};
@@ -119,6 +119,30 @@ impl Source for EventStream {
             behind: out.millis_behind_latest().unwrap_or(0) > 0,
         })
     }
+}
+
+/// Every record in `stream` now, each shard from its trim horizon, as the Lambda Kinesis event
+/// carries it (the tests read what the relay put this way, as the fanout's mapping does).
+pub async fn kinesis_lambda_records(
+    client: Client,
+    stream: &str,
+    region: &str,
+) -> Result<Vec<Value>, Error> {
+    let source = EventStream::open(client, stream, region.to_owned()).await?;
+    let mut events = Vec::new();
+    for shard in source.shards().await? {
+        let mut iterator = source.iterator(&shard.id, &Position::TrimHorizon).await?;
+        loop {
+            let page = source.read(&shard.id, &iterator, 10_000).await?;
+            let read_all = page.records.is_empty();
+            events.extend(page.records.into_iter().map(|r| r.event));
+            match page.next {
+                Some(next) if !read_all => iterator = next,
+                _ => break,
+            }
+        }
+    }
+    Ok(events)
 }
 
 /// A Kinesis record as the Lambda Kinesis event carries it.

@@ -37,6 +37,7 @@ use chat_store::Config;
 use tokio::net::TcpListener;
 
 pub use dynamodb_stream::lambda_event_record;
+pub use kinesis::kinesis_lambda_records;
 pub use mapping::{MappingStats, StartingPosition, Stats};
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;

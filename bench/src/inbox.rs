@@ -203,19 +203,17 @@ async fn set_up_memberships(t: &TestApp, user: &str, n: usize) {
         };
         let mut pair = vec![me.clone(), peer.clone()];
         pair.sort();
+        let kind = if group {
+            ConversationType::Group
+        } else {
+            ConversationType::Direct
+        };
         let c = ConversationItem {
-            conversation_id: id.clone(),
-            kind: if group {
-                ConversationType::Group
-            } else {
-                ConversationType::Direct
-            },
             title: group.then(|| format!("Project {i}")),
             owner_id: group.then(|| me.clone()),
             direct_members: if group { vec![] } else { pair },
             member_count: if group { 12 } else { 2 },
             last_seq: 42,
-            created_at: at.clone(),
             last_message_at: Some(at.clone()),
             last_message: Some(LastMessage {
                 seq: 42,
@@ -225,12 +223,7 @@ async fn set_up_memberships(t: &TestApp, user: &str, n: usize) {
                 created_at: at.clone(),
                 truncated: false,
             }),
-            members_version: 0,
-            members_change: None,
-            bucketed_since: None,
-            archived_through: 0,
-            deleted_seqs: vec![],
-            deleted_change: 0,
+            ..ConversationItem::new(&id, kind, &at)
         };
         let member = MemberItem {
             last_read_seq: 40,

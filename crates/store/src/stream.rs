@@ -137,15 +137,10 @@ mod tests {
 
     fn group(last_seq: u64, members_version: u64) -> ConversationItem {
         ConversationItem {
-            conversation_id: conversation(),
-            kind: chat_domain::ConversationType::Group,
             title: Some("T".into()),
             owner_id: Some(user("o")),
-            direct_members: vec![],
             member_count: 3,
             last_seq,
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-            last_message_at: None,
             last_message: (last_seq > 0).then(|| LastMessage {
                 seq: last_seq,
                 client_msg_id: "id".into(),
@@ -159,10 +154,11 @@ mod tests {
                 kind: MembersChangeKind::Added,
                 user_ids: vec![user("n")],
             }),
-            bucketed_since: None,
-            archived_through: 0,
-            deleted_seqs: vec![],
-            deleted_change: 0,
+            ..ConversationItem::new(
+                &conversation(),
+                chat_domain::ConversationType::Group,
+                "2026-01-01T00:00:00.000Z",
+            )
         }
     }
 

@@ -184,23 +184,12 @@ mod tests {
     use chat_domain::{ConversationId, ConversationType};
 
     fn conversation(last_message_at: Option<&str>) -> ConversationItem {
+        let id = ConversationId::parse("d-00000000000000000000000000000001").unwrap();
         ConversationItem {
-            conversation_id: ConversationId::parse("d-00000000000000000000000000000001").unwrap(),
-            kind: ConversationType::Direct,
-            title: None,
-            owner_id: None,
-            direct_members: vec![],
             member_count: 2,
             last_seq: u64::from(last_message_at.is_some()),
-            created_at: "2026-01-01T00:00:00.000Z".into(),
             last_message_at: last_message_at.map(str::to_owned),
-            last_message: None,
-            members_version: 0,
-            members_change: None,
-            bucketed_since: None,
-            archived_through: 0,
-            deleted_seqs: vec![],
-            deleted_change: 0,
+            ..ConversationItem::new(&id, ConversationType::Direct, "2026-01-01T00:00:00.000Z")
         }
     }
 

@@ -386,12 +386,7 @@ impl ChatStore {
             }
             total.messages += last - archived;
             total.chunks += 1;
-            // A message deleted after step 1 read it: its deletion, had it looked at the
-            // boundary before this advance, left the erasure to this run (docs/data-model.md §8.2).
-            let marks = self.reactions_between(id, first, last).await?;
-            if let Some(erased) = super::changes::erased(chunk, &marks) {
-                archive.put(&key, archive::encode(&erased)?).await?;
-            }
+            self.erase_late_deletions(archive, id, &key, chunk).await?;
             if stops(Step::Advance) {
                 return Ok(total);
             }
@@ -408,6 +403,26 @@ impl ChatStore {
                 return Ok(total);
             }
         }
+    }
+
+    /// After an advance: the chunk without the content of its messages deleted after step 1
+    /// read them (their deletion, had it looked at the boundary before this advance, left the
+    /// erasure to this run: docs/data-model.md §8.2). 1 Query of their marks (+1 PutObject).
+    async fn erase_late_deletions(
+        &self,
+        archive: &archive::Archive,
+        id: &ConversationId,
+        key: &str,
+        chunk: Vec<Message>,
+    ) -> Result<(), ChatError> {
+        let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
+            return Ok(());
+        };
+        let marks = self.reactions_between(id, first.seq, last.seq).await?;
+        if let Some(erased) = super::changes::erased(chunk, &marks) {
+            archive.put(key, archive::encode(&erased)?).await?;
+        }
+        Ok(())
     }
 
     /// Step 1's head: the conversation's `archivedThrough` (None: no such conversation), once a

@@ -702,3 +702,56 @@ async fn edits_reactions_and_deletions_reach_the_members_in_change_order() {
     })
     .await
 }
+
+/// Issue 19: a deletion's content is gone from events already queued. An event relayed with the
+/// content before the deletion (here: a Kinesis record written then, handed to a fanout of our
+/// own afterwards) is pushed in its light form once the message is deleted.
+#[tokio::test]
+async fn an_event_queued_before_a_deletion_is_pushed_without_the_content() {
+    use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+    use chat_domain::events::{Event, EventBatch};
+    bounded(60, async {
+        let (t, a, _b, conv, mut wa) = connected_direct().await;
+        let sent = t.send(&conv, &a, "regrettable").await;
+        let original: chat_domain::model::Message = serde_json::from_value(sent.body).unwrap();
+        wa.until_message(EVENT, &conv, 1).await;
+        let deleted = t
+            .delete_message(&conv, 1, &a, &chat_tests::new_uuid())
+            .await;
+        assert_eq!(deleted.status, 200, "{deleted:?}");
+        wa.until(EVENT, |e| e.iter().any(|e| e["type"] == "message.deleted"))
+            .await;
+
+        let batch = EventBatch {
+            conversation_id: original.conversation_id.clone(),
+            events: vec![Event::message_new(&original)],
+        };
+        let mut record = KinesisEventRecord::default();
+        record.event_id = Some("shardId-000000000000:1".into());
+        record.kinesis.sequence_number = "1".into();
+        record.kinesis.partition_key = conv.clone();
+        record.kinesis.data.0 = serde_json::to_vec(&batch).unwrap();
+        let mut event = KinesisEvent::default();
+        event.records = vec![record];
+        let config = chat_config().for_function("fanout");
+        let sdk = config.sdk_config().await;
+        let fanout = fanout::Fanout::new(
+            config.chat_store(&sdk),
+            connection_store().await,
+            aws_sdk_apigatewaymanagement::Client::from_conf(
+                aws_sdk_apigatewaymanagement::config::Builder::from(&sdk)
+                    .endpoint_url(&gateway().management_url)
+                    .build(),
+            ),
+        );
+        let answer = fanout.handle(event).await;
+        assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
+        let pushed = wa.until_message(EVENT, &conv, 1).await;
+        assert_eq!(
+            message(&pushed, &conv, 1),
+            &json!({"type": "message.new", "conversationId": conv, "seq": 1}),
+            "the queued event came without its content: {pushed:#?}"
+        );
+    })
+    .await
+}

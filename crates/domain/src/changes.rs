@@ -275,6 +275,21 @@ pub fn edited(m: &Message, body: &str, at: &str) -> Message {
     }
 }
 
+/// The answer to an edit replayed with its `clientChangeId`: the same message the edit
+/// answered (its body, `version` and `editedAt`, as recorded with its key), with the counts of
+/// now; a message deleted since answers its tombstone (the content is gone for good).
+pub fn replayed_edit(now: &Message, body: &str, version: u64, at: Option<&str>) -> Message {
+    if now.deleted || version == 0 {
+        return now.clone();
+    }
+    Message {
+        body: body.to_owned(),
+        version,
+        edited_at: at.map(str::to_owned),
+        ..now.clone()
+    }
+}
+
 /// A member's reactions to one message after adding (`add`) or removing `reaction`: None when
 /// that changes nothing (already there, or not there). A 21st distinct one is `409`.
 pub fn react(
@@ -419,6 +434,16 @@ mod tests {
             ("new", 2, Some("t2"), 7)
         );
         assert_eq!(edited(&m, "again", "t3").version, 3);
+    }
+
+    #[test]
+    fn a_replayed_edit_answers_as_the_edit_did_unless_deleted_since() {
+        let first = edited(&message("alice"), "one", "t1");
+        let later = edited(&first, "two", "t2");
+        assert_eq!(replayed_edit(&later, "one", 2, Some("t1")), first);
+        assert_eq!(replayed_edit(&later, "two", 3, Some("t2")), later);
+        let gone = later.tombstone();
+        assert_eq!(replayed_edit(&gone, "one", 2, Some("t1")), gone);
     }
 
     #[test]

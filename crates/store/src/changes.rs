@@ -17,8 +17,8 @@ use super::{keys, tx, ChatStore, PartitionQuery, TxOutcome};
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use chat_domain::changes::{
     change_fingerprint, check_delete, check_edit, check_replay, edited, react, reaction_counts,
-    reactor_cursor, recount, ChangeKind, ChangesQuery, EditMessage, Reaction, ReactorsQuery,
-    Target,
+    reactor_cursor, recount, replayed_edit, ChangeKind, ChangesQuery, EditMessage, Reaction,
+    ReactorsQuery, Target,
 };
 use chat_domain::error::ChatError;
 use chat_domain::model::{ChangesPage, Message, ReactionsResult, Reactor, ReactorsPage};
@@ -293,7 +293,8 @@ impl ChatStore {
             };
             if let Some(key) = &read.key {
                 check_replay(&key.fingerprint, &fingerprint)?;
-                return Ok(read.reactions.apply(message));
+                let answer = replayed_edit(&message, &edit.body, key.version, key.at.as_deref());
+                return Ok(read.reactions.apply(answer));
             }
             check_edit(&Target {
                 caller,
@@ -311,6 +312,8 @@ impl ChatStore {
                 &ChangeKeyItem {
                     fingerprint: fingerprint.clone(),
                     seq,
+                    version: after.version,
+                    at: after.edited_at.clone(),
                 },
             )?);
             parts.push(self.message_part(&after, message_change, change.change_seq)?);
@@ -385,6 +388,8 @@ impl ChatStore {
             let key = ChangeKeyItem {
                 fingerprint: fingerprint.clone(),
                 seq,
+                version: 0,
+                at: None,
             };
             if !check_delete(&target)? {
                 // Already deleted: nothing changes, but the key is kept, so that this

@@ -317,6 +317,11 @@ pub use chat_domain::changes::ChangeRecord as ChangeItem;
 pub struct ChangeKeyItem {
     pub fingerprint: String,
     pub seq: u64,
+    /// An edit's: the version it made and when, so that a replay answers as the edit did.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 /// `pk = RX#<conversationId>, sk = C#<seq>`: a message's reaction counts, or (`deleted`) the mark

@@ -106,6 +106,15 @@ async fn the_sender_edits_once_per_change_id_and_everyone_sees_it() {
         "the preview follows the edit"
     );
     assert_eq!(entry["unreadCount"], 1, "changes never count as unread");
+    // Once edited again, the first edit's replay still answers as it did.
+    let second = t.edit(&c, 1, &a, &new_uuid(), "hello again").await;
+    assert_eq!(second.body["version"], 3, "{second:?}");
+    let late = t.edit(&c, 1, &a, &id, "hello").await;
+    assert_eq!(
+        (late.status, &late.body),
+        (200, &r.body),
+        "the same result, forever"
+    );
 }
 
 #[tokio::test]

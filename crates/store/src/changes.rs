@@ -747,25 +747,8 @@ impl ChatStore {
                 counts.insert(seq, from_item(item)?);
             }
         }
-        let missing: Vec<u64> = seqs
-            .iter()
-            .copied()
-            .filter(|s| !messages.contains_key(s))
-            .collect();
-        #[cfg(feature = "archive")]
-        if let (Some(archive), Some(&from), Some(&to)) =
-            (self.archive.as_ref(), missing.first(), missing.last())
-        {
-            for m in self
-                .archived_messages(archive, id, from..=to, archived_through)
-                .await?
-            {
-                if seqs.contains(&m.seq) {
-                    messages.entry(m.seq).or_insert(m);
-                }
-            }
-        }
-        let _ = (missing, archived_through);
+        self.fill_from_archive(&mut messages, id, seqs, archived_through)
+            .await?;
         Ok(messages
             .into_iter()
             .map(|(seq, m)| {
@@ -776,6 +759,43 @@ impl ChatStore {
                 (seq, m)
             })
             .collect())
+    }
+
+    /// The messages of `seqs` not in `messages` (no longer in the table), from their chunks.
+    #[cfg(feature = "archive")]
+    async fn fill_from_archive(
+        &self,
+        messages: &mut BTreeMap<u64, Message>,
+        id: &ConversationId,
+        seqs: &BTreeSet<u64>,
+        archived_through: u64,
+    ) -> Result<(), ChatError> {
+        let mut missing = seqs.iter().filter(|s| !messages.contains_key(s));
+        let (Some(archive), Some(&from)) = (self.archive.as_ref(), missing.next()) else {
+            return Ok(());
+        };
+        let to = missing.next_back().copied().unwrap_or(from);
+        for m in self
+            .archived_messages(archive, id, from..=to, archived_through)
+            .await?
+        {
+            if seqs.contains(&m.seq) {
+                messages.entry(m.seq).or_insert(m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Without the archive tier compiled in, every message is in the table.
+    #[cfg(not(feature = "archive"))]
+    async fn fill_from_archive(
+        &self,
+        _messages: &mut BTreeMap<u64, Message>,
+        _id: &ConversationId,
+        _seqs: &BTreeSet<u64>,
+        _archived_through: u64,
+    ) -> Result<(), ChatError> {
+        Ok(())
     }
 
     /// The counts of the messages `from..=to`, by seq. 1 strongly consistent Query of the

@@ -761,8 +761,9 @@ impl ChatStore {
             .collect())
     }
 
-    /// The messages of `seqs` not in `messages` (no longer in the table), from their chunks.
-    #[cfg(feature = "archive")]
+    /// The messages of `seqs` not in `messages` (no longer in the table), from their chunks
+    /// (without the archive tier compiled in, every message is in the table).
+    #[cfg_attr(not(feature = "archive"), allow(unused_variables))]
     async fn fill_from_archive(
         &self,
         messages: &mut BTreeMap<u64, Message>,
@@ -770,31 +771,22 @@ impl ChatStore {
         seqs: &BTreeSet<u64>,
         archived_through: u64,
     ) -> Result<(), ChatError> {
-        let mut missing = seqs.iter().filter(|s| !messages.contains_key(s));
-        let (Some(archive), Some(&from)) = (self.archive.as_ref(), missing.next()) else {
-            return Ok(());
-        };
-        let to = missing.next_back().copied().unwrap_or(from);
-        for m in self
-            .archived_messages(archive, id, from..=to, archived_through)
-            .await?
+        #[cfg(feature = "archive")]
         {
-            if seqs.contains(&m.seq) {
-                messages.entry(m.seq).or_insert(m);
+            let mut missing = seqs.iter().filter(|s| !messages.contains_key(s));
+            let (Some(archive), Some(&from)) = (self.archive.as_ref(), missing.next()) else {
+                return Ok(());
+            };
+            let to = missing.next_back().copied().unwrap_or(from);
+            for m in self
+                .archived_messages(archive, id, from..=to, archived_through)
+                .await?
+            {
+                if seqs.contains(&m.seq) {
+                    messages.entry(m.seq).or_insert(m);
+                }
             }
         }
-        Ok(())
-    }
-
-    /// Without the archive tier compiled in, every message is in the table.
-    #[cfg(not(feature = "archive"))]
-    async fn fill_from_archive(
-        &self,
-        _messages: &mut BTreeMap<u64, Message>,
-        _id: &ConversationId,
-        _seqs: &BTreeSet<u64>,
-        _archived_through: u64,
-    ) -> Result<(), ChatError> {
         Ok(())
     }
 

@@ -40,6 +40,25 @@ impl Read {
     fn last_change(&self) -> u64 {
         self.head.as_ref().map_or(0, |h| h.change_seq)
     }
+
+    /// The change this one would be: the next `changeSeq` after the head as read.
+    fn next_change(
+        &self,
+        kind: ChangeKind,
+        seq: u64,
+        caller: &UserId,
+        reaction: Option<&Reaction>,
+    ) -> ChangeItem {
+        ChangeItem {
+            conversation_id: self.conversation.conversation_id.clone(),
+            change_seq: self.last_change() + 1,
+            kind,
+            seq,
+            user_id: caller.clone(),
+            reaction: reaction.map(|r| r.as_str().to_owned()),
+            at: chat_domain::time::now_rfc3339(),
+        }
+    }
 }
 
 /// The condition that an item a change writes is still as read: written last by change `read`
@@ -119,10 +138,10 @@ impl ChatStore {
                 .transpose()?
                 .unwrap_or_default(),
             key: key
-                .and_then(|k| get(&format!("K#{k}")))
+                .and_then(|k| get(&keys::change_key_sk(k)))
                 .map(from_item)
                 .transpose()?,
-            reactor: get(&format!("{}{caller}", keys::reactors_prefix(seq)))
+            reactor: get(&keys::reactor_sk(seq, caller))
                 .map(from_item)
                 .transpose()?,
         })
@@ -136,12 +155,8 @@ impl ChatStore {
         change: &ChangeItem,
     ) -> Result<Vec<TransactWriteItem>, ChatError> {
         let pk = keys::changes_pk(&change.conversation_id);
-        let last = read.last_change();
-        let (condition, values) = if last == 0 {
-            ("attribute_not_exists(changeSeq)", vec![])
-        } else {
-            ("changeSeq = :last", vec![(":last", n(last))])
-        };
+        // The head is written by every change: as read means no change since.
+        let (condition, values) = unchanged_since(read.last_change());
         Ok(vec![
             tx::put(
                 &self.table,
@@ -236,9 +251,7 @@ impl ChatStore {
         client_change_key: &str,
         key: &ChangeKeyItem,
     ) -> Result<TransactWriteItem, ChatError> {
-        let k = keys::change_key_key(id, client_change_key);
-        let pk = get_s(&k, keys::PK).unwrap_or_default().to_owned();
-        let sk = get_s(&k, keys::SK).unwrap_or_default().to_owned();
+        let (pk, sk) = (keys::changes_pk(id), keys::change_key_sk(client_change_key));
         tx::put(
             &self.table,
             to_item(key, pk, sk)?,
@@ -302,9 +315,8 @@ impl ChatStore {
                 message: &message,
                 archived: self.is_archived(&read, &message),
             })?;
-            let now = chat_domain::time::now_rfc3339();
-            let after = edited(&message, &edit.body, &now);
-            let change = self.change_item(&read, id, ChangeKind::Edited, seq, caller, None, now);
+            let change = read.next_change(ChangeKind::Edited, seq, caller, None);
+            let after = edited(&message, &edit.body, &change.at);
             let mut parts = self.change_parts(&read, &change)?;
             parts.push(self.key_part(
                 id,
@@ -323,28 +335,6 @@ impl ChatStore {
             }
         }
         Err(ChatError::Throttled)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn change_item(
-        &self,
-        read: &Read,
-        id: &ConversationId,
-        kind: ChangeKind,
-        seq: u64,
-        caller: &UserId,
-        reaction: Option<&Reaction>,
-        at: String,
-    ) -> ChangeItem {
-        ChangeItem {
-            conversation_id: id.clone(),
-            change_seq: read.last_change() + 1,
-            kind,
-            seq,
-            user_id: caller.clone(),
-            reaction: reaction.map(|r| r.as_str().to_owned()),
-            at,
-        }
     }
 
     /// `deleteMessage`. DynamoDB: 1 BatchGetItem (as an edit's), then 1 TransactWriteItems
@@ -401,15 +391,7 @@ impl ChatStore {
                 continue;
             }
             let tomb = message.tombstone();
-            let change = self.change_item(
-                &read,
-                id,
-                ChangeKind::Deleted,
-                seq,
-                caller,
-                None,
-                chat_domain::time::now_rfc3339(),
-            );
+            let change = read.next_change(ChangeKind::Deleted, seq, caller, None);
             let mut parts = self.change_parts(&read, &change)?;
             parts.push(self.key_part(id, client_change_key, &key)?);
             if read.message.is_some() {
@@ -547,13 +529,12 @@ impl ChatStore {
             } else {
                 ChangeKind::ReactionRemoved
             };
-            let now = chat_domain::time::now_rfc3339();
-            let change = self.change_item(&read, id, kind, seq, caller, Some(reaction), now);
+            let change = read.next_change(kind, seq, caller, Some(reaction));
             let mut parts = self.change_parts(&read, &change)?;
             let reactor_change = read.reactor.as_ref().map_or(0, |r| r.change_seq);
             let (unchanged, values) = unchanged_since(reactor_change);
-            let key = keys::reactor_key(id, seq, caller);
             parts.push(if after.is_empty() {
+                let key = keys::reactor_key(id, seq, caller);
                 tx::delete(&self.table, key, unchanged, &values)?
             } else {
                 let item = ReactorItem {
@@ -561,8 +542,7 @@ impl ChatStore {
                     reactions: after,
                     change_seq: change.change_seq,
                 };
-                let pk = get_s(&key, keys::PK).unwrap_or_default().to_owned();
-                let sk = get_s(&key, keys::SK).unwrap_or_default().to_owned();
+                let (pk, sk) = (keys::reactions_pk(id), keys::reactor_sk(seq, caller));
                 tx::put(
                     &self.table,
                     to_item(&item, pk, sk)?,
@@ -749,16 +729,8 @@ impl ChatStore {
         }
         self.fill_from_archive(&mut messages, id, seqs, archived_through)
             .await?;
-        Ok(messages
-            .into_iter()
-            .map(|(seq, m)| {
-                let m = match counts.get(&seq) {
-                    Some(c) => c.apply(m),
-                    None => m,
-                };
-                (seq, m)
-            })
-            .collect())
+        let messages = apply_reactions(messages.into_values().collect(), &counts);
+        Ok(messages.into_iter().map(|m| (m.seq, m)).collect())
     }
 
     /// The messages of `seqs` not in `messages` (no longer in the table), from their chunks

@@ -131,8 +131,12 @@ pub fn change_sk(change_seq: u64) -> String {
     format!("H#{change_seq:020}")
 }
 
+pub fn change_key_sk(client_change_key: &str) -> String {
+    format!("K#{client_change_key}")
+}
+
 pub fn change_key_key(id: &ConversationId, client_change_key: &str) -> Item {
-    key(changes_pk(id), format!("K#{client_change_key}"))
+    key(changes_pk(id), change_key_sk(client_change_key))
 }
 
 /// What lives beside a conversation's messages: their reaction counts and who reacted.
@@ -153,8 +157,12 @@ pub fn reactors_prefix(seq: u64) -> String {
     format!("U#{seq:020}#")
 }
 
+pub fn reactor_sk(seq: u64, user: &UserId) -> String {
+    format!("{}{user}", reactors_prefix(seq))
+}
+
 pub fn reactor_key(id: &ConversationId, seq: u64, user: &UserId) -> Item {
-    key(reactions_pk(id), format!("{}{user}", reactors_prefix(seq)))
+    key(reactions_pk(id), reactor_sk(seq, user))
 }
 
 pub fn message_key(id: &ConversationId, seq: u64) -> Item {

@@ -363,7 +363,7 @@ impl ChatStore {
             if let Some(key) = &read.key {
                 check_replay(&key.fingerprint, &fingerprint)?;
                 // A retry after a 503: the erasure may not have happened.
-                self.erase_from_archive(id, seq).await?;
+                self.erase_after_deletion(id, seq).await?;
                 return Ok(message);
             }
             let target = Target {
@@ -407,7 +407,7 @@ impl ChatStore {
             if self.commit_change(parts).await? {
                 // Archived, or archived since it was read (the archiver's own erasure covers
                 // an advance after this looks).
-                self.erase_from_archive(id, seq).await?;
+                self.erase_after_deletion(id, seq).await?;
                 return Ok(tomb);
             }
         }
@@ -446,6 +446,16 @@ impl ChatStore {
             .into_iter()
             .find(|m| m.seq == seq)
             .ok_or(ChatError::Unavailable)
+    }
+
+    /// `erase_from_archive` once the deletion has committed: the deletion happened, so a failure
+    /// is never `429` (which says nothing happened) but `503`, whose retry with the same
+    /// `clientChangeId` erases again.
+    async fn erase_after_deletion(&self, id: &ConversationId, seq: u64) -> Result<(), ChatError> {
+        self.erase_from_archive(id, seq).await.map_err(|e| match e {
+            ChatError::Throttled => ChatError::Unavailable,
+            other => other,
+        })
     }
 
     /// Rewrites the chunk holding a deleted archived message with its tombstone (and those of

@@ -15,6 +15,10 @@ pub enum FaultKind {
     /// Forwarded after `delayMs`.
     #[serde(rename = "slow")]
     Slow,
+    /// Late on the wire: it reaches the table `delayMs` after it was sent, holding nothing
+    /// meanwhile (`slow` holds its items while it waits, as a transaction in flight does).
+    #[serde(rename = "late")]
+    Late,
     /// Forwarded (the write happens), then the connection is closed without an answer.
     #[serde(rename = "answerLost")]
     AnswerLost,

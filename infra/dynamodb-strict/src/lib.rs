@@ -66,7 +66,8 @@
 //! - `POST /strict/faults` `{"op":"PutItem","table":"chat","key":"c1",
 //!   "kind":"ThrottlingException","count":2}` (kinds: `ProvisionedThroughputExceededException`,
 //!   `ThrottlingException`, `RequestLimitExceeded`, `InternalServerError`, `slow` with
-//!   `delayMs`, `answerLost` (forwarded, then the connection closes unanswered),
+//!   `delayMs` (its items held while it waits, as a transaction in flight), `late` with
+//!   `delayMs` (late on the wire: nothing held until it arrives), `answerLost` (forwarded, then the connection closes unanswered),
 //!   `answerLost500` (forwarded, then a 500), `answerSlow` with `delayMs` (forwarded, its items
 //!   freed, then answered `delayMs` later: a client that dies meanwhile never learns that its
 //!   write happened)); a list of such objects adds several.

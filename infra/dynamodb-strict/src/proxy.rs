@@ -578,6 +578,10 @@ async fn serve_call(
     let fault = fault_effect(&state, &rules, dynamo, &target, &op, &p);
     let (mut refused, lost) = (fault.refused, fault.lost);
 
+    if !fault.late.is_zero() {
+        tokio::time::sleep(fault.late).await;
+    }
+
     // 2. Transaction conflicts.
     let mut hold: Option<Hold> = None;
     if refused.is_none() && rules.conflicts {
@@ -724,6 +728,8 @@ struct FaultEffect {
     lost: Option<FaultKind>,
     /// Before the call is forwarded.
     delay: Duration,
+    /// Before the call reaches the table (before it holds anything).
+    late: Duration,
     /// Before its answer is given.
     answer_delay: Duration,
 }
@@ -742,6 +748,7 @@ fn fault_effect(
         refused: None,
         lost: None,
         delay: Duration::ZERO,
+        late: Duration::ZERO,
         answer_delay: Duration::ZERO,
     };
     if dynamo {
@@ -761,6 +768,10 @@ fn fault_effect(
             FaultKind::InternalServerError => Some(wire::internal_server_error()),
             FaultKind::Slow => {
                 effect.delay += Duration::from_millis(f.delay_ms);
+                None
+            }
+            FaultKind::Late => {
+                effect.late = Duration::from_millis(f.delay_ms);
                 None
             }
             FaultKind::AnswerLost | FaultKind::AnswerLost500 => {

@@ -928,3 +928,40 @@ async fn a_frozen_dynamodb_serves_nothing_until_the_thaw() {
         "reset thaws"
     );
 }
+
+/// `late`: the call reaches the table `delayMs` after it was sent and holds nothing meanwhile
+/// (unlike `slow`, a transaction in flight): another transaction on its item goes through, and
+/// the late one is applied after it.
+#[tokio::test]
+async fn a_late_call_holds_nothing_until_it_arrives() {
+    let Some((layer, c)) = layer(Rules::default()).await else {
+        return;
+    };
+    let t = "late";
+    create_table(&c, t).await;
+    layer.add_fault(FaultSpec {
+        op: Some("TransactWriteItems".into()),
+        table: Some(t.into()),
+        key: Some("k1".into()),
+        delay_ms: 1000,
+        ..FaultSpec::new(FaultKind::Late)
+    });
+    let late = tokio::spawn({
+        let c = c.clone();
+        async move {
+            let r = c
+                .transact_write_items()
+                .transact_items(tx_put(t, "k1", "a", "late"));
+            r.send().await.map(drop).map_err(|e| code(&e))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let first = c
+        .transact_write_items()
+        .transact_items(tx_put(t, "k1", "a", "first"));
+    first.send().await.unwrap();
+    assert_eq!(get(&c, t, "k1", "a").await.as_deref(), Some("first"));
+    assert!(!late.is_finished(), "still on its way");
+    assert_eq!(late.await.unwrap(), Ok(()));
+    assert_eq!(get(&c, t, "k1", "a").await.as_deref(), Some("late"));
+}

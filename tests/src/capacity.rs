@@ -36,7 +36,9 @@ fn value_size(v: &Value) -> usize {
                 .len();
             digits.div_ceil(2) + 1
         }
-        "B" => inner.as_str().map_or(0, |b| b.len() * 3 / 4),
+        "B" => inner
+            .as_str()
+            .map_or(0, |b| b.trim_end_matches('=').len() * 3 / 4),
         "BOOL" | "NULL" => 1,
         "SS" | "NS" | "BS" => inner.as_array().map_or(0, |a| {
             a.iter().map(|x| x.as_str().map_or(0, str::len)).sum()
@@ -194,7 +196,7 @@ fn value_json(v: &AttributeValue) -> serde_json::Value {
         AttributeValue::M(m) => json!({"M": item_json(m)}),
         AttributeValue::Ss(s) => json!({"SS": s}),
         AttributeValue::Ns(s) => json!({"NS": s}),
-        AttributeValue::B(b) => json!({"B": "x".repeat(b.as_ref().len() * 4 / 3)}),
+        AttributeValue::B(b) => json!({"B": "x".repeat((b.as_ref().len() * 4).div_ceil(3))}),
         _ => json!({"NULL": true}),
     }
 }

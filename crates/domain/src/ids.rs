@@ -96,16 +96,19 @@ string_id!(ConversationId, "conversation id");
 
 /// 128 bits of SHA-256 over length-prefixed parts, in hex: ("ab","c") and ("a","bc") differ.
 pub(crate) fn hex_digest(parts: &[&str]) -> String {
+    digest(parts).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 128 bits of SHA-256 over length-prefixed parts.
+pub(crate) fn digest(parts: &[&str]) -> [u8; 16] {
     let mut h = Sha256::new();
     for p in parts {
         h.update((p.len() as u64).to_be_bytes());
         h.update(p.as_bytes());
     }
-    h.finalize()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let mut out = [0; 16];
+    out.copy_from_slice(&h.finalize()[..16]);
+    out
 }
 
 #[cfg(test)]

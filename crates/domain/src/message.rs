@@ -1,6 +1,9 @@
 //! Messages (docs/api.md §10, §16): body bounds, what makes a resend "the same", the inbox preview.
 
-use super::ids::{hex_digest, UserId};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+
+use super::ids::{digest, hex_digest, ConversationId, UserId};
 use crate::error::ChatError;
 
 pub const MAX_MESSAGE_CHARS: usize = 4_000;
@@ -28,6 +31,25 @@ pub fn message_fingerprint(sender: &UserId, body: &str) -> String {
     hex_digest(&["message", sender.as_str(), body])
 }
 
+/// The name of a send's idempotency key once its message is archived (docs/data-model.md §2.4c):
+/// 128 bits of SHA-256 over the conversation and the lower-case `clientMsgId`, in base64url (22
+/// characters, against 36 + the conversation's id for the key it replaces).
+pub fn archived_key_id(conversation: &ConversationId, client_msg_key: &str) -> String {
+    URL_SAFE_NO_PAD.encode(digest(&["key", conversation.as_str(), client_msg_key]))
+}
+
+/// The part of a fingerprint (`message_fingerprint`, hex) an archived key keeps: its first 64
+/// bits, as bytes. Enough to tell a replay from another body: the `clientMsgId` already matched.
+pub fn fingerprint_prefix(fingerprint: &str) -> Vec<u8> {
+    let hex = fingerprint.as_bytes();
+    (0..8)
+        .filter_map(|i| {
+            let pair = std::str::from_utf8(hex.get(2 * i..2 * i + 2)?).ok()?;
+            u8::from_str_radix(pair, 16).ok()
+        })
+        .collect()
+}
+
 /// A new message's `createdAt`: the clock's time, but never before the conversation's previous
 /// message (clocks of two servers differ by a few milliseconds; times within one conversation
 /// must not go backwards). Both are fixed-width RFC 3339 UTC strings, which sort as time.
@@ -49,6 +71,34 @@ pub fn preview(body: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_archived_key_names_one_conversation_and_one_client_msg_id() {
+        let (a, b) = (
+            ConversationId::direct(&UserId::parse("a").unwrap(), &UserId::parse("b").unwrap()),
+            ConversationId::direct(&UserId::parse("a").unwrap(), &UserId::parse("c").unwrap()),
+        );
+        let key = "6f1c2c1e-0000-4000-8000-000000000001";
+        let id = archived_key_id(&a, key);
+        assert_eq!(id.len(), 22);
+        assert_eq!(id, archived_key_id(&a, key), "the same send, the same name");
+        assert_ne!(id, archived_key_id(&b, key));
+        assert_ne!(
+            id,
+            archived_key_id(&a, "6f1c2c1e-0000-4000-8000-000000000002")
+        );
+    }
+
+    #[test]
+    fn a_fingerprint_prefix_is_its_first_eight_bytes() {
+        let f = message_fingerprint(&UserId::parse("u1").unwrap(), "hi");
+        let prefix = fingerprint_prefix(&f);
+        assert_eq!(prefix.len(), 8);
+        let hex: String = prefix.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, f[..16]);
+        let other = message_fingerprint(&UserId::parse("u1").unwrap(), "hi!");
+        assert_ne!(fingerprint_prefix(&other), prefix);
+    }
 
     #[test]
     fn body_bounds() {

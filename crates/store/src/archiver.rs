@@ -35,13 +35,16 @@ use time::OffsetDateTime;
 use super::archive;
 use super::attrs::{get_n, get_s, n, Item};
 use super::inbox::{delete_request, put_request};
-use super::items::{from_item, ArchivedKeyItem, ConversationItem};
+use super::items::{from_item, ArchivedKeyItem, ConversationItem, SendKeyItem};
 #[cfg(feature = "archive")]
 use super::PartitionQuery;
 use super::{keys, sdk_error, ChatStore};
 use crate::retry::Deadline;
 use crate::telemetry;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::WriteRequest;
 use chat_domain::error::ChatError;
+use chat_domain::message::message_fingerprint;
 use chat_domain::model::Message;
 use chat_domain::ConversationId;
 
@@ -583,38 +586,123 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
-    /// Per archived message: its key item rewritten compact, then its message item deleted (all
-    /// puts before any delete). BatchWriteItem of 25, one after another, paced at
-    /// `trim_units_per_second`. Returns the message items deleted.
+    /// Per archived message: its archived key put (`ArchivedKeyItem`), then the conversation's
+    /// `keyMoves` counted up, then its key item `X#` and its message item deleted: all puts
+    /// before the count, the count before any delete, every key item before any message item.
+    /// So a send that read the conversation before the count and found no archived key cannot
+    /// commit after a delete (its condition on `keyMoves`, docs/data-model.md §4.2), and a message
+    /// item still there means its key may still be to move (the next run trims it again).
+    /// BatchWriteItem of 25, one after another, paced at `trim_units_per_second`. Returns the
+    /// message items deleted.
     async fn trim(&self, messages: &[Message], stop: Option<Step>) -> Result<u64, ChatError> {
-        let mut writes = Vec::with_capacity(messages.len() * 2);
-        for m in messages {
-            // A compact key is ~140 bytes: 1 write unit.
-            writes.push((put_request(ArchivedKeyItem::of(m)?)?, 1));
+        let Some(first) = messages.first() else {
+            return Ok(0);
+        };
+        let id = &first.conversation_id;
+        let fingerprints = self.sent_fingerprints(messages).await?;
+        let mut puts = Vec::with_capacity(messages.len());
+        for (m, f) in messages.iter().zip(&fingerprints) {
+            if let Some(f) = f {
+                let key =
+                    ArchivedKeyItem::of(m, f).to_item(id, &m.client_msg_id.to_ascii_lowercase());
+                // 44 bytes: 1 write unit.
+                puts.push((put_request(key)?, 1));
+            }
         }
+        let mut deletes = Vec::with_capacity(messages.len() * 2);
         for m in messages {
             let key = keys::key(
-                keys::conversation_pk(&m.conversation_id),
-                keys::message_sk(m.seq),
+                keys::conversation_pk(id),
+                keys::send_key_sk(&m.client_msg_id.to_ascii_lowercase()),
             );
-            writes.push((delete_request(key)?, message_item_write_units(m)));
+            deletes.push((delete_request(key)?, 1));
+        }
+        for m in messages {
+            let key = keys::message_key(id, m.seq);
+            deletes.push((delete_request(key)?, message_item_write_units(m)));
         }
         let mut deleted = messages.len() as u64;
         if stop == Some(Step::HalfTrimmed) {
-            // Killed halfway: the keys compacted and some of the message items deleted.
+            // Killed halfway: the keys moved and some of the key and message items deleted.
             let half = messages.len() + messages.len() / 2;
-            writes.truncate(half);
+            deletes.truncate(half);
             deleted = (half - messages.len()) as u64;
         }
-        let started = std::time::Instant::now();
+        self.write_paced(&puts).await?;
+        self.count_key_moves(id).await?;
+        self.write_paced(&deletes).await?;
+        Ok(deleted)
+    }
+
+    /// `writes` (each with its write units) in BatchWriteItem calls of 25, one after another,
+    /// paced at `trim_units_per_second` from the first (a pace of its own: the archived keys
+    /// are spread over other partitions, so time they took is no credit for the deletes).
+    async fn write_paced(&self, writes: &[(WriteRequest, u64)]) -> Result<(), ChatError> {
         let mut pace = Pace::new(self.archive_settings.trim_units_per_second);
+        let started = std::time::Instant::now();
         for batch in writes.chunks(BATCH_WRITE) {
             let units = batch.iter().map(|(_, u)| u).sum();
             self.batch_write(batch.iter().map(|(r, _)| r.clone()).collect())
                 .await?;
             tokio::time::sleep(pace.wait_after(units, started.elapsed())).await;
         }
-        Ok(deleted)
+        Ok(())
+    }
+
+    /// Per message, the fingerprint of the send that made it, for its archived key: from its
+    /// content while it is as sent (version 1), else from its key item (an edit or a deletion
+    /// changed the body). None: that key item is gone, so a stopped run already put the
+    /// archived key (it puts before it deletes). DynamoDB: 1 BatchGetItem per 100 changed
+    /// messages (eventually consistent: key items are never updated).
+    async fn sent_fingerprints(
+        &self,
+        messages: &[Message],
+    ) -> Result<Vec<Option<String>>, ChatError> {
+        let changed: Vec<&Message> = messages.iter().filter(|m| m.version > 1).collect();
+        let mut stored = std::collections::HashMap::new();
+        for part in changed.chunks(100) {
+            let wanted = part.iter().map(|m| {
+                keys::key(
+                    keys::conversation_pk(&m.conversation_id),
+                    keys::send_key_sk(&m.client_msg_id.to_ascii_lowercase()),
+                )
+            });
+            for item in self.batch_get(wanted.collect(), false).await? {
+                let key: SendKeyItem = from_item(item)?;
+                stored.insert(key.seq, key.fingerprint);
+            }
+        }
+        Ok(messages
+            .iter()
+            .map(|m| match m.version {
+                1 => Some(message_fingerprint(&m.sender_id, &m.body)),
+                _ => stored.remove(&m.seq),
+            })
+            .collect())
+    }
+
+    /// `keyMoves` + 1 on the conversation item: keys moved out (`trim`). 1 UpdateItem (more
+    /// while a send's transaction holds the item or the partition's throughput refuses it).
+    async fn count_key_moves(&self, id: &ConversationId) -> Result<(), ChatError> {
+        let update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::conversation_key(id)))
+            .update_expression("ADD keyMoves :one")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":one", n(1));
+        let mut retry = self.retry();
+        while retry.next().await {
+            match update.clone().send().await {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if super::throttled(&e) || e.code() == Some("TransactionConflictException") => {
+                }
+                Err(e) => return Err(sdk_error("UpdateItem", e)),
+            }
+        }
+        Err(ChatError::Throttled)
     }
 }
 
@@ -640,24 +728,27 @@ fn message_item_write_units(m: &Message) -> u64 {
 }
 
 /// Spreads writes at `units_per_second`: after each call, the wait until the units spent so far
-/// are due (no wait while behind). The clock is passed in.
+/// are due (no wait while behind). A slow spell is no credit: what it left unspent beyond one
+/// call's units is not spent later in a burst (the partition's sends would meet it). The clock
+/// is passed in.
 struct Pace {
     units_per_second: u64,
-    spent: u64,
+    spent: f64,
 }
 
 impl Pace {
     fn new(units_per_second: u64) -> Pace {
         Pace {
             units_per_second: units_per_second.max(1),
-            spent: 0,
+            spent: 0.0,
         }
     }
 
     fn wait_after(&mut self, units: u64, elapsed: Duration) -> Duration {
-        self.spent += units;
-        let due = Duration::from_secs_f64(self.spent as f64 / self.units_per_second as f64);
-        due.saturating_sub(elapsed)
+        let rate = self.units_per_second as f64;
+        let credit_floor = elapsed.as_secs_f64() * rate - 2.0 * units as f64;
+        self.spent = self.spent.max(credit_floor) + units as f64;
+        Duration::from_secs_f64(self.spent / rate).saturating_sub(elapsed)
     }
 }
 
@@ -722,6 +813,14 @@ mod tests {
             pace.wait_after(50, Duration::from_millis(550)),
             Duration::from_millis(50)
         );
+        // A long slow spell is no credit beyond one call: after calls that took until 3 s, one
+        // more goes at once, and the next waits its 200 ms (not the 9 calls the spell left).
+        for wait in [0, 0, 200] {
+            assert_eq!(
+                pace.wait_after(50, Duration::from_millis(3000)),
+                Duration::from_millis(wait)
+            );
+        }
         assert_eq!(Pace::new(0).units_per_second, 1);
     }
 

@@ -357,7 +357,11 @@ impl ChatStore {
                 .await?;
             let (message, message_change) = match read.message.clone() {
                 Some(found) => found,
-                None => (self.archived_message(id, seq, &read).await?, 0),
+                None => (
+                    self.archived_message(id, seq, read.conversation.archived_through)
+                        .await?,
+                    0,
+                ),
             };
             let message = read.reactions.apply(message);
             if let Some(key) = &read.key {
@@ -431,23 +435,6 @@ impl ChatStore {
         )
     }
 
-    /// An archived message, from its chunk (1 GetObject; +1 GetItem when the boundary moved).
-    #[cfg(feature = "archive")]
-    async fn archived_message(
-        &self,
-        id: &ConversationId,
-        seq: u64,
-        read: &Read,
-    ) -> Result<Message, ChatError> {
-        let archive = self.archive.as_ref().ok_or(ChatError::Unavailable)?;
-        let archived = read.conversation.archived_through;
-        self.archived_messages(archive, id, seq..=seq, archived)
-            .await?
-            .into_iter()
-            .find(|m| m.seq == seq)
-            .ok_or(ChatError::Unavailable)
-    }
-
     /// `erase_from_archive` once the deletion has committed: the deletion happened, so a failure
     /// is never `429` (which says nothing happened) but `503`, whose retry with the same
     /// `clientChangeId` erases again.
@@ -491,16 +478,6 @@ impl ChatStore {
     #[cfg(not(feature = "archive"))]
     async fn erase_from_archive(&self, _id: &ConversationId, _seq: u64) -> Result<(), ChatError> {
         Ok(())
-    }
-
-    #[cfg(not(feature = "archive"))]
-    async fn archived_message(
-        &self,
-        _id: &ConversationId,
-        _seq: u64,
-        _read: &Read,
-    ) -> Result<Message, ChatError> {
-        Err(ChatError::internal("archive tier not compiled in"))
     }
 
     /// `addReaction` (`add`) / `removeReaction`. DynamoDB: 1 BatchGetItem (conversation, member,

@@ -4,12 +4,15 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::attrs::Item;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::attrs::{self, Item};
 use super::keys;
 use chat_domain::changes::reaction_counts;
 use chat_domain::error::ChatError;
 use chat_domain::inbox::{self, InboxPosition};
-use chat_domain::message::preview;
+use chat_domain::message::{fingerprint_prefix, preview};
 use chat_domain::model::{Conversation, Message, MessagePreview};
 use chat_domain::{ConversationId, ConversationType, UserId};
 
@@ -365,8 +368,8 @@ pub struct ReactorItem {
     pub change_seq: u64,
 }
 
-/// `sk = X#<clientMsgId>`: the idempotency key of a send, kept forever. Enough to answer a
-/// replay without reading the message.
+/// `sk = X#<clientMsgId>`: the idempotency key of a send, until its message is archived
+/// (`ArchivedKeyItem` then). Enough to answer a replay without reading the message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SendKeyItem {
@@ -382,71 +385,51 @@ pub struct SendKeyItem {
     pub request_id: String,
 }
 
-impl SendKeyItem {
-    /// A stored key item, in either form: as the send wrote it, or compacted by the archiver
-    /// once its message moved to the archive (`ArchivedKeyItem`). A compact item names no
-    /// sender: its fingerprint covers the sender, so it can only match a send by `caller`, who is
-    /// then its sender.
-    pub fn from_stored(item: Item, caller: &UserId) -> Result<SendKeyItem, ChatError> {
-        if item.contains_key("seq") {
-            return from_item(item);
-        }
-        let key_of = |name: &str| {
-            item.get(name)
-                .and_then(|v| v.as_s().ok())
-                .cloned()
-                .unwrap_or_default()
-        };
-        let (pk, sk) = (key_of(keys::PK), key_of(keys::SK));
-        let conversation_id = keys::conversation_id_of_pk(&pk)
-            .ok_or_else(|| ChatError::internal(format!("malformed key item {pk}")))?;
-        let compact: ArchivedKeyItem = from_item(item)?;
-        Ok(SendKeyItem {
-            conversation_id,
-            seq: compact.q,
-            client_msg_id: compact
-                .c
-                .unwrap_or_else(|| sk.trim_start_matches("X#").to_owned()),
-            sender_id: caller.clone(),
-            fingerprint: compact.f,
-            created_at: compact.t,
-            request_id: String::new(),
-        })
-    }
-}
-
-/// `sk = X#<clientMsgId>` once its message is archived: the idempotency key, compact (one-letter
-/// attributes), since it stays in the table forever. Enough to answer a replay with the original
-/// message: its seq, its time and, only when the client wrote it otherwise than the key (upper
-/// case), the `clientMsgId` as written; the fingerprint covers sender and body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `pk = X#<archived_key_id>, sk = X`: the idempotency key of a send once its message is
+/// archived (docs/data-model.md §2.4c), kept forever in its stead. The least that answers a
+/// replay: the seq (the original is read from its chunk) and 64 bits of the fingerprint (another
+/// body or sender is a `409` without that read; the `clientMsgId` already matched). 44 bytes,
+/// 144 billed.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchivedKeyItem {
-    /// seq
-    pub q: u64,
-    /// `message_fingerprint(sender, body)`
-    pub f: String,
-    /// createdAt
-    pub t: String,
-    /// clientMsgId, when it is not the key's lower-case form
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub c: Option<String>,
+    pub seq: u64,
+    /// `fingerprint_prefix` of the send's fingerprint.
+    pub fingerprint: Vec<u8>,
 }
 
 impl ArchivedKeyItem {
-    /// The compact key item of an archived message.
-    pub fn of(m: &Message) -> Result<Item, ChatError> {
-        let key = m.client_msg_id.to_ascii_lowercase();
-        let compact = ArchivedKeyItem {
-            q: m.seq,
-            f: chat_domain::message::message_fingerprint(&m.sender_id, &m.body),
-            t: m.created_at.clone(),
-            c: (key != m.client_msg_id).then(|| m.client_msg_id.clone()),
-        };
-        to_item(
-            &compact,
-            keys::conversation_pk(&m.conversation_id),
-            keys::send_key_sk(&key),
-        )
+    /// The archived key of `message`, sent with `fingerprint` (its key item's: an edited
+    /// message's body is no longer the one sent).
+    pub fn of(message: &Message, fingerprint: &str) -> ArchivedKeyItem {
+        ArchivedKeyItem {
+            seq: message.seq,
+            fingerprint: fingerprint_prefix(fingerprint),
+        }
+    }
+
+    pub fn to_item(&self, id: &ConversationId, client_msg_key: &str) -> Item {
+        let mut item = keys::archived_send_key(id, client_msg_key);
+        item.insert("q".into(), attrs::n(self.seq));
+        let prefix = Blob::new(self.fingerprint.clone());
+        item.insert("f".into(), AttributeValue::B(prefix));
+        item
+    }
+
+    pub fn from_item(item: &Item) -> Result<ArchivedKeyItem, ChatError> {
+        let seq = attrs::get_n(item, "q");
+        let fingerprint = item.get("f").and_then(|f| f.as_b().ok());
+        match (seq, fingerprint) {
+            (Some(seq), Some(f)) => Ok(ArchivedKeyItem {
+                seq,
+                fingerprint: f.as_ref().to_vec(),
+            }),
+            _ => Err(ChatError::internal("malformed archived key")),
+        }
+    }
+
+    /// Whether the send of `fingerprint` is the one that made this key.
+    pub fn made_by(&self, fingerprint: &str) -> bool {
+        fingerprint_prefix(fingerprint) == self.fingerprint
     }
 }
 
@@ -487,6 +470,9 @@ pub struct CommitRecordItem {
     pub created_at: String,
     /// When it was committed (unix ms, the committer's clock).
     pub committed_at: u64,
+    /// The conversation's `keyMoves` it committed under (absent: 0).
+    #[serde(default)]
+    pub key_moves: u64,
     pub sends: Vec<CommittedSend>,
 }
 
@@ -519,6 +505,7 @@ mod tests {
             last_seq: 8,
             created_at: "2026-01-01T00:00:00.000Z".into(),
             committed_at: 1,
+            key_moves: 0,
             sends: vec![
                 CommittedSend {
                     client_msg_key: "k1".into(),

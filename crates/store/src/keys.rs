@@ -11,7 +11,8 @@
 //! | `C#` | `S#<seq, 20 digits>` | a message |
 //! | `C#` | `P!` | the last group commit: which sends it committed, at which seqs |
 //! | `C#` | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
-//! | `C#` | `X#<clientMsgId>` | the idempotency key of a send, kept forever |
+//! | `C#` | `X#<clientMsgId>` | the idempotency key of a send, until its message is archived |
+//! | `X#<hash of conversation and clientMsgId>` | `X` | the idempotency key of an archived message, kept forever |
 //! | `M#…` | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
 //! | `H#` | `H` | the change head: the newest `changeSeq` and that change (docs/data-model.md §8) |
 //! | `H#` | `H#<changeSeq, 20 digits>` | a change record (no message content) |
@@ -171,6 +172,17 @@ pub fn message_key(id: &ConversationId, seq: u64) -> Item {
 
 pub fn send_key_sk(client_msg_key: &str) -> String {
     format!("X#{client_msg_key}")
+}
+
+/// The sort key of an archived send key (`archived_send_key`).
+pub const ARCHIVED_SEND_KEY_SK: &str = "X";
+
+/// Where the idempotency key of a send lives once its message is archived: a partition of its
+/// own with the shortest name that identifies it (`archived_key_id`), since it stays forever and
+/// DynamoDB bills its key's bytes like any other (docs/data-model.md §2.4c).
+pub fn archived_send_key(id: &ConversationId, client_msg_key: &str) -> Item {
+    let name = chat_domain::message::archived_key_id(id, client_msg_key);
+    key(format!("X#{name}"), ARCHIVED_SEND_KEY_SK)
 }
 
 pub fn inbox_pk(user: &UserId) -> String {

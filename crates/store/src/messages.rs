@@ -127,6 +127,34 @@ impl ChatStore {
         })
     }
 
+    /// One archived message, from its chunk (1 S3 GetObject; +1 GetItem of `archivedThrough`
+    /// when `archived`, as read, is behind it or its chunk was just superseded). `503` when its
+    /// chunk cannot be read.
+    #[cfg(feature = "archive")]
+    pub(crate) async fn archived_message(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        archived: u64,
+    ) -> Result<Message, ChatError> {
+        let archive = self.archive.as_ref().ok_or(ChatError::Unavailable)?;
+        self.archived_messages(archive, id, seq..=seq, archived)
+            .await?
+            .into_iter()
+            .find(|m| m.seq == seq)
+            .ok_or(ChatError::Unavailable)
+    }
+
+    #[cfg(not(feature = "archive"))]
+    pub(crate) async fn archived_message(
+        &self,
+        _id: &ConversationId,
+        _seq: u64,
+        _archived: u64,
+    ) -> Result<Message, ChatError> {
+        Err(ChatError::internal("archive tier not compiled in"))
+    }
+
     #[cfg(feature = "archive")]
     /// The archived messages `seqs` (all archived), from the ≤ 2 chunks holding them: 1 S3
     /// GetObject per chunk. When `archived` (as read) is behind them, or a partial chunk was

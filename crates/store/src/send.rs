@@ -12,7 +12,8 @@ use aws_sdk_dynamodb::types::{
 
 use super::attrs::{get_n, get_s, n, s, Item};
 use super::items::{
-    from_item, to_item, CommitRecordItem, CommittedSend, LastMessage, QueuedItem, SendKeyItem,
+    from_item, to_item, ArchivedKeyItem, CommitRecordItem, CommittedSend, LastMessage, QueuedItem,
+    SendKeyItem,
 };
 use super::{keys, sdk_error, tx, CancelReason, ChatStore, TxOutcome};
 use crate::retry::Deadline;
@@ -49,6 +50,13 @@ enum Alone {
         head: Head,
         member: bool,
     },
+}
+
+/// A send's idempotency key as stored: in the conversation (`X#`), or, once its message is
+/// archived, in its own partition (docs/data-model.md §2.4c).
+enum StoredKey {
+    Live(SendKeyItem),
+    Archived(ArchivedKeyItem),
 }
 
 /// What one Query of the queue shows: the last group commit and the queued sends.
@@ -114,6 +122,14 @@ impl ChatStore {
             return self.send_queued(&send).await;
         }
         let head = self.head(id).await?.ok_or(ChatError::NotFound)?;
+        // Read after the head: the commit's condition on `keyMoves` then proves no key moved
+        // out since this read found none (docs/data-model.md §4.2).
+        if head.keys_moved() {
+            if let Some(key) = self.archived_key(id, &request.client_msg_key).await? {
+                self.require_member(&send).await?;
+                return self.answer_archived(key, &send).await;
+            }
+        }
         if head.busy(now_ms()) {
             self.require_member(&send).await?;
             return self.send_queued(&send).await;
@@ -182,7 +198,7 @@ impl ChatStore {
     /// conversation). DynamoDB: 1 strongly consistent GetItem.
     async fn head(&self, id: &ConversationId) -> Result<Option<Head>, ChatError> {
         let item = self
-            .conversation_fields(id, Some("lastSeq, lastMessageAt, busyUntil"))
+            .conversation_fields(id, Some("lastSeq, lastMessageAt, busyUntil, keyMoves"))
             .await?;
         let head = item.as_ref().and_then(head_of);
         if let Some(h) = &head {
@@ -219,8 +235,7 @@ impl ChatStore {
             AloneCancelled::Replay { part } => {
                 let original = old_item(part)
                     .ok_or_else(|| ChatError::internal("no item for a failed key"))?;
-                let (message, created) =
-                    answer(SendKeyItem::from_stored(original, send.caller)?, send)?;
+                let (message, created) = answer(from_item(original)?, send)?;
                 Ok(Alone::Done(message, created))
             }
             AloneCancelled::Lost { part } => match old_item(part).as_ref().and_then(head_of) {
@@ -376,8 +391,8 @@ impl ChatStore {
             Step::Answered { seq, created_at } => {
                 return Ok(Flow::Answer((send.message(seq, created_at), true)))
             }
-            Step::ReadKey => match self.send_key(send).await? {
-                Some(key) => return answer(key, send).map(Flow::Answer),
+            Step::ReadKey => match self.stored_key(send).await? {
+                Some(key) => return self.replay(key, send).await.map(Flow::Answer),
                 None => match queued.key_missing() {
                     KeyMissing::SendItself => self.requeue(send, queued, deadline).await?,
                     KeyMissing::Dropped => return Err(ChatError::NotFound),
@@ -522,6 +537,17 @@ impl ChatStore {
         if batch.is_empty() {
             return Ok((Attempt::Taken, Vec::new()));
         }
+        // Read after the head (from the record, the conversation or a failed condition), so the
+        // condition on `keyMoves` proves no key of the batch moved out since (§4.2).
+        if head.keys_moved() {
+            let archived = self.archived_in(id, batch).await?;
+            if archived.contains(&true) {
+                for (p, _) in batch.iter().zip(&archived).filter(|(_, a)| **a) {
+                    self.drop_queued(p).await?;
+                }
+                return Ok((Attempt::Dropped, Vec::new()));
+            }
+        }
         let entries: Vec<Entry> = batch.iter().map(|p| entry(p)).collect();
         let layout = group_commit::group(&head, &entries, chat_domain::time::now());
         let commit = Commit::new(id, &layout, batch.to_vec());
@@ -612,8 +638,8 @@ impl ChatStore {
                 }
                 // Committed (its key is there), or dropped as its sender's (no key).
                 Ok(Dropped::Gone) => {
-                    return match self.send_key(send).await {
-                        Ok(Some(key)) => answer(key, send),
+                    return match self.stored_key(send).await {
+                        Ok(Some(key)) => self.replay(key, send).await,
                         Ok(None) => Err(err),
                         Err(_) => Err(ChatError::Unavailable),
                     }
@@ -627,23 +653,80 @@ impl ChatStore {
         }
     }
 
-    /// The send's key item `X#`, if its message exists. DynamoDB: 1 strongly consistent GetItem.
-    async fn send_key(&self, send: &SendRequest<'_>) -> Result<Option<SendKeyItem>, ChatError> {
-        let out = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(keys::key(
-                keys::conversation_pk(send.id),
-                keys::send_key_sk(&send.request.client_msg_key),
-            )))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        out.item
-            .map(|item| SendKeyItem::from_stored(item, send.caller))
-            .transpose()
+    /// The send's idempotency key, if its message exists: its `X#`, else its archived key. One
+    /// after the other: the archiver puts the archived key before it deletes the `X#`, so a key
+    /// missing from both reads never existed. DynamoDB: 1 or 2 strongly consistent GetItem.
+    async fn stored_key(&self, send: &SendRequest<'_>) -> Result<Option<StoredKey>, ChatError> {
+        let key = keys::key(
+            keys::conversation_pk(send.id),
+            keys::send_key_sk(&send.request.client_msg_key),
+        );
+        if let Some(item) = self.item_fields(key, None).await? {
+            return Ok(Some(StoredKey::Live(from_item(item)?)));
+        }
+        let archived = self.archived_key(send.id, &send.request.client_msg_key);
+        Ok(archived.await?.map(StoredKey::Archived))
+    }
+
+    /// The archived key of `client_msg_key`, if its message is archived. DynamoDB: 1 strongly
+    /// consistent GetItem.
+    async fn archived_key(
+        &self,
+        id: &ConversationId,
+        client_msg_key: &str,
+    ) -> Result<Option<ArchivedKeyItem>, ChatError> {
+        let item = self
+            .item_fields(keys::archived_send_key(id, client_msg_key), None)
+            .await?;
+        item.as_ref().map(ArchivedKeyItem::from_item).transpose()
+    }
+
+    /// Which of `batch` have an archived key: replays of archived messages, never to be
+    /// committed again. DynamoDB: 1 strongly consistent BatchGetItem (a batch is ≤ 24 keys).
+    async fn archived_in(
+        &self,
+        id: &ConversationId,
+        batch: &[&QueuedItem],
+    ) -> Result<Vec<bool>, ChatError> {
+        let wanted: Vec<Item> = batch
+            .iter()
+            .map(|p| keys::archived_send_key(id, &p.client_msg_key))
+            .collect();
+        let found = self.batch_get(wanted.clone(), true).await?;
+        let pk_of = |i: &Item| get_s(i, keys::PK).map(str::to_owned);
+        let found: Vec<String> = found.iter().filter_map(pk_of).collect();
+        Ok(wanted
+            .iter()
+            .map(|w| pk_of(w).is_some_and(|pk| found.contains(&pk)))
+            .collect())
+    }
+
+    /// The answer for a send whose key exists (`answer`, `answer_archived`).
+    async fn replay(
+        &self,
+        key: StoredKey,
+        send: &SendRequest<'_>,
+    ) -> Result<(Message, bool), ChatError> {
+        match key {
+            StoredKey::Live(key) => answer(key, send),
+            StoredKey::Archived(key) => self.answer_archived(key, send).await,
+        }
+    }
+
+    /// The answer for a send whose message is archived: a conflict for another body or sender
+    /// (the key's fingerprint), else the original from its chunk, with the replay's body (the
+    /// same, by the fingerprint; an edit since changed the archived one). Never `created`: its
+    /// request is long over. DynamoDB: 1 GetItem (`archivedThrough`); S3: 1 GetObject.
+    async fn answer_archived(
+        &self,
+        key: ArchivedKeyItem,
+        send: &SendRequest<'_>,
+    ) -> Result<(Message, bool), ChatError> {
+        if !key.made_by(&send.fingerprint) {
+            return Err(conflict());
+        }
+        let original = self.archived_message(send.id, key.seq, 0).await?;
+        Ok((send.message(key.seq, original.created_at), false))
     }
 }
 
@@ -726,6 +809,7 @@ impl<'a> Commit<'a> {
             last_seq: self.messages.last().map_or(0, |m| m.seq),
             created_at: self.layout.created_at.clone(),
             committed_at: self.layout.committed_at,
+            key_moves: self.layout.key_moves,
             sends: sends
                 .map(|(p, m)| CommittedSend {
                     client_msg_key: p.client_msg_key.clone(),
@@ -748,6 +832,7 @@ fn head_of(item: &Item) -> Option<Head> {
         last_seq: get_n(item, "lastSeq")?,
         last_message_at: get_s(item, "lastMessageAt").map(str::to_owned),
         busy_until: get_n(item, "busyUntil").unwrap_or(0),
+        key_moves: get_n(item, "keyMoves").unwrap_or(0),
     })
 }
 
@@ -774,6 +859,7 @@ fn last_commit_of(r: &CommitRecordItem) -> LastCommit<'_> {
         last_seq: r.last_seq,
         created_at: &r.created_at,
         committed_at: r.committed_at,
+        key_moves: r.key_moves,
         sends: r
             .sends
             .iter()
@@ -793,11 +879,15 @@ type Values = Vec<(&'static str, AttributeValue)>;
 fn condition(c: &Condition) -> (Option<&'static str>, Values) {
     match c {
         Condition::None => (None, vec![]),
-        Condition::LastSeqIs(seen) => (Some("lastSeq = :seen"), vec![(":seen", n(*seen))]),
-        Condition::LastSeqIsAndNotBusy { last_seq, now_ms } => (
-            Some("lastSeq = :seen AND (attribute_not_exists(busyUntil) OR busyUntil < :now)"),
-            vec![(":seen", n(*last_seq)), (":now", n(*now_ms))],
-        ),
+        Condition::LastSeqIs {
+            last_seq,
+            key_moves,
+        } => head_is(*last_seq, *key_moves, None),
+        Condition::LastSeqIsAndNotBusy {
+            last_seq,
+            key_moves,
+            now_ms,
+        } => head_is(*last_seq, *key_moves, Some(*now_ms)),
         Condition::Absent => (Some("attribute_not_exists(pk)"), vec![]),
         Condition::Exists => (Some("attribute_exists(pk)"), vec![]),
         Condition::QueuedBy { request_id, now_ms } => (
@@ -805,6 +895,31 @@ fn condition(c: &Condition) -> (Option<&'static str>, Values) {
             vec![(":rid", s(request_id)), (":now", n(*now_ms))],
         ),
     }
+}
+
+/// The condition of a commit on the conversation item: `lastSeq` and `keyMoves` as read (an
+/// absent `keyMoves` is 0), and, for a send alone, no `busyUntil` ahead of `now_ms`.
+fn head_is(last_seq: u64, key_moves: u64, now_ms: Option<u64>) -> (Option<&'static str>, Values) {
+    let mut values = vec![(":seen", n(last_seq))];
+    let expression = match (key_moves, now_ms) {
+        (0, None) => "lastSeq = :seen AND attribute_not_exists(keyMoves)",
+        (0, Some(_)) => {
+            "lastSeq = :seen AND attribute_not_exists(keyMoves) \
+             AND (attribute_not_exists(busyUntil) OR busyUntil < :now)"
+        }
+        (_, None) => "lastSeq = :seen AND keyMoves = :moves",
+        (_, Some(_)) => {
+            "lastSeq = :seen AND keyMoves = :moves \
+             AND (attribute_not_exists(busyUntil) OR busyUntil < :now)"
+        }
+    };
+    if key_moves > 0 {
+        values.push((":moves", n(key_moves)));
+    }
+    if let Some(now) = now_ms {
+        values.push((":now", n(now)));
+    }
+    (Some(expression), values)
 }
 
 /// The update of the conversation item to its new last message `last` (and `busyUntil`).

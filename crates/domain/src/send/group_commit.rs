@@ -79,12 +79,17 @@ pub enum Write {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Condition {
     None,
-    /// `lastSeq` is still the one read.
-    LastSeqIs(u64),
-    /// A send alone: `lastSeq` is the one read and no `busyUntil` lies ahead of `now_ms` (alone
-    /// only while nothing is queued, even if the conversation was read before it was marked).
+    /// `lastSeq` and `keyMoves` are still the ones read (`Head::key_moves`: no key archived
+    /// since its archived key was looked for).
+    LastSeqIs {
+        last_seq: u64,
+        key_moves: u64,
+    },
+    /// A send alone: as `LastSeqIs`, and no `busyUntil` lies ahead of `now_ms` (alone only while
+    /// nothing is queued, even if the conversation was read before it was marked).
     LastSeqIsAndNotBusy {
         last_seq: u64,
+        key_moves: u64,
         now_ms: u64,
     },
     /// The item does not exist.
@@ -110,6 +115,8 @@ pub struct Layout {
     pub committed_at: u64,
     /// The `busyUntil` it writes, if any.
     pub busy_until: Option<u64>,
+    /// The conversation's `keyMoves` it commits under (its record keeps it).
+    pub key_moves: u64,
 }
 
 /// The transaction of a send alone after `head` (docs/data-model.md §3 "Send", "Alone"). Its
@@ -119,6 +126,7 @@ pub fn alone(head: &Head, sender: &UserId, now: OffsetDateTime) -> Layout {
     let now_ms = layout.committed_at;
     let condition = Condition::LastSeqIsAndNotBusy {
         last_seq: head.last_seq,
+        key_moves: head.key_moves,
         now_ms,
     };
     layout.advance(1, None, condition);
@@ -136,7 +144,11 @@ pub fn group(head: &Head, batch: &[Entry<'_>], now: OffsetDateTime) -> Layout {
     // Several sends: the conversation is hot, new sends queue. One: contention is over, the mark
     // runs out by itself.
     let busy = (batch.len() > 1).then(|| busy_until(now_ms));
-    layout.advance(batch.len(), busy, Condition::LastSeqIs(head.last_seq));
+    let condition = Condition::LastSeqIs {
+        last_seq: head.last_seq,
+        key_moves: head.key_moves,
+    };
+    layout.advance(batch.len(), busy, condition);
     for (send, entry) in batch.iter().enumerate() {
         layout.message_and_key(send);
         layout.parts.push(Part {
@@ -172,6 +184,7 @@ impl Layout {
             created_at: message_time(crate::time::rfc3339(now), head.last_message_at.as_deref()),
             committed_at: crate::time::unix_millis(now),
             busy_until: None,
+            key_moves: head.key_moves,
         }
     }
 
@@ -318,6 +331,8 @@ mod tests {
             last_seq,
             last_message_at: Some("2026-01-01T00:00:00.500Z".into()),
             busy_until: 0,
+            // Keys were archived twice: every commit holds only while no more were.
+            key_moves: 2,
         }
     }
 
@@ -383,6 +398,7 @@ mod tests {
             layout.parts[0].condition,
             Condition::LastSeqIsAndNotBusy {
                 last_seq: 7,
+                key_moves: 2,
                 now_ms: 1_767_225_600_000
             }
         );
@@ -417,7 +433,10 @@ mod tests {
                     to_seq: 13,
                     busy_until: Some(now_ms + 5_000)
                 },
-                condition: Condition::LastSeqIs(10),
+                condition: Condition::LastSeqIs {
+                    last_seq: 10,
+                    key_moves: 2
+                },
             }
         );
         assert_eq!(

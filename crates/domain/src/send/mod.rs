@@ -37,6 +37,11 @@ pub struct Head {
     pub last_message_at: Option<String>,
     /// Until when (unix ms) sends queue up (`busyUntil`; 0: never said).
     pub busy_until: u64,
+    /// How many times the archiver has moved idempotency keys of this conversation out of it
+    /// (`keyMoves`, docs/data-model.md §2.4c; 0: never). Not 0: a new `clientMsgId` may be an
+    /// archived one, so its archived key is read after this head was; a commit holds only while
+    /// it is unchanged (no key moved since that read).
+    pub key_moves: u64,
 }
 
 impl Head {
@@ -49,7 +54,13 @@ impl Head {
             last_seq: commit.last_seq,
             last_message_at: Some(commit.created_at.to_owned()),
             busy_until: 0,
+            key_moves: commit.key_moves,
         })
+    }
+
+    /// Keys of this conversation were archived: a send must look for its archived key.
+    pub fn keys_moved(&self) -> bool {
+        self.key_moves > 0
     }
 
     /// Sends are queued: a new one joins the queue rather than racing it.
@@ -140,6 +151,8 @@ pub struct LastCommit<'a> {
     pub created_at: &'a str,
     /// Unix ms, the committer's clock.
     pub committed_at: u64,
+    /// The conversation's `keyMoves` it committed under.
+    pub key_moves: u64,
     /// What it committed: `(key, requestId, seq)` per send.
     pub sends: Vec<(&'a str, &'a str, u64)>,
 }
@@ -164,6 +177,7 @@ mod tests {
             last_seq: 8,
             created_at: "2026-01-01T00:00:00.000Z",
             committed_at,
+            key_moves: 3,
             sends: vec![("k1", "r1", 7), ("k2", "r2", 8)],
         }
     }
@@ -176,6 +190,8 @@ mod tests {
             head.last_message_at.as_deref(),
             Some("2026-01-01T00:00:00.000Z")
         );
+        assert_eq!(head.key_moves, 3, "the commit's condition held for it");
+        assert!(head.keys_moved());
     }
 
     #[test]
@@ -195,6 +211,7 @@ mod tests {
             last_seq: 1,
             last_message_at: None,
             busy_until,
+            key_moves: 0,
         }
     }
 

@@ -295,6 +295,7 @@ mod tests {
             last_seq: 41,
             created_at: "2026-01-01T00:00:00.000Z",
             committed_at,
+            key_moves: 0,
             sends: vec![("k9", "k9", 41)],
         }
     }
@@ -517,6 +518,7 @@ mod tests {
             last_seq: 50,
             last_message_at: None,
             busy_until: 0,
+            key_moves: 0,
         };
         assert_eq!(
             s.after_commit(Attempt::Moved(Some(returned.clone()))),

@@ -592,8 +592,8 @@ impl ChatStore {
     /// So a send that read the conversation before the count and found no archived key cannot
     /// commit after a delete (its condition on `keyMoves`, docs/data-model.md §4.2), and a message
     /// item still there means its key may still be to move (the next run trims it again).
-    /// BatchWriteItem of 25, one after another, paced at `trim_units_per_second`. Returns the
-    /// message items deleted.
+    /// BatchWriteItem of 25, one after another; the deletes, which write the conversation's
+    /// partition, paced at `trim_units_per_second`. Returns the message items deleted.
     async fn trim(&self, messages: &[Message], stop: Option<Step>) -> Result<u64, ChatError> {
         let Some(first) = messages.first() else {
             return Ok(0);
@@ -605,8 +605,7 @@ impl ChatStore {
             if let Some(f) = f {
                 let key =
                     ArchivedKeyItem::of(m, f).to_item(id, &m.client_msg_id.to_ascii_lowercase());
-                // 44 bytes: 1 write unit.
-                puts.push((put_request(key)?, 1));
+                puts.push(put_request(key)?);
             }
         }
         let mut deletes = Vec::with_capacity(messages.len() * 2);
@@ -628,15 +627,17 @@ impl ChatStore {
             deletes.truncate(half);
             deleted = (half - messages.len()) as u64;
         }
-        self.write_paced(&puts).await?;
+        // The archived keys spread over partitions of their own: unpaced.
+        for batch in puts.chunks(BATCH_WRITE) {
+            self.batch_write(batch.to_vec()).await?;
+        }
         self.count_key_moves(id).await?;
         self.write_paced(&deletes).await?;
         Ok(deleted)
     }
 
     /// `writes` (each with its write units) in BatchWriteItem calls of 25, one after another,
-    /// paced at `trim_units_per_second` from the first (a pace of its own: the archived keys
-    /// are spread over other partitions, so time they took is no credit for the deletes).
+    /// paced at `trim_units_per_second` from the first.
     async fn write_paced(&self, writes: &[(WriteRequest, u64)]) -> Result<(), ChatError> {
         let mut pace = Pace::new(self.archive_settings.trim_units_per_second);
         let started = std::time::Instant::now();

@@ -151,7 +151,8 @@ async fn stored(t: &TestApp, id: &ConversationId, sent: &[String]) -> Stored {
     let (mut raw, mut items, mut messages) = (0usize, 0usize, 0usize);
     for key in sent {
         let key = chat_store::keys::archived_send_key(id, key);
-        let got = t.db.get_item().table_name(&t.table).set_key(Some(key));
+        let table = chat_tests::config().archived_keys_table;
+        let got = t.db.get_item().table_name(table).set_key(Some(key));
         if let Some(item) = got.consistent_read(true).send().await.unwrap().item {
             messages += 1;
             items += 1;

@@ -528,8 +528,9 @@ impl TestApp {
             aws_sdk_s3::Client::from_conf(conf.build())
         };
         let store_of = |function: Option<&str>| {
-            let store =
-                ChatStore::new(client(function), config.chat_table.clone()).with_budget(budget);
+            let store = ChatStore::new(client(function), config.chat_table.clone())
+                .with_archived_keys_table(config.archived_keys_table.clone())
+                .with_budget(budget);
             match archive {
                 Some(settings) => {
                     store.with_archive(Some(Archive::new(s3(function), ARCHIVE_BUCKET)), settings)

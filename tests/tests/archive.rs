@@ -221,7 +221,8 @@ async fn archived_key(
     client_msg_id: &str,
 ) -> Option<HashMap<String, AttributeValue>> {
     let key = keys::archived_send_key(&id(c), &client_msg_id.to_ascii_lowercase());
-    let got = t.db.get_item().table_name(&t.table).set_key(Some(key));
+    let table = chat_tests::config().archived_keys_table;
+    let got = t.db.get_item().table_name(table).set_key(Some(key));
     got.consistent_read(true).send().await.unwrap().item
 }
 
@@ -269,7 +270,7 @@ async fn history_pages_across_the_boundary_as_before_and_replays_return_the_orig
     assert!(message_seqs_in_table(&now).is_empty());
     assert_eq!(archived_through(&now), 130);
 
-    // What is left per message is its archived key, in a partition of its own: ≤ 150 bytes as
+    // What is left per message is its archived key, in the archived keys' table: ≤ 150 bytes as
     // DynamoDB bills them (100 per item on top of its size). No key item stays in the log.
     assert!(
         !now.iter()

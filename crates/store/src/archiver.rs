@@ -548,17 +548,13 @@ impl ChatStore {
         } else {
             "archivedThrough = :from"
         };
+        let expression = if superseding.is_some() {
+            "SET archivedThrough = :to, supersededThrough = :old"
+        } else {
+            "SET archivedThrough = :to REMOVE supersededThrough"
+        };
         let mut update = self
-            .db
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(keys::conversation_key(id)))
-            .update_expression(if superseding.is_some() {
-                "SET archivedThrough = :to, supersededThrough = :old"
-            } else {
-                "SET archivedThrough = :to REMOVE supersededThrough"
-            })
-            .condition_expression(condition)
+            .conversation_update(id, expression, condition)
             .expression_attribute_values(":to", n(to));
         if let Some(old) = superseding {
             update = update.expression_attribute_values(":old", n(old));
@@ -627,10 +623,8 @@ impl ChatStore {
             deletes.truncate(half);
             deleted = (half - messages.len()) as u64;
         }
-        // The archived keys spread over partitions of their own: unpaced.
-        for batch in puts.chunks(BATCH_WRITE) {
-            self.batch_write(batch.to_vec()).await?;
-        }
+        // The archived keys go to a table of their own: unpaced.
+        self.batch_write_to(&self.keys_table, puts).await?;
         self.count_key_moves(id).await?;
         self.write_paced(&deletes).await?;
         Ok(deleted)
@@ -686,12 +680,7 @@ impl ChatStore {
     /// while a send's transaction holds the item or the partition's throughput refuses it).
     async fn count_key_moves(&self, id: &ConversationId) -> Result<(), ChatError> {
         let update = self
-            .db
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(keys::conversation_key(id)))
-            .update_expression("ADD keyMoves :one")
-            .condition_expression("attribute_exists(pk)")
+            .conversation_update(id, "ADD keyMoves :one", "attribute_exists(pk)")
             .expression_attribute_values(":one", n(1));
         let mut retry = self.retry();
         while retry.next().await {

@@ -45,6 +45,9 @@ impl fmt::Debug for AuthMode {
 pub struct Config {
     pub chat_table: String,
     pub connections_table: String,
+    /// The archived idempotency keys' table (`CHAT_ARCHIVED_KEYS_TABLE`, default
+    /// `ArchivedKeysTable`).
+    pub archived_keys_table: String,
     pub event_stream: String,
     pub dynamodb_endpoint: Option<String>,
     pub kinesis_endpoint: Option<String>,
@@ -158,6 +161,8 @@ impl Config {
             chat_table: var("CHAT_TABLE").unwrap_or_else(|| "ChatTable".into()),
             connections_table: var("CONNECTIONS_TABLE")
                 .unwrap_or_else(|| "ConnectionsTable".into()),
+            archived_keys_table: var("CHAT_ARCHIVED_KEYS_TABLE")
+                .unwrap_or_else(|| crate::ARCHIVED_KEYS_TABLE.into()),
             event_stream: var("EVENT_STREAM").unwrap_or_else(|| "EventStream".into()),
             dynamodb_endpoint,
             kinesis_endpoint: var("KINESIS_ENDPOINT"),
@@ -251,6 +256,7 @@ impl Config {
     #[allow(clippy::let_and_return)] // one of the two `let store`s is compiled
     pub fn chat_store(&self, sdk: &SdkConfig) -> crate::ChatStore {
         let store = crate::ChatStore::new(self.dynamodb_client(sdk), self.chat_table.clone())
+            .with_archived_keys_table(self.archived_keys_table.clone())
             .with_budget(self.timeouts.request_budget);
         #[cfg(feature = "archive")]
         let store = store.with_archive(self.archive(sdk), self.archive);

@@ -315,16 +315,29 @@ impl ChatStore {
 
     /// BatchWriteItem calls of 25, a few at a time, each retrying its unprocessed items.
     pub(super) async fn batch_write(&self, requests: Vec<WriteRequest>) -> Result<(), ChatError> {
+        self.batch_write_to(&self.table, requests).await
+    }
+
+    /// As `batch_write`, to the table `table`.
+    pub(super) async fn batch_write_to(
+        &self,
+        table: &str,
+        requests: Vec<WriteRequest>,
+    ) -> Result<(), ChatError> {
         for wave in requests.chunks(BATCH_WRITE_REQUESTS * WRITES_IN_FLIGHT) {
             let calls = wave
                 .chunks(BATCH_WRITE_REQUESTS)
-                .map(|c| self.batch_write_call(c.to_vec()));
+                .map(|c| self.batch_write_call(table, c.to_vec()));
             try_join_all(calls).await?;
         }
         Ok(())
     }
 
-    async fn batch_write_call(&self, requests: Vec<WriteRequest>) -> Result<(), ChatError> {
+    async fn batch_write_call(
+        &self,
+        table: &str,
+        requests: Vec<WriteRequest>,
+    ) -> Result<(), ChatError> {
         let mut pending = requests;
         let mut retry = self.retry();
         while retry.next().await {
@@ -334,12 +347,12 @@ impl ChatStore {
             let resp = self
                 .db
                 .batch_write_item()
-                .request_items(&self.table, std::mem::take(&mut pending))
+                .request_items(table, std::mem::take(&mut pending))
                 .send()
                 .await
                 .map_err(|e| sdk_error("BatchWriteItem", e))?;
             if let Some(mut unprocessed) = resp.unprocessed_items {
-                pending = unprocessed.remove(&self.table).unwrap_or_default();
+                pending = unprocessed.remove(table).unwrap_or_default();
             }
         }
         if pending.is_empty() {

@@ -12,7 +12,6 @@
 //! | `C#` | `P!` | the last group commit: which sends it committed, at which seqs |
 //! | `C#` | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
 //! | `C#` | `X#<clientMsgId>` | the idempotency key of a send, until its message is archived |
-//! | `X#<hash of conversation and clientMsgId>` | `X` | the idempotency key of an archived message, kept forever |
 //! | `M#…` | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
 //! | `H#` | `H` | the change head: the newest `changeSeq` and that change (docs/data-model.md §8) |
 //! | `H#` | `H#<changeSeq, 20 digits>` | a change record (no message content) |
@@ -29,6 +28,9 @@
 //! Each user's inbox index is the item collection `pk = I#<userId>`: one entry per membership,
 //! `sk = A#<activityKey>#<conversationId>`, so a descending Query walks the user's conversations
 //! newest first. Nothing else is stored under `I#`.
+//!
+//! Archived keys table: `k = <hash of conversation and clientMsgId>`, the idempotency key of an
+//! archived message, kept forever (docs/data-model.md §2.4c).
 //!
 //! Connections table (`connections`): `pk = U#<userId>, sk = P` (a user's live connections) and
 //! `pk = W#<connectionId>, sk = U` (who owns a connection, for `$disconnect`).
@@ -174,15 +176,15 @@ pub fn send_key_sk(client_msg_key: &str) -> String {
     format!("X#{client_msg_key}")
 }
 
-/// The sort key of an archived send key (`archived_send_key`).
-pub const ARCHIVED_SEND_KEY_SK: &str = "X";
+/// The archived keys table's only key attribute.
+pub const ARCHIVED_KEY: &str = "k";
 
-/// Where the idempotency key of a send lives once its message is archived: a partition of its
-/// own with the shortest name that identifies it (`archived_key_id`), since it stays forever and
-/// DynamoDB bills its key's bytes like any other (docs/data-model.md §2.4c).
+/// Where the idempotency key of a send lives once its message is archived: the archived keys
+/// table, under the shortest name that identifies it (`archived_key_id`), since it stays forever
+/// and DynamoDB bills its key's bytes like any other (docs/data-model.md §2.4c).
 pub fn archived_send_key(id: &ConversationId, client_msg_key: &str) -> Item {
     let name = chat_domain::message::archived_key_id(id, client_msg_key);
-    key(format!("X#{name}"), ARCHIVED_SEND_KEY_SK)
+    Item::from([(ARCHIVED_KEY.to_owned(), AttributeValue::S(name))])
 }
 
 pub fn inbox_pk(user: &UserId) -> String {

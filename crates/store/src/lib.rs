@@ -63,6 +63,8 @@ pub use items::{ConversationItem, MemberItem};
 pub struct ChatStore {
     db: Client,
     table: String,
+    /// The archived idempotency keys' table (docs/data-model.md §2.4c).
+    keys_table: String,
     /// How long one request may take (`Config::timeouts`).
     budget: Duration,
     deadline: Option<Deadline>,
@@ -229,11 +231,15 @@ fn ambiguous<R>(err: &SdkError<TransactWriteItemsError, R>) -> bool {
 /// The least time an ambiguous commit gets to be settled, even at the deadline.
 const SETTLE_TIME: Duration = Duration::from_millis(1500);
 
+/// The archived keys' table as template.yaml names it (the local stack creates it so).
+pub const ARCHIVED_KEYS_TABLE: &str = "ArchivedKeysTable";
+
 impl ChatStore {
     pub fn new(db: Client, table: impl Into<String>) -> Self {
         ChatStore {
             db,
             table: table.into(),
+            keys_table: ARCHIVED_KEYS_TABLE.into(),
             budget: crate::retry::Timeouts::AWS.request_budget,
             deadline: None,
             seen: Arc::default(),
@@ -246,6 +252,18 @@ impl ChatStore {
 
     pub fn with_budget(self, budget: Duration) -> Self {
         ChatStore { budget, ..self }
+    }
+
+    /// This store with its archived keys in `keys_table` (default `ArchivedKeysTable`).
+    pub fn with_archived_keys_table(self, keys_table: impl Into<String>) -> Self {
+        ChatStore {
+            keys_table: keys_table.into(),
+            ..self
+        }
+    }
+
+    pub fn archived_keys_table(&self) -> &str {
+        &self.keys_table
     }
 
     /// This store with the archive tier: history reads archived messages from `archive`, the
@@ -394,6 +412,22 @@ impl ChatStore {
     ) -> Result<Option<Item>, ChatError> {
         self.item_fields(keys::conversation_key(id), projection)
             .await
+    }
+
+    /// An UpdateItem of the conversation item `id` by `expression` on `condition`, its values
+    /// still to add.
+    fn conversation_update(
+        &self,
+        id: &ConversationId,
+        expression: &str,
+        condition: &str,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::conversation_key(id)))
+            .update_expression(expression)
+            .condition_expression(condition)
     }
 
     /// An item, or some of its attributes (None: no such item). 1 strongly consistent GetItem.

@@ -176,15 +176,10 @@ impl ChatStore {
     /// means someone else's write got there first. DynamoDB: 1 UpdateItem.
     async fn mark_busy(&self, id: &ConversationId) {
         let until = busy_until(now_ms());
+        let condition =
+            "attribute_exists(pk) AND (attribute_not_exists(busyUntil) OR busyUntil < :busy)";
         let marked = self
-            .db
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(keys::conversation_key(id)))
-            .update_expression("SET busyUntil = :busy")
-            .condition_expression(
-                "attribute_exists(pk) AND (attribute_not_exists(busyUntil) OR busyUntil < :busy)",
-            )
+            .conversation_update(id, "SET busyUntil = :busy", condition)
             .expression_attribute_values(":busy", n(until))
             .send()
             .await;
@@ -675,10 +670,19 @@ impl ChatStore {
         id: &ConversationId,
         client_msg_key: &str,
     ) -> Result<Option<ArchivedKeyItem>, ChatError> {
-        let item = self
-            .item_fields(keys::archived_send_key(id, client_msg_key), None)
-            .await?;
-        item.as_ref().map(ArchivedKeyItem::from_item).transpose()
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.keys_table)
+            .set_key(Some(keys::archived_send_key(id, client_msg_key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        out.item
+            .as_ref()
+            .map(ArchivedKeyItem::from_item)
+            .transpose()
     }
 
     /// Which of `batch` have an archived key: replays of archived messages, never to be
@@ -692,8 +696,10 @@ impl ChatStore {
             .iter()
             .map(|p| keys::archived_send_key(id, &p.client_msg_key))
             .collect();
-        let found = self.batch_get(wanted.clone(), true).await?;
-        let pk_of = |i: &Item| get_s(i, keys::PK).map(str::to_owned);
+        let deadline = self.deadline();
+        let found = super::batch_get(&self.db, &self.keys_table, wanted.clone(), true, deadline);
+        let found = found.await?;
+        let pk_of = |i: &Item| get_s(i, keys::ARCHIVED_KEY).map(str::to_owned);
         let found: Vec<String> = found.iter().filter_map(pk_of).collect();
         Ok(wanted
             .iter()

@@ -1099,7 +1099,7 @@ mod tests {
         let by_hand = 1.0 + 0.2 + 0.033_333_5 + 2.625 + 0.6 + 0.133_12 + 0.25 + 2.0;
         assert!((total(&c.direct) - by_hand).abs() < 1e-6, "{:?}", c.direct);
         assert!((c.direct_dynamodb - 2.875).abs() < 1e-9);
-        // Stream $29.20, no consumer-hour, 35 alarm metrics $3.50, 10 metrics $3.00.
-        assert!((total(&c.fixed) - 35.70).abs() < 1e-9);
+        // Stream $29.20, no consumer-hour, 37 alarm metrics $3.70, 10 metrics $3.00.
+        assert!((total(&c.fixed) - 35.90).abs() < 1e-9);
     }
 }

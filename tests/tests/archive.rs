@@ -467,6 +467,8 @@ async fn an_archiver_stopped_at_any_step_or_failing_loses_and_doubles_nothing() 
         Step::Put,
         Step::Verify,
         Step::Advance,
+        Step::KeysPut,
+        Step::KeysCounted,
         Step::HalfTrimmed,
         Step::Trimmed,
         Step::Dropped,
@@ -494,6 +496,15 @@ async fn an_archiver_stopped_at_any_step_or_failing_loses_and_doubles_nothing() 
             (1..=24).collect::<Vec<_>>(),
             "{step:?}"
         );
+        // Each send's replay is its original, wherever its key is at this step: nothing doubled.
+        for m in &sent {
+            let r = replay(&t, &c, m, &m["body"]).await;
+            assert_eq!(
+                (r.status, &r.body),
+                (200, m),
+                "a replay after a stop at {step:?}"
+            );
+        }
 
         // With the strictness layer failing the archiver's writes and reads now and then, runs
         // end in errors or not; the API never changes meanwhile, and a clean run finishes.

@@ -95,6 +95,10 @@ pub enum Step {
     Put,
     Verify,
     Advance,
+    /// The trim's archived keys put, `keyMoves` not yet counted.
+    KeysPut,
+    /// `keyMoves` counted, nothing deleted yet.
+    KeysCounted,
     /// Half of the trim's writes done.
     HalfTrimmed,
     Trimmed,
@@ -625,7 +629,13 @@ impl ChatStore {
         }
         // The archived keys go to a table of their own: unpaced.
         self.batch_write_to(&self.keys_table, puts).await?;
+        if stop == Some(Step::KeysPut) {
+            return Ok(0);
+        }
         self.count_key_moves(id).await?;
+        if stop == Some(Step::KeysCounted) {
+            return Ok(0);
+        }
         self.write_paced(&deletes).await?;
         Ok(deleted)
     }

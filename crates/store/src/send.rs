@@ -53,7 +53,7 @@ enum Alone {
 }
 
 /// A send's idempotency key as stored: in the conversation (`X#`), or, once its message is
-/// archived, in its own partition (docs/data-model.md §2.4c).
+/// archived, in the archived keys' table (docs/data-model.md §2.4c).
 enum StoredKey {
     Live(SendKeyItem),
     Archived(ArchivedKeyItem),
@@ -97,7 +97,9 @@ impl ChatStore {
     /// written, and before anything about the conversation's sends (a `409` for a `clientMsgId`
     /// in use, a replay's `200`) can answer it.
     ///
-    /// DynamoDB, alone: 1 GetItem + 1 TransactWriteItems (a replay too). Queued: (+ 1 GetItem of
+    /// DynamoDB, alone: 1 GetItem (+ 1 GetItem of its archived key once keys of the conversation
+    /// were archived) + 1 TransactWriteItems (a replay too; a replay of an archived message
+    /// instead: + 1 GetItem of the caller's member item and `answer_archived`'s). Queued: (+ 1 GetItem of
     /// the caller's member item, unless its send alone has just shown it a member) (+ 1 UpdateItem
     /// for the first send to lose the race) + 1 PutItem, then per look 1 Query of the queue until
     /// its message is committed, by another (the Query shows the commit's record) or by this
@@ -513,8 +515,9 @@ impl ChatStore {
     /// One group commit of `batch` after `head` (None: read it first), once the sends whose
     /// request has ended (`expired`) are out of the queue: no commit takes them (their
     /// condition). Returns the attempt, and the messages when it committed. DynamoDB: 1
-    /// DeleteItem per expired send (+ 1 GetItem of the conversation) + 1 TransactWriteItems
-    /// (+ 1 DeleteItem per send it finds can never be committed).
+    /// DeleteItem per expired send (+ 1 GetItem of the conversation) (+ 1 BatchGetItem of the
+    /// batch's archived keys once keys of the conversation were archived) + 1
+    /// TransactWriteItems (+ 1 DeleteItem per send it finds can never be committed).
     async fn commit_queued(
         &self,
         id: &ConversationId,
@@ -732,7 +735,15 @@ impl ChatStore {
             return Err(conflict());
         }
         let original = self.archived_message(send.id, key.seq, 0).await?;
-        Ok((send.message(key.seq, original.created_at), false))
+        let message = Message::new(
+            send.id.clone(),
+            key.seq,
+            original.client_msg_id,
+            send.caller.clone(),
+            send.request.body.clone(),
+            original.created_at,
+        );
+        Ok((message, false))
     }
 }
 

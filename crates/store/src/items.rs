@@ -385,11 +385,55 @@ pub struct SendKeyItem {
     pub request_id: String,
 }
 
-/// `pk = X#<archived_key_id>, sk = X`: the idempotency key of a send once its message is
-/// archived (docs/data-model.md §2.4c), kept forever in its stead. The least that answers a
+impl SendKeyItem {
+    /// A stored key item, as the send wrote it, or as the archiver of 2026-12-01 left it in the
+    /// table (`CompactKeyItem`, no longer written). A compact item names no sender: its
+    /// fingerprint covers the sender, so it can only match a send by `caller`, who is then its
+    /// sender.
+    pub fn from_stored(item: Item, caller: &UserId) -> Result<SendKeyItem, ChatError> {
+        if item.contains_key("seq") {
+            return from_item(item);
+        }
+        let text = |name: &str| attrs::get_s(&item, name).unwrap_or_default().to_owned();
+        let (pk, sk) = (text(keys::PK), text(keys::SK));
+        let conversation_id = keys::conversation_id_of_pk(&pk)
+            .ok_or_else(|| ChatError::internal(format!("malformed key item {pk}")))?;
+        let compact: CompactKeyItem = from_item(item)?;
+        Ok(SendKeyItem {
+            conversation_id,
+            seq: compact.q,
+            client_msg_id: compact
+                .c
+                .unwrap_or_else(|| sk.trim_start_matches("X#").to_owned()),
+            sender_id: caller.clone(),
+            fingerprint: compact.f,
+            created_at: compact.t,
+            request_id: String::new(),
+        })
+    }
+}
+
+/// `sk = X#<clientMsgId>` as the archiver of 2026-12-01 rewrote the key of an archived message
+/// in place (one-letter attributes, 240 billed bytes): read still, so that a stack that archived
+/// with it keeps answering those replays; written no more (`ArchivedKeyItem` instead).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactKeyItem {
+    /// seq
+    pub q: u64,
+    /// `message_fingerprint(sender, body)`
+    pub f: String,
+    /// createdAt
+    pub t: String,
+    /// clientMsgId, when it is not the key's lower-case form
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub c: Option<String>,
+}
+
+/// `ArchivedKeysTable`, `k = <archived_key_id>`: the idempotency key of a send once its message
+/// is archived (docs/data-model.md §2.4c), kept forever in its stead. The least that answers a
 /// replay: the seq (the original is read from its chunk) and 64 bits of the fingerprint (another
-/// body or sender is a `409` without that read; the `clientMsgId` already matched). 44 bytes,
-/// 144 billed.
+/// body or sender is a `409` without that read; the `clientMsgId` already matched). 36–38 bytes,
+/// 136–138 billed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchivedKeyItem {
     pub seq: u64,
@@ -498,6 +542,33 @@ impl CommitRecordItem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_compacted_by_the_archiver_of_2026_12_01_still_answers_its_sender() {
+        let id = ConversationId::direct(&UserId::parse("a").unwrap(), &UserId::parse("b").unwrap());
+        let key = "6f1c2c1e-0000-4000-8000-00000000000a";
+        let compact = CompactKeyItem {
+            q: 7,
+            f: "0123456789abcdef0123456789abcdef".into(),
+            t: "2026-01-01T00:00:00.000Z".into(),
+            c: Some(key.to_ascii_uppercase()),
+        };
+        let item = to_item(&compact, keys::conversation_pk(&id), keys::send_key_sk(key)).unwrap();
+        let caller = UserId::parse("a").unwrap();
+        let read = SendKeyItem::from_stored(item, &caller).unwrap();
+        assert_eq!(
+            read,
+            SendKeyItem {
+                conversation_id: id,
+                seq: 7,
+                client_msg_id: key.to_ascii_uppercase(),
+                sender_id: caller,
+                fingerprint: compact.f,
+                created_at: compact.t,
+                request_id: String::new(),
+            }
+        );
+    }
 
     #[test]
     fn a_commit_record_answers_only_the_request_it_committed() {

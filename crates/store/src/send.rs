@@ -232,7 +232,8 @@ impl ChatStore {
             AloneCancelled::Replay { part } => {
                 let original = old_item(part)
                     .ok_or_else(|| ChatError::internal("no item for a failed key"))?;
-                let (message, created) = answer(from_item(original)?, send)?;
+                let (message, created) =
+                    answer(SendKeyItem::from_stored(original, send.caller)?, send)?;
                 Ok(Alone::Done(message, created))
             }
             AloneCancelled::Lost { part } => match old_item(part).as_ref().and_then(head_of) {
@@ -660,7 +661,8 @@ impl ChatStore {
             keys::send_key_sk(&send.request.client_msg_key),
         );
         if let Some(item) = self.item_fields(key, None).await? {
-            return Ok(Some(StoredKey::Live(from_item(item)?)));
+            let live = SendKeyItem::from_stored(item, send.caller)?;
+            return Ok(Some(StoredKey::Live(live)));
         }
         let archived = self.archived_key(send.id, &send.request.client_msg_key);
         Ok(archived.await?.map(StoredKey::Archived))

@@ -504,7 +504,9 @@ impl TestApp {
         let client = |function: Option<&str>| {
             let mut conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
                 .endpoint_url(server::dynamodb_endpoint())
-                .interceptor(chat_store::telemetry::CountCalls)
+                .interceptor(chat_store::telemetry::BeforeTransmit(
+                    chat_store::telemetry::CountCalls,
+                ))
                 .interceptor(Counter(calls.clone()));
             if let Some(i) = &interceptor {
                 conf = conf.interceptor(i.clone());

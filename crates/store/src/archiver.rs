@@ -610,10 +610,7 @@ impl ChatStore {
         }
         let mut deletes = Vec::with_capacity(messages.len() * 2);
         for m in messages {
-            let key = keys::key(
-                keys::conversation_pk(id),
-                keys::send_key_sk(&m.client_msg_id.to_ascii_lowercase()),
-            );
+            let key = keys::send_key(id, &m.client_msg_id.to_ascii_lowercase());
             deletes.push((delete_request(key)?, 1));
         }
         for m in messages {
@@ -666,12 +663,9 @@ impl ChatStore {
         let changed: Vec<&Message> = messages.iter().filter(|m| m.version > 1).collect();
         let mut stored = std::collections::HashMap::new();
         for part in changed.chunks(100) {
-            let wanted = part.iter().map(|m| {
-                keys::key(
-                    keys::conversation_pk(&m.conversation_id),
-                    keys::send_key_sk(&m.client_msg_id.to_ascii_lowercase()),
-                )
-            });
+            let wanted = part
+                .iter()
+                .map(|m| keys::send_key(&m.conversation_id, &m.client_msg_id.to_ascii_lowercase()));
             for item in self.batch_get(wanted.collect(), false).await? {
                 let key: SendKeyItem = from_item(item)?;
                 stored.insert(key.seq, key.fingerprint);

@@ -176,6 +176,11 @@ pub fn send_key_sk(client_msg_key: &str) -> String {
     format!("X#{client_msg_key}")
 }
 
+/// The key item of the send `client_msg_key` (lower-case `clientMsgId`) in conversation `id`.
+pub fn send_key(id: &ConversationId, client_msg_key: &str) -> Item {
+    key(conversation_pk(id), send_key_sk(client_msg_key))
+}
+
 /// The archived keys table's only key attribute.
 pub const ARCHIVED_KEY: &str = "k";
 

@@ -436,10 +436,20 @@ impl ChatStore {
         key: Item,
         projection: Option<&str>,
     ) -> Result<Option<Item>, ChatError> {
+        self.item_in(&self.table, key, projection).await
+    }
+
+    /// As `item_fields`, from the table `table`.
+    async fn item_in(
+        &self,
+        table: &str,
+        key: Item,
+        projection: Option<&str>,
+    ) -> Result<Option<Item>, ChatError> {
         let out = self
             .db
             .get_item()
-            .table_name(&self.table)
+            .table_name(table)
             .set_key(Some(key))
             .consistent_read(true)
             .set_projection_expression(projection.map(str::to_owned))

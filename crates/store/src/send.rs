@@ -656,10 +656,7 @@ impl ChatStore {
     /// after the other: the archiver puts the archived key before it deletes the `X#`, so a key
     /// missing from both reads never existed. DynamoDB: 1 or 2 strongly consistent GetItem.
     async fn stored_key(&self, send: &SendRequest<'_>) -> Result<Option<StoredKey>, ChatError> {
-        let key = keys::key(
-            keys::conversation_pk(send.id),
-            keys::send_key_sk(&send.request.client_msg_key),
-        );
+        let key = keys::send_key(send.id, &send.request.client_msg_key);
         if let Some(item) = self.item_fields(key, None).await? {
             let live = SendKeyItem::from_stored(item, send.caller)?;
             return Ok(Some(StoredKey::Live(live)));
@@ -675,19 +672,9 @@ impl ChatStore {
         id: &ConversationId,
         client_msg_key: &str,
     ) -> Result<Option<ArchivedKeyItem>, ChatError> {
-        let out = self
-            .db
-            .get_item()
-            .table_name(&self.keys_table)
-            .set_key(Some(keys::archived_send_key(id, client_msg_key)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        out.item
-            .as_ref()
-            .map(ArchivedKeyItem::from_item)
-            .transpose()
+        let key = keys::archived_send_key(id, client_msg_key);
+        let item = self.item_in(&self.keys_table, key, None).await?;
+        item.as_ref().map(ArchivedKeyItem::from_item).transpose()
     }
 
     /// Which of `batch` have an archived key: replays of archived messages, never to be

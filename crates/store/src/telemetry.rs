@@ -133,21 +133,15 @@ pub async fn counting_calls<F: std::future::Future>(fut: F) -> (F::Output, u32) 
         .await
 }
 
-/// Counts every DynamoDB HTTP attempt of the request in whose task it runs.
+/// Counts every DynamoDB HTTP attempt of the request in whose task it runs (as an SDK
+/// interceptor: `BeforeTransmit(CountCalls)`).
 #[derive(Debug, Clone, Copy)]
 pub struct CountCalls;
 
-impl Intercept for CountCalls {
-    fn name(&self) -> &'static str {
-        "CountCalls"
-    }
+impl ReadBeforeTransmit for CountCalls {
+    const NAME: &'static str = "CountCalls";
 
-    fn read_before_transmit(
-        &self,
-        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
+    fn read(&self, _request: &HttpRequest) -> Result<(), BoxError> {
         let _ = CALLS.try_with(|c| c.set(c.get() + 1));
         Ok(())
     }

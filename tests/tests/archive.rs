@@ -907,3 +907,30 @@ async fn a_send_after_keys_moved_reads_its_archived_key_once() {
         .await;
     assert_eq!((r.status, r.code()), (404, "not_found"), "{b}");
 }
+
+/// An edit replayed (same `clientChangeId`) after its message was archived answers what the
+/// edit answered (docs/api.md §4.8), and another body with that id is still 409.
+#[tokio::test]
+async fn an_edit_replayed_after_its_message_was_archived_answers_as_the_edit_did() {
+    let t = app().await;
+    let (_a, _b, c, sent, _, _) = sent(&t, 2).await;
+    let sender = sent[0]["senderId"].as_str().unwrap().to_owned();
+    let key = new_uuid();
+    let edit = t.edit(&c, 1, &sender, &key, "edited once").await;
+    assert_eq!(edit.status, 200, "{edit:?}");
+    t.archiver()
+        .archive_conversation(&id(&c), &everything(), None)
+        .await
+        .unwrap();
+    assert_eq!(archived_through(&items(&t, &c).await), 2);
+    let replay = t.edit(&c, 1, &sender, &key, "edited once").await;
+    assert_eq!(
+        (replay.status, &replay.body),
+        (200, &edit.body),
+        "{replay:?}"
+    );
+    let other = t.edit(&c, 1, &sender, &key, "edited twice").await;
+    assert_eq!((other.status, other.code()), (409, "conflict"), "{other:?}");
+    let fresh = t.edit(&c, 1, &sender, &new_uuid(), "edited twice").await;
+    assert_eq!((fresh.status, fresh.code()), (409, "conflict"), "{fresh:?}");
+}

@@ -298,7 +298,15 @@ impl ChatStore {
                 .await?;
             let Some((message, message_change)) = read.message.clone() else {
                 if let Some(key) = &read.key {
+                    // Archived since the edit: its replay answers as the edit did, forever
+                    // (docs/api.md §4.8), from the chunk.
                     check_replay(&key.fingerprint, &fingerprint)?;
+                    let archived = self
+                        .archived_message(id, seq, read.conversation.archived_through)
+                        .await?;
+                    let answer =
+                        replayed_edit(&archived, &edit.body, key.version, key.at.as_deref());
+                    return Ok(read.reactions.apply(answer));
                 }
                 return Err(ChatError::Conflict(
                     "the message is archived and cannot be edited".into(),

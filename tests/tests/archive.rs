@@ -934,3 +934,35 @@ async fn an_edit_replayed_after_its_message_was_archived_answers_as_the_edit_did
     let fresh = t.edit(&c, 1, &sender, &new_uuid(), "edited twice").await;
     assert_eq!((fresh.status, fresh.code()), (409, "conflict"), "{fresh:?}");
 }
+
+/// A changes page whose messages are archived far apart reads the chunks of its own seqs only,
+/// never those between them (docs/data-model.md §8): reactions on seq 1 and on a seq two
+/// chunks on are two S3 GETs, not three.
+#[tokio::test]
+async fn a_changes_page_reads_only_the_chunks_of_its_own_seqs() {
+    let t = app().await;
+    let (a, b, c) = t.new_direct().await;
+    let (far, n) = (2 * CHUNK + 1, 2 * CHUNK + 5);
+    seed(&t, &c, &a, n).await;
+    t.archiver()
+        .archive_conversation(&id(&c), &everything(), None)
+        .await
+        .unwrap();
+    assert_eq!(archived_through(&items(&t, &c).await), n);
+    for seq in [1, far] {
+        assert_eq!(t.react(&c, seq, &b, "party", true).await.status, 200);
+    }
+    t.calls.take();
+    let page = t.get(&format!("/conversations/{c}/changes"), &a).await;
+    assert_eq!(page.status, 200, "{page:?}");
+    let seqs: Vec<u64> = page.body["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ch| ch["message"]["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, far], "{page:?}");
+    let calls = t.calls.take();
+    let gets = calls.iter().filter(|c| *c == "S3:GET").count();
+    assert_eq!(gets, 2, "one GET per chunk of the page's seqs: {calls:?}");
+}

@@ -740,17 +740,26 @@ impl ChatStore {
     ) -> Result<(), ChatError> {
         #[cfg(feature = "archive")]
         {
-            let mut missing = seqs.iter().filter(|s| !messages.contains_key(s));
-            let (Some(archive), Some(&from)) = (self.archive.as_ref(), missing.next()) else {
+            let Some(archive) = self.archive.as_ref() else {
                 return Ok(());
             };
-            let to = missing.next_back().copied().unwrap_or(from);
-            for m in self
-                .archived_messages(archive, id, from..=to, archived_through)
-                .await?
-            {
-                if seqs.contains(&m.seq) {
-                    messages.entry(m.seq).or_insert(m);
+            // One read per chunk the page's own seqs fall in, never the chunks between them
+            // (a page may hold seq 1 and seq 900,000): the missing seqs grouped by chunk.
+            let mut by_chunk: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+            for &s in seqs.iter().filter(|s| !messages.contains_key(s)) {
+                let range = by_chunk
+                    .entry(super::archive::chunk_of(s))
+                    .or_insert((s, s));
+                range.1 = s;
+            }
+            for (from, to) in by_chunk.into_values() {
+                for m in self
+                    .archived_messages(archive, id, from..=to, archived_through)
+                    .await?
+                {
+                    if seqs.contains(&m.seq) {
+                        messages.entry(m.seq).or_insert(m);
+                    }
                 }
             }
         }

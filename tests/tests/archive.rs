@@ -966,3 +966,65 @@ async fn a_changes_page_reads_only_the_chunks_of_its_own_seqs() {
     let gets = calls.iter().filter(|c| *c == "S3:GET").count();
     assert_eq!(gets, 2, "one GET per chunk of the page's seqs: {calls:?}");
 }
+
+/// One conversation that always fails does not stop archiving: after `ARCHIVE_ATTEMPTS` failed
+/// runs it is parked (`R#parked`) and the cursor goes on to the conversations listed after it;
+/// each run tries the parked ones again, and one that archives leaves the list.
+#[tokio::test]
+async fn a_conversation_that_always_fails_is_parked_and_the_others_are_archived() {
+    let t = TestApp::with_archive(ArchiveSettings {
+        age: Duration::from_secs(3),
+        ..settings()
+    })
+    .await;
+    let (a, b, good) = t.new_direct().await;
+    let bad = t.direct(&a, &unique("bad")).await;
+    assert_eq!(t.send(&bad, &a, "unarchivable").await.status, 201);
+    // Its message item no longer decodes: every run fails this conversation.
+    let original = items(&t, &bad)
+        .await
+        .into_iter()
+        .find(|i| i["sk"].as_s().is_ok_and(|s| s.starts_with("S#")))
+        .unwrap();
+    let mut broken = original.clone();
+    broken.remove("senderId");
+    t.put_items(&[broken]).await;
+    t.index().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(t.send(&good, &b, "archivable").await.status, 201);
+    t.index().await;
+
+    let parked = || async { t.partition("R#parked").await };
+    let is_parked = |items: &[HashMap<String, AttributeValue>]| {
+        items
+            .iter()
+            .any(|i| i["sk"].as_s().is_ok_and(|s| *s == bad))
+    };
+    let archiver = t.archiver();
+    let start = std::time::Instant::now();
+    while archived_through(&items(&t, &good).await) < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "a failing conversation held archiving back for 30 s"
+        );
+        let until = Deadline::after(Duration::from_secs(30));
+        archiver
+            .archive_due(chat_domain::time::now(), until)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(is_parked(&parked().await), "the failing one is parked");
+    assert_eq!(archived_through(&items(&t, &bad).await), 0);
+
+    // Mended, it is archived by the next run and leaves the list.
+    t.put_items(&[original]).await;
+    let until = Deadline::after(Duration::from_secs(30));
+    let run = archiver
+        .archive_due(chat_domain::time::now(), until)
+        .await
+        .unwrap();
+    assert!(run.unparked >= 1, "{run:?}");
+    assert!(!is_parked(&parked().await));
+    assert_eq!(archived_through(&items(&t, &bad).await), 1);
+}

@@ -483,7 +483,9 @@ impl ChatStore {
 
     /// After an advance: the chunk without the content of its messages deleted after step 1
     /// read them (their deletion, had it looked at the boundary before this advance, left the
-    /// erasure to this run: docs/data-model.md §8.2). 1 Query of their marks (+1 PutObject).
+    /// erasure to this run: docs/data-model.md §8.2). 1 Query of their marks (+1 GetObject and
+    /// 1 PutObject over the version read, as a deletion's own erasure: neither undoes the
+    /// other's; a lost race reads both again).
     async fn erase_late_deletions(
         &self,
         archive: &archive::Archive,
@@ -494,11 +496,26 @@ impl ChatStore {
         let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
             return Ok(());
         };
-        let marks = self.reactions_between(id, first.seq, last.seq).await?;
-        if let Some(erased) = super::changes::erased(chunk, &marks) {
-            archive.put(key, archive::encode(&erased)?).await?;
+        let (first, last) = (first.seq, last.seq);
+        let marks = self.reactions_between(id, first, last).await?;
+        if super::changes::erased(chunk, &marks).is_none() {
+            return Ok(());
         }
-        Ok(())
+        let mut retry = self.retry();
+        while retry.next().await {
+            let Some((chunk, etag)) = archive.get_tagged(key).await? else {
+                return Ok(());
+            };
+            let marks = self.reactions_between(id, first, last).await?;
+            match super::changes::erased(chunk, &marks) {
+                Some(erased)
+                    if !archive
+                        .put_over(key, &etag, archive::encode(&erased)?)
+                        .await? => {}
+                _ => return Ok(()),
+            }
+        }
+        Err(ChatError::Throttled)
     }
 
     /// Step 1's head: the conversation's `archivedThrough` (None: no such conversation), once a

@@ -455,9 +455,12 @@ impl ChatStore {
 
     /// Rewrites the chunk holding a deleted archived message with its tombstone (and those of
     /// any other message of the chunk deleted meanwhile, from their marks): the content is gone
-    /// from the archive too. Again while the archiver moved the boundary meanwhile (a longer
-    /// chunk may have been built from the old one). S3: 1 GetObject + 1 PutObject; DynamoDB: 1
-    /// Query of the chunk's marks, 2 GetItem of `archivedThrough`.
+    /// from the archive too. The chunk is put only over the version read (`put_over`), so two
+    /// deletions at once never put back each other's content, and a chunk the archiver removed
+    /// meanwhile is never re-created: a lost race reads the chunk and the marks again. Again
+    /// while the archiver moved the boundary meanwhile (a longer chunk may have been built from
+    /// the old one). S3: 1 GetObject + 1 PutObject (each race lost: 1 + 1 more); DynamoDB: 1
+    /// Query of the chunk's marks (per race lost: 1 more), 2 GetItem of `archivedThrough`.
     #[cfg(feature = "archive")]
     async fn erase_from_archive(&self, id: &ConversationId, seq: u64) -> Result<(), ChatError> {
         use super::archive::{chunk_key, encode};
@@ -469,10 +472,24 @@ impl ChatStore {
             let Some((key, first, last)) = chunk_key(id, seq, through) else {
                 return Ok(());
             };
-            let (chunk, marks) =
-                tokio::try_join!(archive.get(&key), self.reactions_between(id, first, last))?;
-            if let Some(erased) = erased(chunk.unwrap_or_default(), &marks) {
-                archive.put(&key, encode(&erased)?).await?;
+            let (mut retry, mut settled) = (self.retry(), false);
+            while !settled && retry.next().await {
+                let (chunk, marks) = tokio::try_join!(
+                    archive.get_tagged(&key),
+                    self.reactions_between(id, first, last)
+                )?;
+                // No object: not written yet, or superseded and removed (the longer one is
+                // rewritten below once the boundary is read again).
+                settled = match (chunk, marks) {
+                    (None, _) => true,
+                    (Some((chunk, etag)), marks) => match erased(chunk, &marks) {
+                        Some(erased) => archive.put_over(&key, &etag, encode(&erased)?).await?,
+                        None => true,
+                    },
+                };
+            }
+            if !settled {
+                return Err(ChatError::Throttled);
             }
             let now = self.archived_through(id).await?;
             if now == through {

@@ -38,7 +38,7 @@ impl LogSampling {
     /// `abnormal` (an error, a 4xx or 5xx, a 429, a retry or failure in a batch) or slow, else one
     /// in `every`.
     pub fn keeps(&self, abnormal: bool, latency_ms: u64, nth: u64) -> bool {
-        abnormal || latency_ms >= self.slow_ms || (self.every > 0 && nth % self.every == 0)
+        abnormal || latency_ms >= self.slow_ms || (self.every > 0 && nth.is_multiple_of(self.every))
     }
 
     /// A REST request's line: abnormal when its status is 400 or above (429 and 5xx included).

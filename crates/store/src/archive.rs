@@ -147,18 +147,7 @@ impl Archive {
     /// write, `If-Match`): false when it changed or is gone meanwhile (another rewrite, or the
     /// archiver removed a superseded chunk), and nothing was written. 1 S3 PutObject.
     pub async fn put_over(&self, key: &str, etag: &str, bytes: Vec<u8>) -> Result<bool, ChatError> {
-        let r = self
-            .s3
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .if_match(etag)
-            .content_type("application/x-ndjson")
-            .content_encoding("gzip")
-            .body(ByteStream::from(bytes))
-            .send()
-            .await;
-        match r {
+        match self.put_chunk(key, bytes).if_match(etag).send().await {
             Ok(_) => Ok(true),
             // 412: another version; 404: gone; 409: a conditional write raced this one.
             Err(e)
@@ -175,6 +164,19 @@ impl Archive {
 
     /// Stores a chunk object. 1 S3 PutObject.
     pub async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), ChatError> {
+        self.put_chunk(key, bytes)
+            .send()
+            .await
+            .map_err(|e| s3_error("PutObject", e))?;
+        Ok(())
+    }
+
+    /// The PutObject of a chunk (gzip JSON Lines), for `put` and `put_over`.
+    fn put_chunk(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+    ) -> aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder {
         self.s3
             .put_object()
             .bucket(&self.bucket)
@@ -182,10 +184,6 @@ impl Archive {
             .content_type("application/x-ndjson")
             .content_encoding("gzip")
             .body(ByteStream::from(bytes))
-            .send()
-            .await
-            .map_err(|e| s3_error("PutObject", e))?;
-        Ok(())
     }
 
     /// Deletes a chunk object no seq is found in any more (deleting a missing key succeeds).

@@ -497,7 +497,7 @@ impl ChatStore {
             return Ok(());
         };
         let (first, last) = (first.seq, last.seq);
-        let marks = self.reactions_between(id, first, last).await?;
+        let mut marks = self.reactions_between(id, first, last).await?;
         if super::changes::erased(chunk, &marks).is_none() {
             return Ok(());
         }
@@ -506,14 +506,17 @@ impl ChatStore {
             let Some((chunk, etag)) = archive.get_tagged(key).await? else {
                 return Ok(());
             };
-            let marks = self.reactions_between(id, first, last).await?;
-            match super::changes::erased(chunk, &marks) {
-                Some(erased)
-                    if !archive
-                        .put_over(key, &etag, archive::encode(&erased)?)
-                        .await? => {}
-                _ => return Ok(()),
+            // The marks just read serve the first try; a lost race reads them again.
+            let Some(erased) = super::changes::erased(chunk, &marks) else {
+                return Ok(());
+            };
+            if archive
+                .put_over(key, &etag, archive::encode(&erased)?)
+                .await?
+            {
+                return Ok(());
             }
+            marks = self.reactions_between(id, first, last).await?;
         }
         Err(ChatError::Throttled)
     }

@@ -708,8 +708,7 @@ async fn edits_reactions_and_deletions_reach_the_members_in_change_order() {
 /// own afterwards) is pushed in its light form once the message is deleted.
 #[tokio::test]
 async fn an_event_queued_before_a_deletion_is_pushed_without_the_content() {
-    use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-    use chat_domain::events::{Event, EventBatch};
+    use chat_domain::events::Event;
     bounded(60, async {
         let (t, a, _b, conv, mut wa) = connected_direct().await;
         let sent = t.send(&conv, &a, "regrettable").await;
@@ -722,30 +721,7 @@ async fn an_event_queued_before_a_deletion_is_pushed_without_the_content() {
         wa.until(EVENT, |e| e.iter().any(|e| e["type"] == "message.deleted"))
             .await;
 
-        let batch = EventBatch {
-            conversation_id: original.conversation_id.clone(),
-            events: vec![Event::message_new(&original)],
-        };
-        let mut record = KinesisEventRecord::default();
-        record.event_id = Some("shardId-000000000000:1".into());
-        record.kinesis.sequence_number = "1".into();
-        record.kinesis.partition_key = conv.clone();
-        record.kinesis.data.0 = serde_json::to_vec(&batch).unwrap();
-        let mut event = KinesisEvent::default();
-        event.records = vec![record];
-        let config = chat_config().for_function("fanout");
-        let sdk = config.sdk_config().await;
-        let fanout = fanout::Fanout::new(
-            config.chat_store(&sdk),
-            connection_store().await,
-            aws_sdk_apigatewaymanagement::Client::from_conf(
-                aws_sdk_apigatewaymanagement::config::Builder::from(&sdk)
-                    .endpoint_url(&gateway().management_url)
-                    .build(),
-            ),
-        );
-        let answer = fanout.handle(event).await;
-        assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
+        push_queued(&conv, vec![Event::message_new(&original)]).await;
         let pushed = wa.until_message(EVENT, &conv, 1).await;
         assert_eq!(
             message(&pushed, &conv, 1),
@@ -754,4 +730,73 @@ async fn an_event_queued_before_a_deletion_is_pushed_without_the_content() {
         );
     })
     .await
+}
+
+/// Issue 28: content of any number of deletions is withheld from events queued before them,
+/// not only of the last ones the conversation lists: 50 deletions while their events wait.
+#[tokio::test]
+async fn content_deleted_by_any_number_of_deletions_is_withheld_from_queued_events() {
+    use chat_domain::events::Event;
+    bounded(120, async {
+        let (t, a, _b, conv, mut wa) = connected_direct().await;
+        let mut queued = Vec::new();
+        for i in 1..=51 {
+            let sent = t.send(&conv, &a, &format!("secret {i}")).await;
+            let m: chat_domain::model::Message = serde_json::from_value(sent.body).unwrap();
+            queued.push(Event::message_new(&m));
+        }
+        wa.until_message(EVENT, &conv, 51).await;
+        for seq in 1..=50 {
+            let deleted = t
+                .delete_message(&conv, seq, &a, &chat_tests::new_uuid())
+                .await;
+            assert_eq!(deleted.status, 200, "{deleted:?}");
+        }
+        let deletions = |e: &[serde_json::Value]| {
+            e.iter().filter(|e| e["type"] == "message.deleted").count() == 50
+        };
+        wa.until(EVENT, deletions).await;
+
+        push_queued(&conv, queued).await;
+        let pushed = wa.until_message(EVENT, &conv, 51).await;
+        for seq in 1..=50 {
+            assert_eq!(
+                message(&pushed, &conv, seq),
+                &json!({"type": "message.new", "conversationId": conv, "seq": seq}),
+                "the content of deleted seq {seq} was pushed: {pushed:#?}"
+            );
+        }
+        assert_eq!(message(&pushed, &conv, 51)["body"], "secret 51");
+    })
+    .await
+}
+
+/// Hands `events` of `conv` to a fanout of our own, as one Kinesis record written before now
+/// (an event that waited in the pipeline).
+async fn push_queued(conv: &str, events: Vec<chat_domain::events::Event>) {
+    use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+    let batch = chat_domain::events::EventBatch {
+        conversation_id: chat_domain::ConversationId::parse(conv).unwrap(),
+        events,
+    };
+    let mut record = KinesisEventRecord::default();
+    record.event_id = Some("shardId-000000000000:1".into());
+    record.kinesis.sequence_number = "1".into();
+    record.kinesis.partition_key = conv.to_owned();
+    record.kinesis.data.0 = serde_json::to_vec(&batch).unwrap();
+    let mut event = KinesisEvent::default();
+    event.records = vec![record];
+    let config = chat_config().for_function("fanout");
+    let sdk = config.sdk_config().await;
+    let fanout = fanout::Fanout::new(
+        config.chat_store(&sdk),
+        connection_store().await,
+        aws_sdk_apigatewaymanagement::Client::from_conf(
+            aws_sdk_apigatewaymanagement::config::Builder::from(&sdk)
+                .endpoint_url(&gateway().management_url)
+                .build(),
+        ),
+    );
+    let answer = fanout.handle(event).await;
+    assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
 }

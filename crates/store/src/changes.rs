@@ -192,12 +192,13 @@ impl ChatStore {
 
     /// The conversation item's part of an edit or a deletion, if any: its preview, when `m` is
     /// its last message (on condition that it still is); for a deletion (`deletion`: its
-    /// changeSeq), the seq among the recently deleted ones (on condition that they are as read).
+    /// changeSeq and time), the seq among the recently deleted ones (on condition that they are
+    /// as read), and, when an older one falls off that list, the time it did.
     fn conversation_part(
         &self,
         read: &Read,
         m: &Message,
-        deletion: Option<u64>,
+        deletion: Option<(u64, &str)>,
     ) -> Result<Option<TransactWriteItem>, ChatError> {
         let last = read.conversation.last_seq == m.seq;
         let (mut sets, mut conditions) = (Vec::new(), Vec::new());
@@ -215,12 +216,16 @@ impl ChatStore {
             values.extend([(":body", s(preview.body)), (":seq", n(m.seq))]);
             conditions.push("lastSeq = :seq".to_owned());
         }
-        if let Some(change_seq) = deletion {
+        if let Some((change_seq, at)) = deletion {
             let c = &read.conversation;
             let recent = c.deleted_seqs.iter().copied().chain([m.seq]);
             let skip = (c.deleted_seqs.len() + 1).saturating_sub(RECENT_DELETIONS);
             let list = recent.skip(skip).map(n).collect();
             sets.push("deletedSeqs = :deleted, deletedChange = :change");
+            if skip > 0 {
+                sets.push("deletedDroppedAt = :dropped");
+                values.push((":dropped", s(at.to_owned())));
+            }
             values.push((":deleted", aws_sdk_dynamodb::types::AttributeValue::L(list)));
             values.push((":change", n(change_seq)));
             conditions.push(if c.deleted_change == 0 {
@@ -415,7 +420,11 @@ impl ChatStore {
                 change_seq: change.change_seq,
             };
             parts.push(self.reactions_part(id, seq, &mark, read.reactions.change_seq)?);
-            parts.extend(self.conversation_part(&read, &tomb, Some(change.change_seq))?);
+            parts.extend(self.conversation_part(
+                &read,
+                &tomb,
+                Some((change.change_seq, change.at.as_str())),
+            )?);
             if self.commit_change(parts).await? {
                 // Archived, or archived since it was read (the archiver's own erasure covers
                 // an advance after this looks).

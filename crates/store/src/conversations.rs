@@ -1,6 +1,8 @@
 //! Conversations and membership: `createConversation` (direct, group), `getConversation`,
 //! `addMembers`, `removeMember` (docs/api.md §6–§9).
 
+use std::collections::BTreeSet;
+
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 
 use super::attrs::{get_s, n, s};
@@ -42,6 +44,16 @@ fn sorted_ids<'a>(users: impl IntoIterator<Item = &'a UserId>) -> Vec<UserId> {
     let mut ids: Vec<UserId> = users.into_iter().cloned().collect();
     ids.sort();
     ids
+}
+
+/// What the fanout needs of a conversation for each batch: who is in it (`membersVersion`,
+/// bumped by every membership change) and which content it must not push (docs/data-model.md
+/// §8.4): the recently deleted seqs, and when an older deletion last fell off that list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushState {
+    pub members_version: u64,
+    pub deleted: Vec<u64>,
+    pub deleted_dropped_at: Option<String>,
 }
 
 impl ChatStore {
@@ -91,17 +103,10 @@ impl ChatStore {
         Ok(last_seq)
     }
 
-    /// The fanout's cheap check of who is in a conversation: its `membersVersion`, which every
-    /// membership change bumps in the same transaction (None: no such conversation).
+    /// What the fanout reads of a conversation for each batch (None: no such conversation).
     /// 1 strongly consistent GetItem.
-    /// What the fanout reads of a conversation for each batch: `membersVersion` and the recently
-    /// deleted seqs, whose content it withholds (None: no such conversation). 1 strongly
-    /// consistent GetItem.
-    pub async fn push_state(
-        &self,
-        id: &ConversationId,
-    ) -> Result<Option<(u64, Vec<u64>)>, ChatError> {
-        let fields = Some("membersVersion, deletedSeqs, pk");
+    pub async fn push_state(&self, id: &ConversationId) -> Result<Option<PushState>, ChatError> {
+        let fields = Some("membersVersion, deletedSeqs, deletedDroppedAt, pk");
         let Some(item) = self.conversation_fields(id, fields).await? else {
             return Ok(None);
         };
@@ -112,8 +117,36 @@ impl ChatStore {
                 .collect(),
             _ => Vec::new(),
         };
-        let version = super::attrs::get_n(&item, "membersVersion").unwrap_or(0);
-        Ok(Some((version, deleted)))
+        Ok(Some(PushState {
+            members_version: super::attrs::get_n(&item, "membersVersion").unwrap_or(0),
+            deleted,
+            deleted_dropped_at: get_s(&item, "deletedDroppedAt").map(str::to_owned),
+        }))
+    }
+
+    /// Which of `seqs` are deleted, or no longer in the table (archived: counted as deleted, so
+    /// their content is withheld and the client fetches it). 1 round trip of strongly
+    /// consistent BatchGetItem (100 keys a call, at once); only the fanout's rare check of
+    /// content read before a deletion it no longer lists.
+    pub async fn deleted_among(
+        &self,
+        id: &ConversationId,
+        seqs: &BTreeSet<u64>,
+    ) -> Result<BTreeSet<u64>, ChatError> {
+        let keys: Vec<_> = seqs.iter().map(|&seq| keys::message_key(id, seq)).collect();
+        let calls = keys.chunks(100).map(|k| self.batch_get(k.to_vec(), true));
+        let mut gone = seqs.clone();
+        for item in futures::future::try_join_all(calls)
+            .await?
+            .into_iter()
+            .flatten()
+        {
+            let m: chat_domain::model::Message = from_item(item)?;
+            if !m.deleted {
+                gone.remove(&m.seq);
+            }
+        }
+        Ok(gone)
     }
 
     pub async fn members_version(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {

@@ -80,6 +80,10 @@ pub struct ConversationItem {
     pub deleted_seqs: Vec<u64>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deleted_change: u64,
+    /// When a deletion last pushed an older one off `deleted_seqs`: every deletion after it is
+    /// listed, so the fanout looks up the message only for content read before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_dropped_at: Option<String>,
 }
 
 /// How many deleted seqs a conversation item remembers for the fanout: an event waits in the
@@ -124,6 +128,7 @@ impl ConversationItem {
             archived_through: 0,
             deleted_seqs: vec![],
             deleted_change: 0,
+            deleted_dropped_at: None,
         }
     }
 
@@ -627,6 +632,7 @@ mod tests {
             archived_through: 0,
             deleted_seqs: vec![],
             deleted_change: 0,
+            deleted_dropped_at: None,
         }
     }
 

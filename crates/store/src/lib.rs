@@ -54,6 +54,7 @@ pub use archiver::{ArchiveSettings, Archived, RunReport, Step};
 pub use attrs::Item;
 pub use config::{init, Config};
 pub use connections::ConnectionStore;
+pub use conversations::PushState;
 pub use inbox::MoveCount;
 pub use items::{ConversationItem, MemberItem};
 

@@ -5,7 +5,7 @@
 //! is pure and tested where it lives: `events::plan` (frames), `events::policy` (an answer's
 //! fate), `events::redelivery` (what a record already reached).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,7 +27,7 @@ use chat_domain::events::{Event, EventBatch};
 use chat_domain::{ChatError, ConversationId, UserId};
 use chat_lambda::{batch_response, Error, EventHandler, SdkConfig};
 use chat_store::connections::LiveConnection;
-use chat_store::{ChatStore, Config, ConnectionStore};
+use chat_store::{ChatStore, Config, ConnectionStore, PushState};
 use futures::stream::{self, StreamExt};
 use tokio::sync::Semaphore;
 
@@ -162,8 +162,8 @@ fn report_undelivered(
     (read_failures, push_failures)
 }
 
-/// A conversation's members and its recently deleted seqs.
-type Members = (Arc<Vec<UserId>>, Vec<u64>);
+/// A conversation's members and what else the fanout read of it.
+type Members = (Arc<Vec<UserId>>, PushState);
 
 /// The frames of a set of a conversation's records, planned once per set (most connections
 /// need all of them).
@@ -409,12 +409,13 @@ impl Fanout {
         slots: &Semaphore,
     ) -> Result<Pushed, ChatError> {
         let started = Instant::now();
-        let Some((users, deleted)) = self.members(conversation).await? else {
+        let Some((users, state)) = self.members(conversation).await? else {
             return Ok(Pushed::everyone());
         };
         let mut records: Vec<usize> = events.iter().map(|(_, i)| *i).collect();
         records.dedup();
         // Content deleted since these events were relayed is not pushed (docs/data-model.md §8.4).
+        let deleted = self.deleted(conversation, &events, state).await?;
         let events: Vec<(Event, usize)> = events
             .into_iter()
             .map(|(e, i)| (e.without_deleted(&deleted), i))
@@ -521,11 +522,32 @@ impl Fanout {
     /// DynamoDB: 1 GetItem, + 1 Query and 1 GetItem when the membership changed since this
     /// instance last read it.
     async fn members(&self, id: &ConversationId) -> Result<Option<Members>, ChatError> {
-        let Some((version, deleted)) = self.chat.push_state(id).await? else {
+        let Some(state) = self.chat.push_state(id).await? else {
             return Ok(None);
         };
-        let users = self.member_list(id, version).await?;
-        Ok(users.map(|users| (users, deleted)))
+        let users = self.member_list(id, state.members_version).await?;
+        Ok(users.map(|users| (users, state)))
+    }
+
+    /// The seqs whose content `events` must not carry: the recently deleted ones and, of the
+    /// content read before an older deletion fell off that list, the deleted ones. DynamoDB:
+    /// none, or 1 BatchGetItem when some content is that old.
+    async fn deleted(
+        &self,
+        id: &ConversationId,
+        events: &[(Event, usize)],
+        state: PushState,
+    ) -> Result<Vec<u64>, ChatError> {
+        let dropped = state.deleted_dropped_at.as_deref();
+        let old: BTreeSet<u64> = events
+            .iter()
+            .filter_map(|(e, _)| e.content_to_check(&state.deleted, dropped))
+            .collect();
+        let mut deleted = state.deleted;
+        if !old.is_empty() {
+            deleted.extend(self.chat.deleted_among(id, &old).await?);
+        }
+        Ok(deleted)
     }
 
     /// The members of membership version `version` (as read), from the cache while current.

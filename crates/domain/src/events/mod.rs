@@ -13,6 +13,9 @@ use crate::changes::{ChangeKind, ChangeRecord};
 use crate::model::Message;
 use crate::{ConversationId, UserId};
 
+/// How far apart two writers' clocks may be (Lambda hosts keep NTP time to milliseconds).
+const CLOCK_SKEW: time::Duration = time::Duration::seconds(5);
+
 /// Conversations larger than this get the light `message.new` (no content).
 pub const FULL_PUSH_MAX_MEMBERS: usize = 200;
 
@@ -231,6 +234,40 @@ impl Event {
         }
     }
 
+    /// The seq whose content this event carries and when that content was read at the
+    /// earliest (a message's `createdAt`; a change's `at`, before the relay read the message),
+    /// None for an event without content.
+    fn content(&self) -> Option<(u64, &str)> {
+        match self {
+            Event::MessageNew {
+                seq,
+                body: Some(_),
+                created_at,
+                ..
+            } => Some((*seq, created_at.as_deref().unwrap_or(""))),
+            other => {
+                let (_, c) = other.as_change()?;
+                let d = c.full.as_ref()?;
+                d.message.as_ref().filter(|m| !m.deleted)?;
+                Some((c.seq, d.at.as_str()))
+            }
+        }
+    }
+
+    /// The seq of this event's content if a deletion the conversation no longer lists may have
+    /// erased it: the recent list (`deleted`) holds every deletion after `dropped_at` (when the
+    /// last one fell off it), so only content read no later than that (plus `CLOCK_SKEW` between
+    /// writers' clocks; an unreadable time counts as old) needs its message looked at.
+    pub fn content_to_check(&self, deleted: &[u64], dropped_at: Option<&str>) -> Option<u64> {
+        let dropped = crate::time::parse_rfc3339(dropped_at?)?;
+        let (seq, read_at) = self.content()?;
+        if deleted.contains(&seq) {
+            return None;
+        }
+        let fresh = crate::time::parse_rfc3339(read_at).is_some_and(|t| t > dropped + CLOCK_SKEW);
+        (!fresh).then_some(seq)
+    }
+
     /// The form pushed to a conversation of `members` members: content-free `message.new` and
     /// change events above 200 members (clients fetch the content when they need it).
     pub fn for_audience(&self, members: usize) -> Event {
@@ -375,5 +412,47 @@ mod tests {
         assert_eq!(edited.without_deleted(&[7]), edited);
         let back: Event = serde_json::from_value(serde_json::to_value(&added).unwrap()).unwrap();
         assert_eq!(back, added);
+    }
+
+    /// Only content read before the newest deletion that fell off the recent list (or within
+    /// the clock skew of it) is looked at; content of a listed seq is already withheld.
+    #[test]
+    fn content_is_checked_only_when_a_dropped_deletion_may_have_erased_it() {
+        let at = |created: &str| match msg(42) {
+            Event::MessageNew {
+                conversation_id,
+                seq,
+                sender_id,
+                client_msg_id,
+                body,
+                ..
+            } => Event::MessageNew {
+                conversation_id,
+                seq,
+                sender_id,
+                client_msg_id,
+                body,
+                created_at: Some(created.into()),
+            },
+            _ => unreachable!(),
+        };
+        let dropped = Some("2026-12-03T10:00:00Z");
+        let old = at("2026-12-03T09:59:00Z");
+        assert_eq!(old.content_to_check(&[], dropped), Some(42));
+        assert_eq!(old.content_to_check(&[42], dropped), None, "listed");
+        assert_eq!(old.content_to_check(&[], None), None, "nothing dropped");
+        let skewed = at("2026-12-03T10:00:04Z");
+        assert_eq!(skewed.content_to_check(&[], dropped), Some(42));
+        let fresh = at("2026-12-03T10:00:06Z");
+        assert_eq!(fresh.content_to_check(&[], dropped), None);
+        assert_eq!(
+            at("t").content_to_check(&[], dropped),
+            Some(42),
+            "unreadable"
+        );
+        let light = Event::light(&conversation(), 42);
+        assert_eq!(light.content_to_check(&[], dropped), None, "no content");
+        let change = Event::change(ChangeKind::ReactionAdded, ChangeEvent::of(record(42)));
+        assert_eq!(change.content_to_check(&[], dropped), None, "no message");
     }
 }

@@ -1077,3 +1077,78 @@ async fn a_conversation_that_always_fails_is_parked_and_the_others_are_archived(
     assert!(!is_parked(&parked().await));
     assert_eq!(archived_through(&items(&t, &bad).await), 1);
 }
+
+/// Issue 28 item 10: a new stack's first archiver run does not search the buckets before the
+/// first listed one (it used to walk 24 buckets × every shard): with nothing listed, a run reads
+/// only the cursor and the parked list; the first entry listed sets the cursor to its bucket,
+/// and the run works from there. On a table of its own, so no other test's cursor is there.
+#[tokio::test]
+async fn a_first_archiver_run_starts_at_the_first_listed_bucket() {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let t = app().await;
+    let table = unique("FreshChatTable");
+    let mut create = t.db.create_table().table_name(&table);
+    for (name, kind) in [("pk", KeyType::Hash), ("sk", KeyType::Range)] {
+        let attribute = AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S);
+        let key = KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind);
+        create = create
+            .attribute_definitions(attribute.build().unwrap())
+            .key_schema(key.build().unwrap());
+    }
+    create
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    let settings = ArchiveSettings {
+        age: Duration::from_secs(3),
+        ..settings()
+    };
+    let store = chat_store::ChatStore::new(t.db.clone(), &table).with_archive(None, settings);
+    let run = || async {
+        let until = Deadline::after(Duration::from_secs(30));
+        store
+            .archive_due(chat_domain::time::now(), until)
+            .await
+            .unwrap()
+    };
+
+    t.calls.take();
+    assert_eq!(run().await.buckets, 0);
+    let calls = t.calls.take();
+    assert!(calls.len() <= 2, "a run with nothing listed: {calls:?}");
+
+    let now = settings
+        .bucket_of(&chat_domain::time::now_rfc3339())
+        .unwrap();
+    let (_, _, conversation) = t.new_direct().await;
+    store
+        .list_for_archiving(&[(id(&conversation), now - 10)])
+        .await
+        .unwrap();
+    let cursor =
+        t.db.get_item()
+            .table_name(&table)
+            .key("pk", AttributeValue::S("R#cursor".into()))
+            .key("sk", AttributeValue::S("R".into()))
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+    assert_eq!(cursor["next"], AttributeValue::N((now - 10).to_string()));
+    t.calls.take();
+    let report = run().await;
+    assert_eq!(report.conversations, 1, "{report:?}");
+    let queries = t.calls.take().iter().filter(|c| *c == "Query").count() as u64;
+    assert!(
+        queries <= (report.buckets + 1) * 4 + 1,
+        "{queries} Queries for {report:?}"
+    );
+}

@@ -148,8 +148,6 @@ const CURSOR_SK: &str = "R";
 const READ_PAGE: i32 = 200;
 /// Conversations archived at once.
 const IN_FLIGHT: usize = 8;
-/// Buckets before the first due one that a first run (no cursor yet) looks at.
-const FIRST_LOOKBACK: u64 = 24;
 /// Runs a listed conversation may fail before it is parked (`R#parked`), so that one
 /// conversation that always fails cannot hold the cursor (and all archiving) back.
 pub const ARCHIVE_ATTEMPTS: u64 = 3;
@@ -180,12 +178,20 @@ impl ChatStore {
     }
 
     /// Writes work-list entries `pk = R#<bucket>#<shard>, sk = <conversationId>` (~70 bytes:
-    /// 1 write unit each), BatchWriteItem of 25. Idempotent.
+    /// 1 write unit each), BatchWriteItem of 25. Idempotent. First, for a bucket below any this
+    /// instance listed before, `cursor_at_most` (1 UpdateItem: once per instance in practice).
     pub async fn list_for_archiving(
         &self,
         entries: &[(ConversationId, u64)],
     ) -> Result<usize, ChatError> {
+        use std::sync::atomic::Ordering;
         let settings = &self.archive_settings;
+        if let Some(low) = entries.iter().map(|(_, b)| *b).min() {
+            if low < self.listed_from.load(Ordering::Relaxed) {
+                self.cursor_at_most(low).await?;
+                self.listed_from.fetch_min(low, Ordering::Relaxed);
+            }
+        }
         let mut requests = Vec::with_capacity(entries.len());
         let mut seen = std::collections::HashSet::new();
         for (id, bucket) in entries {
@@ -197,6 +203,33 @@ impl ChatStore {
         let count = requests.len();
         self.batch_write(requests).await?;
         Ok(count)
+    }
+
+    /// Makes the archiver's cursor start at `bucket` at the latest, so that its first run walks
+    /// from the first bucket that holds an entry, not a guess (and an entry listed late, behind
+    /// the cursor, is still worked). 1 UpdateItem (conditional: never moves the cursor forward).
+    async fn cursor_at_most(&self, bucket: u64) -> Result<(), ChatError> {
+        let r = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::key(CURSOR_PK.to_owned(), CURSOR_SK)))
+            .update_expression("SET #n = :b")
+            .condition_expression("attribute_not_exists(pk) OR #n > :b")
+            .expression_attribute_names("#n", "next")
+            .expression_attribute_values(":b", n(bucket))
+            .send()
+            .await;
+        match r {
+            Err(e)
+                if !e
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Err(sdk_error("UpdateItem", e))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -223,10 +256,8 @@ impl ChatStore {
         let Some(last_due) = (cutoff_s / width).checked_sub(1) else {
             return Ok(report);
         };
-        let mut next = match self.archive_cursor().await? {
-            Some(next) => next,
-            None => last_due.saturating_sub(FIRST_LOOKBACK),
-        };
+        // No cursor: nothing was ever listed (the indexer sets it before its first entry).
+        let mut next = self.archive_cursor().await?.unwrap_or(last_due + 1);
         while next <= last_due && !until.passed() {
             let mut finished = true;
             for shard in 0..settings.shards.max(1) {

@@ -80,6 +80,9 @@ pub struct ChatStore {
     archive_tier: bool,
     /// The archive age and work-list layout (used only with `archive`).
     archive_settings: archiver::ArchiveSettings,
+    /// The lowest work-list bucket this instance has made sure the archiver's cursor is at or
+    /// below (`list_for_archiving`; u64::MAX: none yet).
+    listed_from: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What an instance remembers of the conversations it served, to skip reads:
@@ -248,6 +251,7 @@ impl ChatStore {
             archive: None,
             archive_tier: false,
             archive_settings: archiver::ArchiveSettings::AWS,
+            listed_from: Arc::new(u64::MAX.into()),
         }
     }
 

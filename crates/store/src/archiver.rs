@@ -42,6 +42,7 @@ use super::{keys, sdk_error, ChatStore};
 use crate::retry::Deadline;
 use crate::telemetry;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::WriteRequest;
 use chat_domain::error::ChatError;
 use chat_domain::message::message_fingerprint;
@@ -153,6 +154,15 @@ const IN_FLIGHT: usize = 8;
 pub const ARCHIVE_ATTEMPTS: u64 = 3;
 /// The parked list: `pk = R#parked, sk = <conversationId>`, retried once per run.
 const PARKED_PK: &str = "R#parked";
+
+/// What became of an archiver's advance of `archivedThrough`.
+enum Advance {
+    Moved,
+    /// An edit committed since the chunk was read: read it again.
+    Edited,
+    /// Another archiver moved it first.
+    Lost,
+}
 
 fn work_list_pk(bucket: u64, shard: u64) -> String {
     format!("R#{bucket}#{shard}")
@@ -445,7 +455,7 @@ impl ChatStore {
         let mut total = Archived::default();
         loop {
             // 1. Read.
-            let Some(archived) = self.archived_and_tidied(archive, id).await? else {
+            let Some((archived, edited)) = self.archived_and_tidied(archive, id).await? else {
                 return Ok(total);
             };
             let k = archive::chunk_of(archived + 1);
@@ -483,13 +493,23 @@ impl ChatStore {
             }
             // 4. Advance.
             let superseding = superseded.is_some().then_some(archived);
-            if !self
-                .advance_archived_through(id, archived, last, superseding)
+            match self
+                .advance_archived_through(id, (archived, edited), last, superseding)
                 .await?
             {
-                total.lost_races += 1;
-                self.drop_unless_referenced(archive, id, &key, last).await?;
-                return Ok(total);
+                Advance::Moved => {}
+                Advance::Edited => {
+                    // An edit committed since the read: the chunk may hold its old text, so it
+                    // is read and put again (the trim would otherwise delete the edit).
+                    total.lost_races += 1;
+                    self.drop_unless_referenced(archive, id, &key, last).await?;
+                    continue;
+                }
+                Advance::Lost => {
+                    total.lost_races += 1;
+                    self.drop_unless_referenced(archive, id, &key, last).await?;
+                    return Ok(total);
+                }
             }
             total.messages += last - archived;
             total.chunks += 1;
@@ -559,19 +579,20 @@ impl ChatStore {
         &self,
         archive: &archive::Archive,
         id: &ConversationId,
-    ) -> Result<Option<u64>, ChatError> {
-        let fields = Some("archivedThrough, supersededThrough");
+    ) -> Result<Option<(u64, u64)>, ChatError> {
+        let fields = Some("archivedThrough, supersededThrough, editedChange");
         let Some(head) = self.conversation_fields(id, fields).await? else {
             return Ok(None);
         };
         let archived = get_n(&head, "archivedThrough").unwrap_or(0);
+        let edited = get_n(&head, "editedChange").unwrap_or(0);
         if let Some(old) = get_n(&head, "supersededThrough") {
             if old != archived && old != archive::chunk_end(archive::chunk_of(old)) {
                 let first = archive::chunk_first(archive::chunk_of(old));
                 archive.delete(&archive::object_key(id, first, old)).await?;
             }
         }
-        Ok(Some(archived))
+        Ok(Some((archived, edited)))
     }
 
     /// The chunk to put: its archived part `first-archived` when it was partial (read from the
@@ -656,21 +677,27 @@ impl ChatStore {
         Ok((left, due))
     }
 
-    /// `archivedThrough` from `from` to `to`, on condition it is still `from`, noting the
-    /// partial chunk this supersedes (`supersededThrough`, dropped in step 6 or by the next
-    /// run). 1 UpdateItem (more while the partition's throughput refuses it). False: another
-    /// archiver moved it first.
+    /// `archivedThrough` from `from` to `to`, on condition it is still `from` and no edit
+    /// committed since the chunk's messages were read (`editedChange` as read, which every edit
+    /// sets on condition that its message is not archived yet), noting the partial chunk this
+    /// supersedes (`supersededThrough`, dropped in step 6 or by the next run). 1 UpdateItem (more
+    /// while the partition's throughput refuses it).
     async fn advance_archived_through(
         &self,
         id: &ConversationId,
-        from: u64,
+        (from, edited): (u64, u64),
         to: u64,
         superseding: Option<u64>,
-    ) -> Result<bool, ChatError> {
-        let condition = if from == 0 {
+    ) -> Result<Advance, ChatError> {
+        let moved = if from == 0 {
             "attribute_exists(pk) AND attribute_not_exists(archivedThrough)"
         } else {
             "archivedThrough = :from"
+        };
+        let unedited = if edited == 0 {
+            "attribute_not_exists(editedChange)"
+        } else {
+            "editedChange = :edited"
         };
         let expression = if superseding.is_some() {
             "SET archivedThrough = :to, supersededThrough = :old"
@@ -678,13 +705,19 @@ impl ChatStore {
             "SET archivedThrough = :to REMOVE supersededThrough"
         };
         let mut update = self
-            .conversation_update(id, expression, condition)
-            .expression_attribute_values(":to", n(to));
+            .conversation_update(id, expression, &format!("{moved} AND {unedited}"))
+            .expression_attribute_values(":to", n(to))
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            );
         if let Some(old) = superseding {
             update = update.expression_attribute_values(":old", n(old));
         }
         if from != 0 {
             update = update.expression_attribute_values(":from", n(from));
+        }
+        if edited != 0 {
+            update = update.expression_attribute_values(":edited", n(edited));
         }
         // The chunk's own deletes and key rewrites use the partition's write units, so this write
         // can be refused for throughput after the SDK's quick retries: nothing happened, so it
@@ -692,15 +725,21 @@ impl ChatStore {
         let mut retry = self.retry();
         while retry.next().await {
             match update.clone().send().await {
-                Ok(_) => return Ok(true),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-                {
-                    return Ok(false)
-                }
-                Err(e) if super::throttled(&e) => {}
-                Err(e) => return Err(sdk_error("UpdateItem", e)),
+                Ok(_) => return Ok(Advance::Moved),
+                Err(e) => match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                        let now = failed
+                            .item()
+                            .map(|i| get_n(i, "archivedThrough").unwrap_or(0));
+                        return Ok(if now == Some(from) {
+                            Advance::Edited
+                        } else {
+                            Advance::Lost
+                        });
+                    }
+                    _ if super::throttled(&e) => {}
+                    _ => return Err(sdk_error("UpdateItem", e)),
+                },
             }
         }
         Err(ChatError::Throttled)

@@ -147,8 +147,9 @@ impl ChatStore {
         })
     }
 
-    /// The head and the record of change `n + 1` (`n` as read): the two parts every change
-    /// transaction starts with.
+    /// The head and the record of change `n + 1` (`n` as read), and the check that its author
+    /// is still a member (a member removed while its change was in flight must not commit it):
+    /// the three parts every change transaction starts with.
     fn change_parts(
         &self,
         read: &Read,
@@ -168,6 +169,12 @@ impl ChatStore {
                 &self.table,
                 to_item(change, pk, keys::change_sk(change.change_seq))?,
                 None,
+                &[],
+            )?,
+            tx::check(
+                &self.table,
+                keys::member_key(&change.conversation_id, &change.user_id),
+                "attribute_exists(pk)",
                 &[],
             )?,
         ])
@@ -193,17 +200,27 @@ impl ChatStore {
     /// The conversation item's part of an edit or a deletion, if any: its preview, when `m` is
     /// its last message (on condition that it still is); for a deletion (`deletion`: its
     /// changeSeq and time), the seq among the recently deleted ones (on condition that they are
-    /// as read), and, when an older one falls off that list, the time it did.
+    /// as read), and, when an older one falls off that list, the time it did; for an edit
+    /// (`edit`: its changeSeq), `editedChange`, on condition that the archiver has not taken the
+    /// message meanwhile (its advance, conditioned on `editedChange` as it read it, then reads
+    /// the edited message again: docs/data-model.md §8.2).
     fn conversation_part(
         &self,
         read: &Read,
         m: &Message,
         deletion: Option<(u64, &str)>,
+        edit: Option<u64>,
     ) -> Result<Option<TransactWriteItem>, ChatError> {
         let last = read.conversation.last_seq == m.seq;
         let (mut sets, mut conditions) = (Vec::new(), Vec::new());
         let mut values = Vec::new();
         let mut remove = "";
+        if let Some(change_seq) = edit {
+            sets.push("editedChange = :edited");
+            values.extend([(":edited", n(change_seq)), (":seq", n(m.seq))]);
+            conditions
+                .push("(attribute_not_exists(archivedThrough) OR archivedThrough < :seq)".into());
+        }
         if last {
             let preview = LastMessage::of(m);
             sets.push("lastMessage.body = :body");
@@ -213,7 +230,10 @@ impl ChatStore {
             } else {
                 remove = " REMOVE lastMessage.truncated";
             }
-            values.extend([(":body", s(preview.body)), (":seq", n(m.seq))]);
+            values.push((":body", s(preview.body)));
+            if edit.is_none() {
+                values.push((":seq", n(m.seq)));
+            }
             conditions.push("lastSeq = :seq".to_owned());
         }
         if let Some((change_seq, at)) = deletion {
@@ -286,7 +306,7 @@ impl ChatStore {
     }
 
     /// `editMessage`. DynamoDB: 1 BatchGetItem (conversation, member, head, message, counts,
-    /// key), then 1 TransactWriteItems (head, record, key, message, and the preview when it is
+    /// key), then 1 TransactWriteItems (head, record, membership check, key, message, and the preview when it is
     /// the last message): 2 round trips, again after a lost race.
     pub async fn edit_message(
         &self,
@@ -342,7 +362,7 @@ impl ChatStore {
                 },
             )?);
             parts.push(self.message_part(&after, message_change, change.change_seq)?);
-            parts.extend(self.conversation_part(&read, &after, None)?);
+            parts.extend(self.conversation_part(&read, &after, None, Some(change.change_seq))?);
             if self.commit_change(parts).await? {
                 return Ok(read.reactions.apply(after));
             }
@@ -351,7 +371,7 @@ impl ChatStore {
     }
 
     /// `deleteMessage`. DynamoDB: 1 BatchGetItem (as an edit's), then 1 TransactWriteItems
-    /// (head, record, key, the tombstone, the deleted mark beside it, the preview when it is the
+    /// (head, record, membership check, key, the tombstone, the deleted mark beside it, the preview when it is the
     /// last message). An archived message: its chunk is read for the message (1 GetObject) and
     /// the deleted mark hides it from history (docs/data-model.md §8). Deleting a deleted
     /// message writes only its key: no change.
@@ -424,6 +444,7 @@ impl ChatStore {
                 &read,
                 &tomb,
                 Some((change.change_seq, change.at.as_str())),
+                None,
             )?);
             if self.commit_change(parts).await? {
                 // Archived, or archived since it was read (the archiver's own erasure covers
@@ -516,7 +537,7 @@ impl ChatStore {
 
     /// `addReaction` (`add`) / `removeReaction`. DynamoDB: 1 BatchGetItem (conversation, member,
     /// head, counts, the caller's reactions), then, unless it changes nothing, 1
-    /// TransactWriteItems (head, record, the caller's reactions, the counts). The message item
+    /// TransactWriteItems (head, record, membership check, the caller's reactions, the counts). The message item
     /// is neither read nor written: a reaction takes nothing of the conversation's log partition.
     pub async fn react(
         &self,

@@ -464,3 +464,38 @@ async fn a_before_seq_beyond_the_last_keeps_counts_and_deleted_marks() {
         );
     }
 }
+
+/// Issue 28 item 8: a member removed while its reaction is in flight cannot commit it (the
+/// change's transaction checks the author's membership). The reaction's first read is answered
+/// late, after the removal.
+#[tokio::test]
+async fn a_member_removed_while_its_reaction_is_in_flight_does_not_commit_it() {
+    if chat_tests::server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: holding an answer needs the strictness layer (CHAT_STRICT=off)");
+        return;
+    }
+    let t = TestApp::new().await;
+    let (owner, b, c) = t.new_group().await;
+    assert_eq!(t.send(&c, &owner, "hello").await.status, 201);
+    chat_tests::server::dynamodb_faults(&json!({"op": "BatchGetItem", "table": "ChatTable",
+        "key": format!("C#{c}"), "kind": "answerSlow", "delayMs": 1000, "count": 1}));
+    let reaction = t.react(&c, 1, &b, THUMBS, true);
+    let removal = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        t.remove_member(&c, &owner, &b).await
+    };
+    let (reacted, removed) = tokio::join!(reaction, removal);
+    assert_eq!(removed.status, 204, "{removed:?}");
+    assert_eq!(
+        (reacted.status, reacted.code()),
+        (404, "not_found"),
+        "{reacted:?}"
+    );
+    let page = t.get(&format!("/conversations/{c}/messages"), &owner).await;
+    assert!(
+        page.body["messages"][0].get("reactions").is_none(),
+        "a removed member's reaction was committed: {page:?}"
+    );
+    let log = t.get(&format!("/conversations/{c}/changes"), &owner).await;
+    assert_eq!(log.body["changes"], json!([]), "{log:?}");
+}

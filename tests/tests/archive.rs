@@ -1187,3 +1187,46 @@ async fn an_edit_committed_while_the_archiver_holds_the_old_text_is_kept() {
         "the archive holds the text from before the edit: {texts:?}"
     );
 }
+
+/// Issue 28 item 2b: a deletion that commits while the archiver holds the message's text (read,
+/// not yet advanced) leaves the erasure to that run; a run killed right after its advance does
+/// not leave the text in the archive: the next run erases it first.
+#[tokio::test]
+async fn a_run_killed_before_its_erasure_leaves_it_to_the_next_run() {
+    if server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: holding an answer needs the strictness layer (CHAT_STRICT=off)");
+        return;
+    }
+    let t = app().await;
+    let (a, b, c) = t.new_direct().await;
+    assert_eq!(t.send(&c, &a, "keep").await.status, 201);
+    assert_eq!(t.send(&c, &a, "erase me").await.status, 201);
+    server::dynamodb_faults(&json!({"op": "Query", "table": "ChatTable",
+        "key": format!("C#{c}"), "kind": "answerSlow", "delayMs": 1500, "count": 1}));
+    let (archiver, conversation, cutoff) = (t.archiver(), id(&c), everything());
+    let killed = archiver.archive_conversation(&conversation, &cutoff, Some(Step::Advance));
+    let deletion = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        t.delete_message(&c, 2, &a, &new_uuid()).await
+    };
+    let (killed, deleted) = tokio::join!(killed, deletion);
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    assert_eq!(killed.unwrap().messages, 2);
+    let texts = archived_texts(&c).await;
+    assert!(
+        texts.iter().any(|(_, text)| text.contains("erase me")),
+        "set-up: the killed run's chunk still holds the text: {texts:?}"
+    );
+
+    archiver
+        .archive_conversation(&conversation, &cutoff, None)
+        .await
+        .unwrap();
+    let texts = archived_texts(&c).await;
+    assert!(
+        texts.iter().all(|(_, text)| !text.contains("erase me")),
+        "the deleted text is still archived: {texts:?}"
+    );
+    let page = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    assert_eq!(page.body["messages"][1]["deleted"], true, "{page:?}");
+}

@@ -453,11 +453,19 @@ impl ChatStore {
             .ok_or_else(|| ChatError::internal("no archive bucket configured"))?;
         let stops = |step: Step| stop == Some(step);
         let mut total = Archived::default();
+        let mut resumed = false;
         loop {
             // 1. Read.
             let Some((archived, edited)) = self.archived_and_tidied(archive, id).await? else {
                 return Ok(total);
             };
+            if !std::mem::replace(&mut resumed, true) {
+                // A run killed between its advance and its erasure left this chunk unerased.
+                if let Some((key, first, last)) = archive::chunk_key(id, archived, archived) {
+                    self.erase_late_deletions(archive, id, (&key, first, last), None)
+                        .await?;
+                }
+            }
             let k = archive::chunk_of(archived + 1);
             let (first, end) = (archive::chunk_first(k), archive::chunk_end(k));
             let (left, due) = self.due_messages(id, archived, end, cutoff).await?;
@@ -513,10 +521,11 @@ impl ChatStore {
             }
             total.messages += last - archived;
             total.chunks += 1;
-            self.erase_late_deletions(archive, id, &key, chunk).await?;
             if stops(Step::Advance) {
                 return Ok(total);
             }
+            self.erase_late_deletions(archive, id, (&key, first, last), Some(chunk))
+                .await?;
             // 5. Trim.
             total.deleted += self.trim(&[left, due].concat(), stop).await?;
             if stop.is_some_and(|s| s <= Step::Trimmed) {
@@ -532,24 +541,26 @@ impl ChatStore {
         }
     }
 
-    /// After an advance: the chunk without the content of its messages deleted after step 1
-    /// read them (their deletion, had it looked at the boundary before this advance, left the
-    /// erasure to this run: docs/data-model.md §8.2). 1 Query of their marks (+1 GetObject and
-    /// 1 PutObject over the version read, as a deletion's own erasure: neither undoes the
-    /// other's; a lost race reads both again).
+    /// After an advance: the chunk `key` without the content of its messages deleted after
+    /// step 1 read them (their deletion, had it looked at the boundary before this advance, left
+    /// the erasure to this run: docs/data-model.md §8.2); `chunk`: its messages as just put, or
+    /// None for the next run's resumption of a run killed before this step. 1 Query of their
+    /// marks (+1 GetObject and 1 PutObject over the version read, as a deletion's own erasure:
+    /// neither undoes the other's; a lost race reads both again; resuming: +1 GetObject when
+    /// the chunk has deleted marks).
     async fn erase_late_deletions(
         &self,
         archive: &archive::Archive,
         id: &ConversationId,
-        key: &str,
-        chunk: Vec<Message>,
+        (key, first, last): (&str, u64, u64),
+        chunk: Option<Vec<Message>>,
     ) -> Result<(), ChatError> {
-        let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
-            return Ok(());
-        };
-        let (first, last) = (first.seq, last.seq);
         let mut marks = self.reactions_between(id, first, last).await?;
-        if super::changes::erased(chunk, &marks).is_none() {
+        let nothing_deleted = match chunk {
+            Some(chunk) => super::changes::erased(chunk, &marks).is_none(),
+            None => !marks.values().any(|m| m.deleted),
+        };
+        if nothing_deleted {
             return Ok(());
         }
         let mut retry = self.retry();

@@ -462,6 +462,15 @@ pub fn token(user: &str) -> String {
     mint_hs256(user, 4_000_000_000, TEST_SECRET.as_bytes())
 }
 
+/// A token of `user` with these extra claims (a moderator's `scope`, `cognito:groups` …).
+pub fn token_with(user: &str, claims: Value) -> String {
+    let mut all = json!({"sub": user, "exp": 4_000_000_000u64});
+    if let (Some(all), Some(extra)) = (all.as_object_mut(), claims.as_object()) {
+        all.extend(extra.clone());
+    }
+    chat_http::auth::mint_hs256_claims(&all, TEST_SECRET.as_bytes())
+}
+
 impl TestApp {
     pub async fn new() -> TestApp {
         Self::with_auth(Authenticator::LocalHs256 {
@@ -685,9 +694,23 @@ impl TestApp {
         let (path, query) = path_and_query
             .split_once('?')
             .unwrap_or((path_and_query, ""));
+        self.event_with_token(method, path_and_query, user.map(token), body)
+    }
+
+    /// `event` with this bearer token (any claims: `token_with`).
+    pub fn event_with_token(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        bearer: Option<String>,
+        body: Option<&str>,
+    ) -> (Value, Option<Function>) {
+        let (path, query) = path_and_query
+            .split_once('?')
+            .unwrap_or((path_and_query, ""));
         let mut headers = json!({"content-type": "application/json", "host": "localhost"});
-        if let Some(u) = user {
-            headers["authorization"] = json!(format!("Bearer {}", token(u)));
+        if let Some(t) = bearer {
+            headers["authorization"] = json!(format!("Bearer {t}"));
         }
         let mut qs = serde_json::Map::new();
         let decode = |s: &str| percent_decode(&s.replace('+', " "));
@@ -724,6 +747,18 @@ impl TestApp {
             "isBase64Encoded": false
         });
         (event, function)
+    }
+
+    /// `call` with this bearer token (`token_with`).
+    pub async fn call_with_token(
+        &self,
+        method: &str,
+        path: &str,
+        bearer: String,
+        body: Option<&str>,
+    ) -> Resp {
+        let (event, function) = self.event_with_token(method, path, Some(bearer), body);
+        self.invoke(event, function).await
     }
 
     /// Sends one request through the routed function's real handler.

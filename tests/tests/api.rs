@@ -20,3 +20,5 @@ mod non_members;
 mod reads;
 #[path = "api/round_trips.rs"]
 mod round_trips;
+#[path = "api/safety.rs"]
+mod safety;

@@ -95,6 +95,22 @@ impl ChatStore {
         key: Option<&str>,
         reactor: bool,
     ) -> Result<Read, ChatError> {
+        self.read_for_change_as(caller, id, seq, message, key, reactor, false)
+            .await
+    }
+
+    /// `read_for_change`; a moderator (`moderator`) need not be a member.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_for_change_as(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        seq: u64,
+        message: bool,
+        key: Option<&str>,
+        reactor: bool,
+        moderator: bool,
+    ) -> Result<Read, ChatError> {
         let mut wanted = vec![
             keys::conversation_key(id),
             keys::member_key(id, caller),
@@ -114,9 +130,8 @@ impl ChatStore {
         let sk_of = |i: &Item| get_s(i, keys::SK).unwrap_or_default().to_owned();
         let by_sk: BTreeMap<String, Item> = found.into_iter().map(|i| (sk_of(&i), i)).collect();
         let get = |sk: &str| by_sk.get(sk).cloned();
-        let (Some(conversation), Some(_member)) =
-            (get(keys::CONVERSATION_SK), get(&keys::member_sk(caller)))
-        else {
+        let member = get(&keys::member_sk(caller)).is_some() || moderator;
+        let (Some(conversation), true) = (get(keys::CONVERSATION_SK), member) else {
             return Err(ChatError::NotFound);
         };
         let conversation: ConversationItem = from_item(conversation)?;
@@ -320,6 +335,8 @@ impl ChatStore {
             check_edit(&Target {
                 caller,
                 owner: read.conversation.owner_id.as_ref(),
+                admins: &[],
+                moderator: false,
                 message: &message,
                 archived: self.is_archived(&read, &message),
             })?;
@@ -345,6 +362,27 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
+    /// A message as the caller, a member, sees it (its counts or its tombstone), from the table
+    /// or the archive. DynamoDB: 1 BatchGetItem (+ the chunk's GetObject when archived).
+    pub(crate) async fn message_for_member(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        seq: u64,
+    ) -> Result<Message, ChatError> {
+        let read = self
+            .read_for_change(caller, id, seq, true, None, false)
+            .await?;
+        let message = match read.message {
+            Some((m, _)) => m,
+            None => {
+                self.archived_message(id, seq, read.conversation.archived_through)
+                    .await?
+            }
+        };
+        Ok(read.reactions.apply(message))
+    }
+
     /// `deleteMessage`. DynamoDB: 1 BatchGetItem (as an edit's), then 1 TransactWriteItems
     /// (head, record, key, the tombstone, the deleted mark beside it, the preview when it is the
     /// last message). An archived message: its chunk is read for the message (1 GetObject) and
@@ -356,12 +394,14 @@ impl ChatStore {
         id: &ConversationId,
         seq: u64,
         client_change_key: &str,
+        moderator: bool,
     ) -> Result<Message, ChatError> {
         let fingerprint = change_fingerprint(ChangeKind::Deleted, seq, caller, "");
         let mut retry = self.retry();
         while retry.next().await {
+            let key = Some(client_change_key);
             let read = self
-                .read_for_change(caller, id, seq, true, Some(client_change_key), false)
+                .read_for_change_as(caller, id, seq, true, key, false, moderator)
                 .await?;
             let (message, message_change) = match read.message.clone() {
                 Some(found) => found,
@@ -384,6 +424,8 @@ impl ChatStore {
                     ConversationType::Group => read.conversation.owner_id.as_ref(),
                     ConversationType::Direct => None,
                 },
+                admins: &read.conversation.admin_ids,
+                moderator,
                 message: &message,
                 archived: false,
             };

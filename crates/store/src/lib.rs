@@ -31,6 +31,7 @@ pub mod keys;
 mod messages;
 mod reads;
 pub mod retry;
+mod safety;
 mod send;
 pub mod stream;
 pub mod telemetry;

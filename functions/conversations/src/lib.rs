@@ -2,24 +2,65 @@
 //! `createConversation` — `POST /conversations`,
 //! `getConversation` — `GET /conversations/{conversationId}`,
 //! `addMembers` — `POST /conversations/{conversationId}/members`,
-//! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`
+//! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`,
+//! `banMember` / `unbanMember` — `POST` / `DELETE /conversations/{conversationId}/bans/{userId}`,
+//! `blockUser` / `unblockUser` — `PUT` / `DELETE /me/blocks/{userId}`, `blocks` — `GET /me/blocks`,
+//! `moderationReports` — `GET /moderation/reports`,
+//! `suspendUser` / `unsuspendUser` — `PUT` / `DELETE /moderation/suspensions/{userId}`
 //! (`chat_http::routes`); and, through the catch-all routes, `404` for what the API does
 //! not have.
 
 use chat_domain::requests::{
     conversation_id_param, parse_add_members, user_id_param, CreateConversation,
 };
+use chat_domain::safety::{
+    check_block_target, PageQuery, DEFAULT_BLOCKS_LIMIT, DEFAULT_REPORTS_LIMIT,
+};
 use chat_domain::ChatError;
-use chat_http::http::{self, App};
+use chat_http::http::{self, App, Query};
 use chat_http::routes::Operation;
 use lambda_http::{Body, Request, Response};
 
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {
-    let caller = app.caller(&req)?;
+    let identity = app.identity(&req)?;
+    let caller = identity.user.clone();
     let operation = http::operation(&req).ok_or(ChatError::NotFound)?;
     let conversation_id =
         || conversation_id_param(http::path_param(&req, "conversationId").as_deref());
+    let user = || user_id_param(http::path_param(&req, "userId").as_deref());
+    let store = &app.store;
     match operation {
+        Operation::BanMember | Operation::UnbanMember => {
+            let on = operation == Operation::BanMember;
+            store
+                .set_ban(&caller, &conversation_id()?, &user()?, on)
+                .await?;
+            http::no_content()
+        }
+        Operation::BlockUser | Operation::UnblockUser => {
+            let target = user()?;
+            check_block_target(&caller, &target)?;
+            let on = operation == Operation::BlockUser;
+            store.set_block(&caller, &target, on).await?;
+            http::no_content()
+        }
+        Operation::Blocks => {
+            let page = PageQuery::parse(&Query::of(&req), DEFAULT_BLOCKS_LIMIT, "B#")?;
+            http::json(200, &store.blocks(&caller, &page).await?)
+        }
+        Operation::ModerationReports => {
+            identity.moderator()?;
+            let page = PageQuery::parse(&Query::of(&req), DEFAULT_REPORTS_LIMIT, "O#")?;
+            http::json(200, &store.reports(&page).await?)
+        }
+        Operation::SuspendUser | Operation::UnsuspendUser => {
+            let on = operation == Operation::SuspendUser;
+            let target = user()?;
+            store
+                .set_suspension(identity.moderator()?, &target, on)
+                .await?;
+            http::no_content()
+        }
         Operation::CreateConversation => {
             let (conversation, created) =
                 match CreateConversation::parse(http::body(&req)?, &caller)? {

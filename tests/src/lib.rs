@@ -539,9 +539,13 @@ impl TestApp {
             aws_sdk_s3::Client::from_conf(conf.build())
         };
         let store_of = |function: Option<&str>| {
+            // A suspension state stays known for the whole test run: a user's first request reads
+            // it, the next ones (which the round-trip budgets count) do not, however slow the
+            // test; a suspension served in this process takes effect at once anyway.
             let store = ChatStore::new(client(function), config.chat_table.clone())
                 .with_archived_keys_table(config.archived_keys_table.clone())
-                .with_budget(budget);
+                .with_budget(budget)
+                .with_suspension_ttl(Duration::from_secs(3600));
             match archive {
                 Some(settings) => {
                     store.with_archive(Some(Archive::new(s3(function), ARCHIVE_BUCKET)), settings)

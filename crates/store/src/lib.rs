@@ -80,6 +80,8 @@ pub struct ChatStore {
     archive_tier: bool,
     /// The archive age and work-list layout (used only with `archive`).
     archive_settings: archiver::ArchiveSettings,
+    /// How long a user's suspension state read stays true in this instance (`is_suspended`).
+    suspension_ttl: Duration,
 }
 
 /// What an instance remembers of the conversations it served, to skip reads:
@@ -248,6 +250,15 @@ impl ChatStore {
             archive: None,
             archive_tier: false,
             archive_settings: archiver::ArchiveSettings::AWS,
+            suspension_ttl: safety::SUSPENSION_TTL,
+        }
+    }
+
+    /// This store remembering suspension states for `ttl` (default `SUSPENSION_TTL`, 10 s).
+    pub fn with_suspension_ttl(self, ttl: Duration) -> Self {
+        ChatStore {
+            suspension_ttl: ttl,
+            ..self
         }
     }
 

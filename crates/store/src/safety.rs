@@ -13,6 +13,11 @@ use chat_domain::error::ChatError;
 use chat_domain::safety::{cursor, PageQuery, ReportRequest, REPORT_TTL_SECS};
 use chat_domain::{ConversationId, UserId};
 
+/// How long a suspension state read stays true in an instance: a suspension reaches an instance
+/// that served the user within this, while an active user costs at most one read per instance per
+/// this (docs/cost.md "Suspensions").
+pub const SUSPENSION_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl ChatStore {
     /// `blockUser` / `unblockUser`: the block item, and in the same transaction the mark on the
     /// blocked user's member item of their direct conversation (if there is one), on which every
@@ -342,11 +347,11 @@ impl ChatStore {
     }
 
     /// Whether `user` is suspended: what every request checks first (docs/cost.md). Known in
-    /// this instance for `SUSPENSION_TTL` (a suspension here takes effect at once; in other
-    /// instances within that time). DynamoDB: none when known, else 1 eventually consistent
+    /// this instance for `SUSPENSION_TTL` (`with_suspension_ttl`; a suspension here takes effect
+    /// at once, in other instances within that time). DynamoDB: none when known, else 1 eventually consistent
     /// GetItem of a key (0.5 read units).
     pub async fn is_suspended(&self, user: &UserId) -> Result<bool, ChatError> {
-        if let Some(known) = suspensions::known(user) {
+        if let Some(known) = suspensions::known(user, self.suspension_ttl) {
             return Ok(known);
         }
         let out = self
@@ -373,10 +378,6 @@ mod suspensions {
 
     use chat_domain::UserId;
 
-    /// How long a suspension state read stays true here: a suspension reaches an instance
-    /// that served the user within this, while an active user costs at most one read per
-    /// instance per this (docs/cost.md "Suspensions").
-    pub const SUSPENSION_TTL: Duration = Duration::from_secs(10);
     /// Users remembered at most (then forgotten all at once: a cache, not a store).
     const MAX: usize = 10_000;
 
@@ -385,10 +386,10 @@ mod suspensions {
         MAP.get_or_init(Default::default)
     }
 
-    pub fn known(user: &UserId) -> Option<bool> {
+    pub fn known(user: &UserId, ttl: Duration) -> Option<bool> {
         let m = map().lock().ok()?;
         m.get(user)
-            .filter(|(_, at)| at.elapsed() < SUSPENSION_TTL)
+            .filter(|(_, at)| at.elapsed() < ttl)
             .map(|(s, _)| *s)
     }
 

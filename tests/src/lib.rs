@@ -400,6 +400,9 @@ pub struct TestApp {
     /// The chat table's name.
     pub table: String,
     streams: aws_sdk_dynamodbstreams::Client,
+    /// What the conversations function closes a suspended user's connections with (none: it
+    /// closes none), `with_sessions`.
+    sessions: Option<conversations::Sessions>,
 }
 
 /// Runs the requests at once, each on its own task (as concurrent clients do), and gives their
@@ -587,6 +590,16 @@ impl TestApp {
             db,
             table: config.chat_table,
             streams,
+            sessions: None,
+        }
+    }
+
+    /// The conversations function closing suspended users' connections through `sessions` (a
+    /// gateway's Management API, `push`).
+    pub fn with_sessions(self, sessions: conversations::Sessions) -> TestApp {
+        TestApp {
+            sessions: Some(sessions),
+            ..self
         }
     }
 
@@ -695,9 +708,6 @@ impl TestApp {
         user: Option<&str>,
         body: Option<&str>,
     ) -> (Value, Option<Function>) {
-        let (path, query) = path_and_query
-            .split_once('?')
-            .unwrap_or((path_and_query, ""));
         self.event_with_token(method, path_and_query, user.map(token), body)
     }
 
@@ -785,7 +795,11 @@ impl TestApp {
             None => self.app.clone(),
         };
         let resp = match function {
-            Some(Function::Conversations) => http::handle(app, req, conversations::handle).await,
+            Some(Function::Conversations) => {
+                let sessions = self.sessions.clone();
+                let handler = |a, r| conversations::handle_with(a, r, sessions);
+                http::handle(app, req, handler).await
+            }
             Some(Function::SendMessage) => http::handle(app, req, send_message::handle).await,
             Some(Function::History) => http::handle(app, req, history::handle).await,
             Some(Function::MarkRead) => http::handle(app, req, mark_read::handle).await,

@@ -251,8 +251,8 @@ mod tests {
     #[test]
     fn an_add_naming_a_banned_user_is_refused() {
         let (x, y) = (u("x"), u("y"));
-        assert!(check_not_banned(&[&x], &[y.clone()]).is_ok());
-        let e = check_not_banned(&[&x, &y], &[y.clone()]).unwrap_err();
+        assert!(check_not_banned(&[&x], std::slice::from_ref(&y)).is_ok());
+        let e = check_not_banned(&[&x, &y], std::slice::from_ref(&y)).unwrap_err();
         assert_eq!((e.status(), e.code()), (403, "forbidden"));
         assert!(e.to_string().contains('y'));
     }

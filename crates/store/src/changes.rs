@@ -85,23 +85,10 @@ impl ChatStore {
     /// The first read of a change: the conversation, the caller's member item, the change head,
     /// the message's reaction counts, and, as asked, the message item, the idempotency key and
     /// the caller's reactions. 1 BatchGetItem (strongly consistent). Not a member: `NotFound`; a
-    /// seq the conversation does not have: `MessageNotFound`.
-    async fn read_for_change(
-        &self,
-        caller: &UserId,
-        id: &ConversationId,
-        seq: u64,
-        message: bool,
-        key: Option<&str>,
-        reactor: bool,
-    ) -> Result<Read, ChatError> {
-        self.read_for_change_as(caller, id, seq, message, key, reactor, false)
-            .await
-    }
-
-    /// `read_for_change`; a moderator (`moderator`) need not be a member.
+    /// seq the conversation does not have: `MessageNotFound`. A moderator (`moderator`) need not
+    /// be a member.
     #[allow(clippy::too_many_arguments)]
-    async fn read_for_change_as(
+    async fn read_for_change(
         &self,
         caller: &UserId,
         id: &ConversationId,
@@ -309,7 +296,15 @@ impl ChatStore {
         let mut retry = self.retry();
         while retry.next().await {
             let read = self
-                .read_for_change(caller, id, seq, true, Some(&edit.client_change_key), false)
+                .read_for_change(
+                    caller,
+                    id,
+                    seq,
+                    true,
+                    Some(&edit.client_change_key),
+                    false,
+                    false,
+                )
                 .await?;
             let Some((message, message_change)) = read.message.clone() else {
                 if let Some(key) = &read.key {
@@ -371,7 +366,7 @@ impl ChatStore {
         seq: u64,
     ) -> Result<Message, ChatError> {
         let read = self
-            .read_for_change(caller, id, seq, true, None, false)
+            .read_for_change(caller, id, seq, true, None, false, false)
             .await?;
         let message = match read.message {
             Some((m, _)) => m,
@@ -401,7 +396,7 @@ impl ChatStore {
         while retry.next().await {
             let key = Some(client_change_key);
             let read = self
-                .read_for_change_as(caller, id, seq, true, key, false, moderator)
+                .read_for_change(caller, id, seq, true, key, false, moderator)
                 .await?;
             let (message, message_change) = match read.message.clone() {
                 Some(found) => found,
@@ -562,7 +557,7 @@ impl ChatStore {
         let mut retry = self.retry();
         while retry.next().await {
             let read = self
-                .read_for_change(caller, id, seq, false, None, true)
+                .read_for_change(caller, id, seq, false, None, true, false)
                 .await?;
             if read.reactions.deleted {
                 return Err(ChatError::Conflict(
@@ -630,7 +625,7 @@ impl ChatStore {
         q: ReactorsQuery,
     ) -> Result<ReactorsPage, ChatError> {
         let read = self
-            .read_for_change(caller, id, seq, false, None, false)
+            .read_for_change(caller, id, seq, false, None, false, false)
             .await?;
         let limit = q.limit as usize;
         let mut out: Vec<Reactor> = Vec::with_capacity(limit + 1);

@@ -242,6 +242,37 @@ pub fn connection_pk(connection_id: &str) -> String {
 pub const PRESENCE_SK: &str = "P";
 pub const CONNECTION_OWNER_SK: &str = "U";
 
+pub const BLOCK_PREFIX: &str = "B#";
+
+pub fn blocks_pk(blocker: &UserId) -> String {
+    format!("B#{blocker}")
+}
+
+/// Whether `blocker` blocks `blocked`: one GetItem of this key.
+pub fn block_key(blocker: &UserId, blocked: &UserId) -> Item {
+    key(blocks_pk(blocker), format!("{BLOCK_PREFIX}{blocked}"))
+}
+
+pub fn bans_pk(id: &ConversationId) -> String {
+    format!("BN#{id}")
+}
+
+pub fn ban_key(id: &ConversationId, user: &UserId) -> Item {
+    key(bans_pk(id), format!("U#{user}"))
+}
+
+pub const REPORTS_PK: &str = "RP#open";
+pub const REPORT_PREFIX: &str = "O#";
+
+/// Open reports sort oldest first by this key.
+pub fn report_sk(created_at: &str, report_id: &str) -> String {
+    format!("{REPORT_PREFIX}{created_at}#{report_id}")
+}
+
+pub fn suspension_key(user: &UserId) -> Item {
+    key(format!("SU#{user}"), "SU")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,35 +359,4 @@ mod tests {
         let user = UserId::parse("u").unwrap();
         assert_eq!(inbox_pk(&user), "I#u");
     }
-}
-
-pub const BLOCK_PREFIX: &str = "B#";
-
-pub fn blocks_pk(blocker: &UserId) -> String {
-    format!("B#{blocker}")
-}
-
-/// Whether `blocker` blocks `blocked`: one GetItem of this key.
-pub fn block_key(blocker: &UserId, blocked: &UserId) -> Item {
-    key(blocks_pk(blocker), format!("{BLOCK_PREFIX}{blocked}"))
-}
-
-pub fn bans_pk(id: &ConversationId) -> String {
-    format!("BN#{id}")
-}
-
-pub fn ban_key(id: &ConversationId, user: &UserId) -> Item {
-    key(bans_pk(id), format!("U#{user}"))
-}
-
-pub const REPORTS_PK: &str = "RP#open";
-pub const REPORT_PREFIX: &str = "O#";
-
-/// Open reports sort oldest first by this key.
-pub fn report_sk(created_at: &str, report_id: &str) -> String {
-    format!("{REPORT_PREFIX}{created_at}#{report_id}")
-}
-
-pub fn suspension_key(user: &UserId) -> Item {
-    key(format!("SU#{user}"), "SU")
 }

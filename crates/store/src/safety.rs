@@ -275,7 +275,8 @@ impl ChatStore {
     }
 
     /// One page of the items of `pk` whose sort key starts with `prefix`, after the cursor, and
-    /// the cursor of the next page (None: the last). 1 Query.
+    /// the cursor of the next page (None: the last). 1 strongly consistent Query (a block or a
+    /// report shows in the next list).
     async fn page_of(
         &self,
         pk: String,
@@ -287,6 +288,7 @@ impl ChatStore {
             .query()
             .table_name(&self.table)
             .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
+            .consistent_read(true)
             .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
             .expression_attribute_values(":p", AttributeValue::S(prefix.to_owned()))
             .limit(page.limit as i32);

@@ -404,3 +404,22 @@ mod suspensions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::suspensions::{known, learn};
+    use chat_domain::UserId;
+    use std::time::Duration;
+
+    #[test]
+    fn a_suspension_state_is_known_for_its_ttl_and_then_read_again() {
+        let user = UserId::parse(&format!("u-{}", uuid::Uuid::new_v4().simple())).unwrap();
+        assert_eq!(known(&user, Duration::from_secs(10)), None, "never read");
+        learn(&user, true);
+        assert_eq!(known(&user, Duration::from_secs(10)), Some(true));
+        learn(&user, false);
+        assert_eq!(known(&user, Duration::from_secs(10)), Some(false), "lifted here: at once");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(known(&user, Duration::from_millis(10)), None, "past the ttl: read again");
+    }
+}

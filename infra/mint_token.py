@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Mints an HS256 token for the local stack: `python3 infra/mint_token.py <userId> [ttl seconds]`.
+"""Mints an HS256 token for the local stack: `python3 infra/mint_token.py [--moderator] <userId> [ttl seconds]`.
+
+`--moderator` adds the scope `chat:moderator` (docs/api.md §30): the token may list reports,
+delete any message and suspend users.
 
 Uses CHAT_LOCAL_JWT_SECRET (default `local-dev-secret`, the local stack's default). Standard
 library only, so it works before anything is installed.
@@ -17,15 +20,22 @@ def b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def mint(sub: str, ttl: int, secret: str) -> str:
+def mint(sub: str, ttl: int, secret: str, moderator: bool = False) -> str:
     header = b64(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
-    payload = b64(json.dumps({"sub": sub, "exp": int(time.time()) + ttl}, separators=(",", ":")).encode())
+    claims = {"sub": sub, "exp": int(time.time()) + ttl}
+    if moderator:
+        claims["scope"] = "chat:moderator"
+    payload = b64(json.dumps(claims, separators=(",", ":")).encode())
     signature = hmac.new(secret.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
     return f"{header}.{payload}.{b64(signature)}"
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    moderator = "--moderator" in args
+    args = [a for a in args if a != "--moderator"]
+    if not args:
         sys.exit(__doc__)
-    ttl = int(sys.argv[2]) if len(sys.argv) > 2 else 24 * 3600
-    print(mint(sys.argv[1], ttl, os.environ.get("CHAT_LOCAL_JWT_SECRET") or "local-dev-secret"))
+    ttl = int(args[1]) if len(args) > 1 else 24 * 3600
+    secret = os.environ.get("CHAT_LOCAL_JWT_SECRET") or "local-dev-secret"
+    print(mint(args[0], ttl, secret, moderator))

@@ -400,6 +400,9 @@ pub struct TestApp {
     /// The chat table's name.
     pub table: String,
     streams: aws_sdk_dynamodbstreams::Client,
+    /// What the conversations function closes a suspended user's connections with (none: it
+    /// closes none), `with_sessions`.
+    sessions: Option<conversations::Sessions>,
 }
 
 /// Runs the requests at once, each on its own task (as concurrent clients do), and gives their
@@ -460,6 +463,15 @@ pub fn new_uuid() -> String {
 
 pub fn token(user: &str) -> String {
     mint_hs256(user, 4_000_000_000, TEST_SECRET.as_bytes())
+}
+
+/// A token of `user` with these extra claims (a moderator's `scope`, `cognito:groups` …).
+pub fn token_with(user: &str, claims: Value) -> String {
+    let mut all = json!({"sub": user, "exp": 4_000_000_000u64});
+    if let (Some(all), Some(extra)) = (all.as_object_mut(), claims.as_object()) {
+        all.extend(extra.clone());
+    }
+    chat_http::auth::mint_hs256_claims(&all, TEST_SECRET.as_bytes())
 }
 
 impl TestApp {
@@ -530,9 +542,13 @@ impl TestApp {
             aws_sdk_s3::Client::from_conf(conf.build())
         };
         let store_of = |function: Option<&str>| {
+            // A suspension state stays known for the whole test run: a user's first request reads
+            // it, the next ones (which the round-trip budgets count) do not, however slow the
+            // test; a suspension served in this process takes effect at once anyway.
             let store = ChatStore::new(client(function), config.chat_table.clone())
                 .with_archived_keys_table(config.archived_keys_table.clone())
-                .with_budget(budget);
+                .with_budget(budget)
+                .with_suspension_ttl(Duration::from_secs(3600));
             match archive {
                 Some(settings) => {
                     store.with_archive(Some(Archive::new(s3(function), ARCHIVE_BUCKET)), settings)
@@ -574,6 +590,16 @@ impl TestApp {
             db,
             table: config.chat_table,
             streams,
+            sessions: None,
+        }
+    }
+
+    /// The conversations function closing suspended users' connections through `sessions` (a
+    /// gateway's Management API, `push`).
+    pub fn with_sessions(self, sessions: conversations::Sessions) -> TestApp {
+        TestApp {
+            sessions: Some(sessions),
+            ..self
         }
     }
 
@@ -682,12 +708,23 @@ impl TestApp {
         user: Option<&str>,
         body: Option<&str>,
     ) -> (Value, Option<Function>) {
+        self.event_with_token(method, path_and_query, user.map(token), body)
+    }
+
+    /// `event` with this bearer token (any claims: `token_with`).
+    pub fn event_with_token(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        bearer: Option<String>,
+        body: Option<&str>,
+    ) -> (Value, Option<Function>) {
         let (path, query) = path_and_query
             .split_once('?')
             .unwrap_or((path_and_query, ""));
         let mut headers = json!({"content-type": "application/json", "host": "localhost"});
-        if let Some(u) = user {
-            headers["authorization"] = json!(format!("Bearer {}", token(u)));
+        if let Some(t) = bearer {
+            headers["authorization"] = json!(format!("Bearer {t}"));
         }
         let mut qs = serde_json::Map::new();
         let decode = |s: &str| percent_decode(&s.replace('+', " "));
@@ -726,6 +763,18 @@ impl TestApp {
         (event, function)
     }
 
+    /// `call` with this bearer token (`token_with`).
+    pub async fn call_with_token(
+        &self,
+        method: &str,
+        path: &str,
+        bearer: String,
+        body: Option<&str>,
+    ) -> Resp {
+        let (event, function) = self.event_with_token(method, path, Some(bearer), body);
+        self.invoke(event, function).await
+    }
+
     /// Sends one request through the routed function's real handler.
     pub async fn call(
         &self,
@@ -746,7 +795,11 @@ impl TestApp {
             None => self.app.clone(),
         };
         let resp = match function {
-            Some(Function::Conversations) => http::handle(app, req, conversations::handle).await,
+            Some(Function::Conversations) => {
+                let sessions = self.sessions.clone();
+                let handler = |a, r| conversations::handle_with(a, r, sessions);
+                http::handle(app, req, handler).await
+            }
             Some(Function::SendMessage) => http::handle(app, req, send_message::handle).await,
             Some(Function::History) => http::handle(app, req, history::handle).await,
             Some(Function::MarkRead) => http::handle(app, req, mark_read::handle).await,

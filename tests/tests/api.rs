@@ -20,5 +20,7 @@ mod non_members;
 mod reads;
 #[path = "api/round_trips.rs"]
 mod round_trips;
+#[path = "api/safety.rs"]
+mod safety;
 #[path = "api/upgrade.rs"]
 mod upgrade;

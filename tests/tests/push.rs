@@ -800,3 +800,40 @@ async fn push_queued(conv: &str, events: Vec<chat_domain::events::Event>) {
     let answer = fanout.handle(event).await;
     assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
 }
+/// A moderator's suspension closes the user's open WebSocket connections, through the
+/// Management API's DeleteConnection (the local gateway's stand-in), and `$disconnect`
+/// unregisters them (docs/api.md §30).
+#[tokio::test]
+async fn a_suspension_closes_the_users_connections() {
+    bounded(30, async {
+        let (t, a, b, _c, mut wa) = connected_direct().await;
+        let mut wb = WsClient::connect(&b).await;
+        let config = chat_store::Config {
+            ws_management_endpoint: Some(gateway().management_url.clone()),
+            ..chat_tests::push::chat_config()
+        }
+        .for_function("conversations");
+        let sdk = config.sdk_config().await;
+        let sessions = conversations::Sessions::of(&config, &sdk).expect("a management endpoint");
+        let t = t.with_sessions(sessions);
+        let moderator = chat_tests::token_with(&unique("mod"), json!({"scope": "chat:moderator"}));
+        let path = format!("/moderation/suspensions/{a}");
+        let r = t
+            .call_with_token("PUT", &path, moderator.clone(), None)
+            .await;
+        assert_eq!(r.status, 204, "{r:?}");
+        assert!(
+            wa.closed_within(Duration::from_secs(5)).await,
+            "a's socket closed"
+        );
+        until_unregistered(&connection_store().await, &a, Duration::from_secs(5)).await;
+        // Others stay connected; a's new connection is refused until the suspension is lifted.
+        assert!(!wb.closed_within(Duration::from_millis(300)).await);
+        let url = format!("{}?token={}", gateway().ws_url, token(&a));
+        assert_eq!(WsClient::connect_url(&url).await.err(), Some(403));
+        let r = t.call_with_token("DELETE", &path, moderator, None).await;
+        assert_eq!(r.status, 204, "{r:?}");
+        assert!(WsClient::connect_url(&url).await.is_ok());
+    })
+    .await
+}

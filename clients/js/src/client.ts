@@ -15,6 +15,7 @@ import {
   type Step,
 } from "./state.js";
 import type {
+  BlocksPage,
   ChangesOptions,
   ChangesPage,
   ConnectionState,
@@ -27,12 +28,16 @@ import type {
   MembersEvent,
   Message,
   MessageChange,
+  PageOptions,
   ReactionsResult,
   ReactorsOptions,
   ReactorsPage,
   ReadResult,
   ReadStates,
   ReadUpdatedEvent,
+  ReportReason,
+  ReportReceipt,
+  ReportsPage,
   ServerEvent,
 } from "./types.js";
 
@@ -241,6 +246,62 @@ export class ChatClient {
   /** `DELETE /conversations/{id}/members/{userId}` (yourself, or anyone if you own the group). */
   async removeMember(conversationId: string, userId: string): Promise<void> {
     await this.call("DELETE", `${conversationPath(conversationId)}/members/${encodeURIComponent(userId)}`);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Safety and moderation (docs/api.md §27–§30). A blocked caller gets ChatApiError code `blocked`
+  // (403), a suspended one `suspended` (403) on every call.
+  // ---------------------------------------------------------------------------------------------
+
+  /** `PUT /me/blocks/{userId}` (blockUser): that user can no longer open or send in your direct conversation, nor add you to a group. */
+  async block(userId: string): Promise<void> {
+    await this.call("PUT", `/me/blocks/${encodeURIComponent(userId)}`);
+  }
+
+  /** `DELETE /me/blocks/{userId}` (unblockUser). */
+  async unblock(userId: string): Promise<void> {
+    await this.call("DELETE", `/me/blocks/${encodeURIComponent(userId)}`);
+  }
+
+  /** `GET /me/blocks` (blocks): the users you block, a page at a time. */
+  async blocks(options: PageOptions = {}): Promise<BlocksPage> {
+    return this.page("/me/blocks", options);
+  }
+
+  /** A page of a list route (`limit`, `cursor`). */
+  private page<T>(path: string, o: PageOptions): Promise<T> {
+    return this.call("GET", path + query({ limit: o.limit, cursor: o.cursor ?? undefined }));
+  }
+
+  /** `POST /conversations/{id}/bans/{userId}` (banMember; owner and admins): removes the user and keeps them out. */
+  async ban(conversationId: string, userId: string): Promise<void> {
+    await this.call("POST", `${conversationPath(conversationId)}/bans/${encodeURIComponent(userId)}`);
+  }
+
+  /** `DELETE /conversations/{id}/bans/{userId}` (unbanMember). */
+  async unban(conversationId: string, userId: string): Promise<void> {
+    await this.call("DELETE", `${conversationPath(conversationId)}/bans/${encodeURIComponent(userId)}`);
+  }
+
+  /** `POST /conversations/{id}/messages/{seq}/reports` (reportMessage): 202, a 30-day snapshot for the moderators. */
+  async report(conversationId: string, seq: number, reason: ReportReason, note?: string): Promise<ReportReceipt> {
+    // JSON drops an undefined `note`.
+    return this.call("POST", `${messagePath(conversationId, seq)}/reports`, { reason, note });
+  }
+
+  /** `GET /moderation/reports` (moderationReports; a moderator's token): open reports, oldest first. */
+  async moderationReports(options: PageOptions = {}): Promise<ReportsPage> {
+    return this.page("/moderation/reports", options);
+  }
+
+  /** `PUT /moderation/suspensions/{userId}` (suspendUser; moderators): every request of the user is then `403 suspended`. */
+  async suspend(userId: string): Promise<void> {
+    await this.call("PUT", `/moderation/suspensions/${encodeURIComponent(userId)}`);
+  }
+
+  /** `DELETE /moderation/suspensions/{userId}` (unsuspendUser; moderators). */
+  async unsuspend(userId: string): Promise<void> {
+    await this.call("DELETE", `/moderation/suspensions/${encodeURIComponent(userId)}`);
   }
 
   /**

@@ -241,3 +241,38 @@ export interface MembersEvent {
 export type ServerEvent = MessageNewEvent | MessageChangedEvent | ReadUpdatedEvent | MembersEvent;
 
 export type ConnectionState = "connecting" | "open" | "closed";
+
+/** A page request of a list (blocks, reports): `cursor` is the previous page's `nextCursor`. */
+export interface PageOptions {
+  limit?: number;
+  cursor?: string | null;
+}
+
+export interface BlocksPage {
+  blocks: { userId: string; createdAt: string }[];
+  nextCursor?: string | null;
+}
+
+export type ReportReason = "spam" | "abuse" | "other";
+
+export interface ReportReceipt {
+  reportId: string;
+  createdAt: string;
+}
+
+/** An open report with its snapshot of the message as it was when reported (docs/api.md §29). */
+export interface Report {
+  reportId: string;
+  conversationId: string;
+  seq: number;
+  reporterId: string;
+  reason: ReportReason;
+  note?: string;
+  createdAt: string;
+  message: Message;
+}
+
+export interface ReportsPage {
+  reports: Report[];
+  nextCursor?: string | null;
+}

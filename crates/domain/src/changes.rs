@@ -228,6 +228,10 @@ pub struct Target<'a> {
     pub caller: &'a UserId,
     /// The group's owner (None for a direct conversation).
     pub owner: Option<&'a UserId>,
+    /// The group's admins (none for a direct conversation).
+    pub admins: &'a [UserId],
+    /// The caller's token is a moderator's (docs/api.md §30).
+    pub moderator: bool,
     pub message: &'a Message,
     /// Older than the archive age, or already in the archive tier.
     pub archived: bool,
@@ -254,12 +258,15 @@ pub fn check_edit(t: &Target) -> Result<(), ChatError> {
     Ok(())
 }
 
-/// Whether the caller may delete the message (the sender, or the group's owner: else `403`),
-/// and whether that changes anything (deleting a deleted message does not).
+/// Whether the caller may delete the message (the sender, the group's owner or an admin, or a
+/// moderator: else `403`), and whether that changes anything (deleting a deleted message does
+/// not).
 pub fn check_delete(t: &Target) -> Result<bool, ChatError> {
-    if t.caller != &t.message.sender_id && t.owner != Some(t.caller) {
+    let manager = crate::conversation::is_manager(t.caller, t.owner, t.admins);
+    if t.caller != &t.message.sender_id && !manager && !t.moderator {
         return Err(ChatError::Forbidden(
-            "only the sender or the group's owner may delete a message".into(),
+            "only the sender, the group's owner or an admin, or a moderator may delete a message"
+                .into(),
         ));
     }
     Ok(!t.message.deleted)
@@ -373,6 +380,8 @@ mod tests {
         Target {
             caller,
             owner,
+            admins: &[],
+            moderator: false,
             message: m,
             archived: false,
         }
@@ -418,6 +427,17 @@ mod tests {
                 .status(),
             403
         );
+        let admins = [bob.clone()];
+        let by_admin = Target {
+            admins: &admins,
+            ..target(&bob, Some(&owner), &m)
+        };
+        assert_eq!(check_delete(&by_admin), Ok(true));
+        let by_moderator = Target {
+            moderator: true,
+            ..target(&bob, None, &m)
+        };
+        assert_eq!(check_delete(&by_moderator), Ok(true));
         let gone = m.tombstone();
         assert_eq!(check_delete(&target(&alice, None, &gone)), Ok(false));
         assert_eq!(

@@ -77,18 +77,58 @@ pub fn members_to_add<'a>(
     Ok(new)
 }
 
-/// A member may remove itself; the owner may remove anyone.
+/// Whether `caller` manages the group: its owner or one of its admins.
+pub fn is_manager(caller: &UserId, owner: Option<&UserId>, admins: &[UserId]) -> bool {
+    owner == Some(caller) || admins.contains(caller)
+}
+
+/// A member may remove itself; the owner and the admins may remove anyone.
 pub fn check_removal(
     caller: &UserId,
     target: &UserId,
     owner: Option<&UserId>,
+    admins: &[UserId],
 ) -> Result<(), ChatError> {
-    if caller == target || owner == Some(caller) {
+    if caller == target || is_manager(caller, owner, admins) {
         Ok(())
     } else {
         Err(ChatError::Forbidden(
-            "only the group's owner may remove other members".into(),
+            "only the group's owner or an admin may remove other members".into(),
         ))
+    }
+}
+
+/// Who may ban (or lift a ban on) `target` (docs/api.md §27): the owner and the admins, anyone
+/// but the owner; nobody bans themselves (`400`).
+pub fn check_ban(
+    caller: &UserId,
+    target: &UserId,
+    owner: Option<&UserId>,
+    admins: &[UserId],
+) -> Result<(), ChatError> {
+    if caller == target {
+        return Err(ChatError::invalid("a user cannot ban themselves"));
+    }
+    if !is_manager(caller, owner, admins) {
+        return Err(ChatError::Forbidden(
+            "only the group's owner or an admin may ban".into(),
+        ));
+    }
+    if owner == Some(target) {
+        return Err(ChatError::Forbidden(
+            "the group's owner cannot be banned".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// An add that names a banned user is refused whole (`403`): nobody is added.
+pub fn check_not_banned(new: &[&UserId], banned: &[UserId]) -> Result<(), ChatError> {
+    match new.iter().find(|u| banned.contains(u)) {
+        Some(u) => Err(ChatError::Forbidden(format!(
+            "user {u} is banned from this group"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -171,21 +211,50 @@ mod tests {
     }
 
     #[test]
-    fn removal_is_for_oneself_or_by_the_owner() {
+    fn removal_is_for_oneself_or_by_the_owner_or_an_admin() {
         let owner = u("o");
-        assert!(check_removal(&u("m"), &u("m"), Some(&owner)).is_ok());
-        assert!(check_removal(&owner, &u("m"), Some(&owner)).is_ok());
-        assert!(check_removal(&owner, &owner, Some(&owner)).is_ok());
+        assert!(check_removal(&u("m"), &u("m"), Some(&owner), &[]).is_ok());
+        assert!(check_removal(&owner, &u("m"), Some(&owner), &[]).is_ok());
+        assert!(check_removal(&owner, &owner, Some(&owner), &[]).is_ok());
+        assert!(check_removal(&u("a"), &u("m"), Some(&owner), &[u("a")]).is_ok());
         assert_eq!(
-            check_removal(&u("m"), &u("n"), Some(&owner))
+            check_removal(&u("m"), &u("n"), Some(&owner), &[u("a")])
                 .unwrap_err()
                 .status(),
             403
         );
         assert_eq!(
-            check_removal(&u("m"), &u("n"), None).unwrap_err().status(),
+            check_removal(&u("m"), &u("n"), None, &[])
+                .unwrap_err()
+                .status(),
             403
         );
+    }
+
+    #[test]
+    fn managers_ban_anyone_but_the_owner_and_never_themselves() {
+        let (owner, admin) = (u("o"), u("a"));
+        let admins = [admin.clone()];
+        assert!(is_manager(&owner, Some(&owner), &[]));
+        assert!(is_manager(&admin, Some(&owner), &admins));
+        assert!(!is_manager(&u("m"), Some(&owner), &admins));
+        assert!(check_ban(&owner, &u("m"), Some(&owner), &admins).is_ok());
+        assert!(check_ban(&admin, &u("m"), Some(&owner), &admins).is_ok());
+        let status =
+            |c: &UserId, t: &UserId| check_ban(c, t, Some(&owner), &admins).unwrap_err().status();
+        assert_eq!(status(&u("m"), &u("n")), 403, "a member");
+        assert_eq!(status(&admin, &owner), 403, "the owner");
+        assert_eq!(status(&owner, &owner), 400, "oneself");
+        assert_eq!(status(&admin, &admin), 400, "oneself");
+    }
+
+    #[test]
+    fn an_add_naming_a_banned_user_is_refused() {
+        let (x, y) = (u("x"), u("y"));
+        assert!(check_not_banned(&[&x], std::slice::from_ref(&y)).is_ok());
+        let e = check_not_banned(&[&x, &y], std::slice::from_ref(&y)).unwrap_err();
+        assert_eq!((e.status(), e.code()), (403, "forbidden"));
+        assert!(e.to_string().contains('y'));
     }
 
     #[test]

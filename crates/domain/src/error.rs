@@ -10,6 +10,12 @@ pub enum ChatError {
     Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
+    /// The other user blocks the caller (docs/api.md §28).
+    #[error("{0}")]
+    Blocked(String),
+    /// A moderator suspended the caller (docs/api.md §30): every request is refused.
+    #[error("this account is suspended")]
+    Suspended,
     /// Unknown conversation, or the caller is not a member: deliberately indistinguishable.
     #[error("conversation not found")]
     NotFound,
@@ -48,7 +54,7 @@ impl ChatError {
         match self {
             ChatError::InvalidRequest(_) => 400,
             ChatError::Unauthorized(_) => 401,
-            ChatError::Forbidden(_) => 403,
+            ChatError::Forbidden(_) | ChatError::Blocked(_) | ChatError::Suspended => 403,
             ChatError::NotFound | ChatError::MessageNotFound => 404,
             ChatError::Conflict(_) => 409,
             ChatError::PayloadTooLarge(_) => 413,
@@ -63,6 +69,8 @@ impl ChatError {
             ChatError::InvalidRequest(_) => "invalid_request",
             ChatError::Unauthorized(_) => "unauthorized",
             ChatError::Forbidden(_) => "forbidden",
+            ChatError::Blocked(_) => "blocked",
+            ChatError::Suspended => "suspended",
             ChatError::NotFound | ChatError::MessageNotFound => "not_found",
             ChatError::Conflict(_) => "conflict",
             ChatError::PayloadTooLarge(_) => "payload_too_large",
@@ -102,6 +110,8 @@ mod tests {
             (ChatError::invalid("x"), 400, "invalid_request"),
             (ChatError::Unauthorized("x".into()), 401, "unauthorized"),
             (ChatError::Forbidden("x".into()), 403, "forbidden"),
+            (ChatError::Blocked("x".into()), 403, "blocked"),
+            (ChatError::Suspended, 403, "suspended"),
             (ChatError::NotFound, 404, "not_found"),
             (ChatError::Conflict("x".into()), 409, "conflict"),
             (

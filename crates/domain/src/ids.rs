@@ -52,6 +52,11 @@ impl ConversationId {
         &self.0
     }
 
+    /// Whether it names a direct conversation (`d-…`).
+    pub fn is_direct(&self) -> bool {
+        self.0.starts_with("d-")
+    }
+
     /// The one direct conversation of an unordered pair: derived from the pair, so two users
     /// opening it at the same instant write the same key and the database lets only one create it.
     pub fn direct(a: &UserId, b: &UserId) -> ConversationId {

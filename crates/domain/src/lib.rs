@@ -8,6 +8,7 @@
 //! | module | holds |
 //! |---|---|
 //! | `ids`, `conversation`, `message`, `read_state`, `inbox`, `model` | the rules and the API's objects |
+//! | `safety` | blocking, reports, moderators and suspensions (docs/api.md §27–§30) |
 //! | `changes` | edits, deletions and reactions: their requests and rules (`changeSeq`, docs/data-model.md §8) |
 //! | `send` | the decisions of a send: alone, queued, group commit |
 //! | `requests` | request bodies and parameters, parsed and validated into the types above |
@@ -27,6 +28,7 @@ pub mod model;
 pub mod read_state;
 pub mod requests;
 pub mod retry;
+pub mod safety;
 pub mod send;
 pub mod time;
 

@@ -7,10 +7,11 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Serialize;
 use std::future::Future;
 
-use crate::auth::{user_from_sub, verify_hs256, Authenticator};
+use crate::auth::{user_from_sub, verify_hs256_claims, Authenticator};
 use crate::routes::{self, percent_decode, Operation, PathParams, Route};
 use chat_domain::error::ChatError;
 use chat_domain::requests::{QueryParams, MAX_REQUEST_BYTES};
+use chat_domain::safety::{claim_words, is_moderator, split_words};
 use chat_domain::UserId;
 use chat_store::ChatStore;
 
@@ -32,27 +33,59 @@ impl App {
 
     /// The caller, from the authorizer's claims (deployed) or a verified local token.
     pub fn caller(&self, req: &Request) -> Result<UserId, ChatError> {
+        self.identity(req).map(|i| i.user)
+    }
+
+    /// The caller and whether its token is a moderator's (scope `chat:moderator` or group
+    /// `moderators`, docs/api.md §30): from the JWT authorizer's claims (deployed, where API
+    /// Gateway passes a list claim as `[a b]`) or a verified local token.
+    pub fn identity(&self, req: &Request) -> Result<Identity, ChatError> {
         match &self.auth {
             Authenticator::ApiGateway => {
-                let sub = match req.request_context_ref() {
+                let claims = match req.request_context_ref() {
                     Some(RequestContext::ApiGatewayV2(ctx)) => ctx
                         .authorizer
                         .as_ref()
                         .and_then(|a| a.jwt.as_ref())
-                        .and_then(|jwt| jwt.claims.get("sub"))
-                        .map(String::as_str),
+                        .map(|jwt| &jwt.claims),
                     _ => None,
                 };
-                user_from_sub(sub)
+                let claim = |name: &str| claims.and_then(|c| c.get(name));
+                Ok(Identity {
+                    user: user_from_sub(claim("sub").map(String::as_str))?,
+                    moderator: is_moderator(|name| claim(name).map(|v| split_words(v))),
+                })
             }
             Authenticator::LocalHs256 { secret } => {
                 let token = bearer_token(req)?;
-                verify_hs256(
-                    token,
-                    secret,
-                    chat_domain::time::unix_seconds(chat_domain::time::now()),
-                )
+                let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+                let (user, claims) = verify_hs256_claims(token, secret, now)?;
+                Ok(Identity {
+                    user,
+                    moderator: is_moderator(|name| claims.get(name).map(claim_words)),
+                })
             }
+        }
+    }
+}
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user: UserId,
+    pub moderator: bool,
+}
+
+impl Identity {
+    /// The caller, if a moderator (else `403`).
+    pub fn moderator(&self) -> Result<&UserId, ChatError> {
+        if self.moderator {
+            Ok(&self.user)
+        } else {
+            Err(ChatError::Forbidden(
+                "only a moderator may do this (token scope `chat:moderator` or group `moderators`)"
+                    .into(),
+            ))
         }
     }
 }
@@ -191,6 +224,16 @@ where
     // past its deadline (and Lambda's timeout); what it was doing may still land: 503.
     let allowed = app.store.time_allowed();
     let bounded = async move {
+        // A suspended user's every request is refused before its handler runs (docs/api.md §30).
+        // A request without a valid token is left to its handler, which answers 401.
+        if let Ok(user) = app.caller(&req) {
+            match tokio::time::timeout(allowed, app.store.is_suspended(&user)).await {
+                Ok(Ok(false)) => {}
+                Ok(Ok(true)) => return Err(ChatError::Suspended),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(ChatError::Unavailable),
+            }
+        }
         match tokio::time::timeout(allowed, handler(app, req)).await {
             Ok(result) => result,
             Err(_) => Err(ChatError::Unavailable),

@@ -25,6 +25,15 @@ pub enum Operation {
     RemoveReaction,
     Reactions,
     Changes,
+    BanMember,
+    UnbanMember,
+    BlockUser,
+    UnblockUser,
+    Blocks,
+    ReportMessage,
+    ModerationReports,
+    SuspendUser,
+    UnsuspendUser,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -59,7 +68,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 15] = [
+pub const ROUTES: [Route; 24] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -75,6 +84,15 @@ pub const ROUTES: [Route; 15] = [
     route(RemoveReaction, "removeReaction", "DELETE", "/conversations/{conversationId}/messages/{seq}/reactions/{reaction}", "message-changes"),
     route(Reactions, "reactions", "GET", "/conversations/{conversationId}/messages/{seq}/reactions", "message-changes"),
     route(Changes, "changes", "GET", "/conversations/{conversationId}/changes", "message-changes"),
+    route(BanMember, "banMember", "POST", "/conversations/{conversationId}/bans/{userId}", "conversations"),
+    route(UnbanMember, "unbanMember", "DELETE", "/conversations/{conversationId}/bans/{userId}", "conversations"),
+    route(BlockUser, "blockUser", "PUT", "/me/blocks/{userId}", "conversations"),
+    route(UnblockUser, "unblockUser", "DELETE", "/me/blocks/{userId}", "conversations"),
+    route(Blocks, "blocks", "GET", "/me/blocks", "conversations"),
+    route(ReportMessage, "reportMessage", "POST", "/conversations/{conversationId}/messages/{seq}/reports", "message-changes"),
+    route(ModerationReports, "moderationReports", "GET", "/moderation/reports", "conversations"),
+    route(SuspendUser, "suspendUser", "PUT", "/moderation/suspensions/{userId}", "conversations"),
+    route(UnsuspendUser, "unsuspendUser", "DELETE", "/moderation/suspensions/{userId}", "conversations"),
 ];
 
 impl Operation {

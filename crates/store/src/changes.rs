@@ -34,6 +34,8 @@ struct Read {
     reactions: ReactionsItem,
     key: Option<ChangeKeyItem>,
     reactor: Option<ReactorItem>,
+    /// Whether the caller's member item was there (a moderator need not be a member).
+    member: bool,
 }
 
 impl Read {
@@ -85,7 +87,9 @@ impl ChatStore {
     /// The first read of a change: the conversation, the caller's member item, the change head,
     /// the message's reaction counts, and, as asked, the message item, the idempotency key and
     /// the caller's reactions. 1 BatchGetItem (strongly consistent). Not a member: `NotFound`; a
-    /// seq the conversation does not have: `MessageNotFound`.
+    /// seq the conversation does not have: `MessageNotFound`. A moderator (`moderator`) need not
+    /// be a member.
+    #[allow(clippy::too_many_arguments)]
     async fn read_for_change(
         &self,
         caller: &UserId,
@@ -94,6 +98,7 @@ impl ChatStore {
         message: bool,
         key: Option<&str>,
         reactor: bool,
+        moderator: bool,
     ) -> Result<Read, ChatError> {
         let mut wanted = vec![
             keys::conversation_key(id),
@@ -114,9 +119,8 @@ impl ChatStore {
         let sk_of = |i: &Item| get_s(i, keys::SK).unwrap_or_default().to_owned();
         let by_sk: BTreeMap<String, Item> = found.into_iter().map(|i| (sk_of(&i), i)).collect();
         let get = |sk: &str| by_sk.get(sk).cloned();
-        let (Some(conversation), Some(_member)) =
-            (get(keys::CONVERSATION_SK), get(&keys::member_sk(caller)))
-        else {
+        let member = get(&keys::member_sk(caller)).is_some();
+        let (Some(conversation), true) = (get(keys::CONVERSATION_SK), member || moderator) else {
             return Err(ChatError::NotFound);
         };
         let conversation: ConversationItem = from_item(conversation)?;
@@ -144,6 +148,7 @@ impl ChatStore {
             reactor: get(&keys::reactor_sk(seq, caller))
                 .map(from_item)
                 .transpose()?,
+            member,
         })
     }
 
@@ -158,7 +163,7 @@ impl ChatStore {
         let pk = keys::changes_pk(&change.conversation_id);
         // The head is written by every change: as read means no change since.
         let (condition, values) = unchanged_since(read.last_change());
-        Ok(vec![
+        let mut parts = vec![
             tx::put(
                 &self.table,
                 to_item(change, pk.clone(), keys::CHANGE_HEAD_SK)?,
@@ -171,13 +176,17 @@ impl ChatStore {
                 None,
                 &[],
             )?,
-            tx::check(
+        ];
+        // A moderator who is not a member changes by its role, not by a membership.
+        if read.member {
+            parts.push(tx::check(
                 &self.table,
                 keys::member_key(&change.conversation_id, &change.user_id),
                 "attribute_exists(pk)",
                 &[],
-            )?,
-        ])
+            )?);
+        }
+        Ok(parts)
     }
 
     /// The Put of a message item changed by change `change_seq`, on condition that it is still
@@ -319,7 +328,15 @@ impl ChatStore {
         let mut retry = self.retry();
         while retry.next().await {
             let read = self
-                .read_for_change(caller, id, seq, true, Some(&edit.client_change_key), false)
+                .read_for_change(
+                    caller,
+                    id,
+                    seq,
+                    true,
+                    Some(&edit.client_change_key),
+                    false,
+                    false,
+                )
                 .await?;
             let Some((message, message_change)) = read.message.clone() else {
                 if let Some(key) = &read.key {
@@ -345,6 +362,8 @@ impl ChatStore {
             check_edit(&Target {
                 caller,
                 owner: read.conversation.owner_id.as_ref(),
+                admins: &[],
+                moderator: false,
                 message: &message,
                 archived: self.is_archived(&read, &message),
             })?;
@@ -370,6 +389,27 @@ impl ChatStore {
         Err(ChatError::Throttled)
     }
 
+    /// A message as the caller, a member, sees it (its counts or its tombstone), from the table
+    /// or the archive. DynamoDB: 1 BatchGetItem (+ the chunk's GetObject when archived).
+    pub(crate) async fn message_for_member(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        seq: u64,
+    ) -> Result<Message, ChatError> {
+        let read = self
+            .read_for_change(caller, id, seq, true, None, false, false)
+            .await?;
+        let message = match read.message {
+            Some((m, _)) => m,
+            None => {
+                self.archived_message(id, seq, read.conversation.archived_through)
+                    .await?
+            }
+        };
+        Ok(read.reactions.apply(message))
+    }
+
     /// `deleteMessage`. DynamoDB: 1 BatchGetItem (as an edit's), then 1 TransactWriteItems
     /// (head, record, membership check, key, the tombstone, the deleted mark beside it, the preview when it is the
     /// last message). An archived message: its chunk is read for the message (1 GetObject) and
@@ -381,12 +421,14 @@ impl ChatStore {
         id: &ConversationId,
         seq: u64,
         client_change_key: &str,
+        moderator: bool,
     ) -> Result<Message, ChatError> {
         let fingerprint = change_fingerprint(ChangeKind::Deleted, seq, caller, "");
         let mut retry = self.retry();
         while retry.next().await {
+            let key = Some(client_change_key);
             let read = self
-                .read_for_change(caller, id, seq, true, Some(client_change_key), false)
+                .read_for_change(caller, id, seq, true, key, false, moderator)
                 .await?;
             let (message, message_change) = match read.message.clone() {
                 Some(found) => found,
@@ -409,6 +451,8 @@ impl ChatStore {
                     ConversationType::Group => read.conversation.owner_id.as_ref(),
                     ConversationType::Direct => None,
                 },
+                admins: &read.conversation.admin_ids,
+                moderator,
                 message: &message,
                 archived: false,
             };
@@ -550,7 +594,7 @@ impl ChatStore {
         let mut retry = self.retry();
         while retry.next().await {
             let read = self
-                .read_for_change(caller, id, seq, false, None, true)
+                .read_for_change(caller, id, seq, false, None, true, false)
                 .await?;
             if read.reactions.deleted {
                 return Err(ChatError::Conflict(
@@ -618,7 +662,7 @@ impl ChatStore {
         q: ReactorsQuery,
     ) -> Result<ReactorsPage, ChatError> {
         let read = self
-            .read_for_change(caller, id, seq, false, None, false)
+            .read_for_change(caller, id, seq, false, None, false, false)
             .await?;
         let limit = q.limit as usize;
         let mut out: Vec<Reactor> = Vec::with_capacity(limit + 1);

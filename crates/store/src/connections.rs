@@ -368,6 +368,41 @@ impl ConnectionStore {
         }
     }
 
+    /// Closes every live connection of `user` through the Management API (`DeleteConnection`:
+    /// API Gateway then runs `$disconnect`, which unregisters it). A connection already gone
+    /// (`410`) counts as closed. Returns how many were open. DynamoDB: 1 GetItem; then 1
+    /// DeleteConnection per connection, at once.
+    #[cfg(feature = "management")]
+    pub async fn close_all(
+        &self,
+        management: &aws_sdk_apigatewaymanagement::Client,
+        user: &UserId,
+    ) -> Result<usize, ChatError> {
+        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+        let ids: Vec<String> = connection_map(&self.presence_item(user).await?)
+            .into_iter()
+            .filter(|(_, expires_at)| *expires_at > now)
+            .map(|(id, _)| id)
+            .collect();
+        let closes = ids.iter().map(|id| async move {
+            match management
+                .delete_connection()
+                .connection_id(id)
+                .send()
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) if e.code() == Some("GoneException") => Ok(()),
+                Err(e) => Err(ChatError::internal(format!(
+                    "DeleteConnection: {}",
+                    aws_sdk_apigatewaymanagement::error::DisplayErrorContext(&e)
+                ))),
+            }
+        });
+        try_join_all(closes).await?;
+        Ok(ids.len())
+    }
+
     /// The presence entries of one user as stored (connection id → expiry), expired ones included.
     /// DynamoDB: 1 GetItem, strongly consistent.
     pub async fn presence(&self, user: &UserId) -> Result<Vec<(String, i64)>, ChatError> {

@@ -204,49 +204,76 @@ impl ChatStore {
     /// `createConversation` (direct). The id is derived from the pair and the conversation item is
     /// put only if absent, so simultaneous creations make one conversation; both inbox entries are
     /// written with it, so it is in both inboxes at once. Returns `(conversation, created)`.
-    /// DynamoDB: 1 TransactWriteItems (+1 Query when it already exists).
+    /// DynamoDB: 1 BatchGetItem (the two block items) + 1 TransactWriteItems (+1 Query when it
+    /// already exists).
     pub async fn create_direct(
         &self,
         caller: &UserId,
         peer: &UserId,
     ) -> Result<(Conversation, bool), ChatError> {
         let id = ConversationId::direct(caller, peer);
-        let now = chat_domain::time::now_rfc3339();
         let pair = sorted_ids([caller, peer]);
-        let conversation = ConversationItem {
-            direct_members: pair.clone(),
-            member_count: 2,
-            ..ConversationItem::new(&id, ConversationType::Direct, &now)
-        };
-        let filed = filed_at(&conversation);
-        let mut parts = vec![tx::put(
-            &self.table,
-            conversation.to_item()?,
-            Some("attribute_not_exists(pk)"),
-            &[],
-        )?];
-        for user in &pair {
-            let member = MemberItem::new(&id, user, 0, &now, &filed.key);
-            parts.push(tx::put(&self.table, member.to_item()?, None, &[])?);
-            parts.push(self.put_inbox_entry(user, &filed)?);
-        }
-        match self.transact_retrying(parts).await? {
-            TxOutcome::Committed => Ok((conversation.to_conversation(pair, 0), true)),
-            TxOutcome::Cancelled(r) if reason_failed(&r, 0).is_some() => {
-                Ok((self.get_conversation(caller, &id).await?, false))
+        let mut retry = self.retry();
+        while retry.next().await {
+            // Who blocks whom, read first: a peer who blocks the caller refuses it (`403`), even
+            // an existing conversation; the transaction checks the blocks are still as read (a
+            // block meanwhile marks a member item only once the conversation exists).
+            let blocks = self.blocks_among(&[(peer, caller), (caller, peer)]).await?;
+            let blocks_of = |a: &UserId| blocks.iter().any(|(blocker, _)| blocker == a);
+            if blocks_of(peer) {
+                return Err(ChatError::Blocked(format!("user {peer} has blocked you")));
             }
-            _ => Err(ChatError::internal(
-                "direct conversation creation was cancelled",
-            )),
+            let now = chat_domain::time::now_rfc3339();
+            let conversation = ConversationItem {
+                direct_members: pair.clone(),
+                member_count: 2,
+                ..ConversationItem::new(&id, ConversationType::Direct, &now)
+            };
+            let filed = filed_at(&conversation);
+            let mut parts = vec![tx::put(
+                &self.table,
+                conversation.to_item()?,
+                Some("attribute_not_exists(pk)"),
+                &[],
+            )?];
+            for (blocker, blocked) in [(peer, caller), (caller, peer)] {
+                let state = if blocks_of(blocker) {
+                    "attribute_exists(pk)"
+                } else {
+                    "attribute_not_exists(pk)"
+                };
+                let key = keys::block_key(blocker, blocked);
+                parts.push(tx::check(&self.table, key, state, &[])?);
+            }
+            for user in &pair {
+                let member = MemberItem {
+                    // Its peer blocks it: its sends are refused (`MayPost`).
+                    blocked: user != caller && blocks_of(caller),
+                    ..MemberItem::new(&id, user, 0, &now, &filed.key)
+                };
+                parts.push(tx::put(&self.table, member.to_item()?, None, &[])?);
+                parts.push(self.put_inbox_entry(user, &filed)?);
+            }
+            match self.transact(parts).await? {
+                TxOutcome::Committed => return Ok((conversation.to_conversation(pair, 0), true)),
+                TxOutcome::Cancelled(r) if reason_failed(&r, 0).is_some() => {
+                    return Ok((self.get_conversation(caller, &id).await?, false));
+                }
+                // A block or an unblock meanwhile (or a conflict): read them again.
+                _ => {}
+            }
         }
+        Err(ChatError::Throttled)
     }
 
     /// `createConversation` (group). Members and their inbox entries are written first, in
     /// transactions of 49 that each check the conversation item is still absent; the conversation
     /// item, put last, is the commit point (until then nothing of the group is visible: the inbox
     /// skips entries whose conversation item is missing). A retry with the same `clientRequestId`
-    /// lands on the same id and returns the existing group. DynamoDB: ⌈members/49⌉
-    /// TransactWriteItems (1 for groups of up to 49), +1 Query when it already exists.
+    /// lands on the same id and returns the existing group. Nobody who blocks the creator is
+    /// added (`403 blocked`). DynamoDB: per chunk of 49 members 1 BatchGetItem (their blocks of
+    /// the creator) + 1 TransactWriteItems (1 each for groups of up to 49), +1 Query when it
+    /// already exists.
     pub async fn create_group(
         &self,
         caller: &UserId,
@@ -268,6 +295,8 @@ impl ChatStore {
         let filed = filed_at(&conversation);
         let chunks: Vec<&[UserId]> = all.chunks(MEMBERS_PER_TX).collect();
         for (i, chunk) in chunks.iter().enumerate() {
+            let others: Vec<&UserId> = chunk.iter().filter(|u| *u != caller).collect();
+            self.check_not_blocked_by(caller, &others).await?;
             let absent = "attribute_not_exists(pk)";
             let mut parts = vec![if i + 1 == chunks.len() {
                 tx::put(&self.table, conversation.to_item()?, Some(absent), &[])?
@@ -311,8 +340,10 @@ impl ChatStore {
     /// each new member starts exactly at `lastSeq`; the same condition makes the activity key read
     /// the current one, under which the new members' inbox entries are filed. A transaction that
     /// loses to a send gets the conversation as it now is from its cancellation and is tried again
-    /// at once from it, so a busy conversation (a commit every few ms) is joined too. DynamoDB per
-    /// round: `load_conversation` + 1 TransactWriteItems; after a lost race, the transaction alone
+    /// at once from it, so a busy conversation (a commit every few ms) is joined too. A banned
+    /// user (`403 forbidden`) or one who blocks the caller (`403 blocked`) refuses the whole add
+    /// (docs/api.md §27, §28). DynamoDB per round: `load_conversation` + 1 BatchGetItem (the new
+    /// members' bans and their blocks of the caller) + 1 TransactWriteItems; after a lost race, the transaction alone
     /// (membership unchanged) or the whole round again.
     pub async fn add_members(
         &self,
@@ -338,6 +369,9 @@ impl ChatStore {
                 return Ok(conversation.to_conversation(ids, last_change));
             }
             let chunk = &new[..new.len().min(MEMBERS_PER_TX)];
+            // Read after the conversation, whose `banVersion` the transaction conditions on: a
+            // ban that lands between this read and the commit cancels the commit.
+            self.check_admission(caller, id, chunk).await?;
             let parts = self.add_members_parts(&conversation, members.len(), chunk)?;
             attempt = match self.transact(parts).await? {
                 TxOutcome::Committed if chunk.len() == new.len() => {
@@ -352,7 +386,8 @@ impl ChatStore {
                 TxOutcome::Cancelled(reasons) => {
                     let now = reason_failed(&reasons, 0).and_then(|r| r.item.clone());
                     match now.map(from_item::<ConversationItem, _>).transpose()? {
-                        // Only lastSeq moved (a send): the members read still are the members.
+                        // Only lastSeq (a send) or banVersion moved (a ban of a non-member, read
+                        // again before the next try): the members read still are the members.
                         Some(now) if now.members_version == conversation.members_version => {
                             known = Some((now, members));
                             retry.next_now()
@@ -401,11 +436,14 @@ impl ChatStore {
             grown.bucketed_since = Some(since);
         }
         let filed = filed_at(&grown);
+        let (bans, v) = ban_version_is(conversation.ban_version);
+        values.extend(v);
+        let condition = format!("lastSeq = :seen AND memberCount = :count AND {bans}");
         let mut parts = vec![tx::update(
             &self.table,
             keys::conversation_key(id),
             &expression,
-            Some("lastSeq = :seen AND memberCount = :count"),
+            Some(&condition),
             &values,
         )?];
         let watermark = joining_watermark(conversation.last_seq);
@@ -432,27 +470,73 @@ impl ChatStore {
         id: &ConversationId,
         target: &UserId,
     ) -> Result<(), ChatError> {
+        let (conversation, target_member) = self.read_membership(caller, id, target).await?;
+        check_membership_change(conversation.kind)?;
+        check_removal(
+            caller,
+            target,
+            conversation.owner_id.as_ref(),
+            &conversation.admin_ids,
+        )?;
+        if !target_member {
+            return Err(ChatError::NotFound);
+        }
+        let parts = self.removal_parts(&conversation, target, false)?;
+        match self.transact_retrying(parts).await? {
+            TxOutcome::Committed => Ok(()),
+            // Removed meanwhile by someone else.
+            _ => Err(ChatError::NotFound),
+        }
+    }
+
+    /// The conversation (the caller must be a member: else `NotFound`) and whether `target` is a
+    /// member. 1 strongly consistent BatchGetItem.
+    pub(super) async fn read_membership(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        target: &UserId,
+    ) -> Result<(ConversationItem, bool), ChatError> {
         let mut wanted = vec![keys::conversation_key(id), keys::member_key(id, caller)];
         if target != caller {
             // BatchGetItem refuses duplicate keys.
             wanted.push(keys::member_key(id, target));
         }
         let found = self.batch_get(wanted, true).await?;
-        let by_sk = |sk: &str| found.iter().find(|i| get_s(i, keys::SK) == Some(sk));
-        let conversation: ConversationItem = by_sk(keys::CONVERSATION_SK)
-            .cloned()
-            .map(from_item)
-            .transpose()?
-            .ok_or(ChatError::NotFound)?;
-        if by_sk(&keys::member_sk(caller)).is_none() {
-            return Err(ChatError::NotFound);
+        let has = |sk: &str| found.iter().find(|i| get_s(i, keys::SK) == Some(sk));
+        let conversation = has(keys::CONVERSATION_SK).cloned();
+        match (conversation, has(&keys::member_sk(caller))) {
+            (Some(c), Some(_)) => Ok((from_item(c)?, has(&keys::member_sk(target)).is_some())),
+            _ => Err(ChatError::NotFound),
         }
-        check_membership_change(conversation.kind)?;
-        check_removal(caller, target, conversation.owner_id.as_ref())?;
-        if by_sk(&keys::member_sk(target)).is_none() {
-            return Err(ChatError::NotFound);
+    }
+
+    /// A member's removal: its member item, the conversation's count, version and change, its
+    /// inbox entry where the conversation's key says it is. A ban (`ban`) also bumps
+    /// `banVersion`, on condition that it is still the one read (docs/data-model.md §10.2).
+    pub(super) fn removal_parts(
+        &self,
+        conversation: &ConversationItem,
+        target: &UserId,
+        ban: bool,
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        let id = &conversation.conversation_id;
+        let mut expression = "SET memberCount = memberCount - :one, membersVersion = membersVersion + :one, membersChange = :change".to_owned();
+        let mut condition = "attribute_exists(pk)".to_owned();
+        let mut values = vec![
+            (":one", n(1)),
+            (
+                ":change",
+                members_change(MembersChangeKind::Removed, &[target])?,
+            ),
+        ];
+        if ban {
+            let (version, v) = ban_version_is(conversation.ban_version);
+            condition = format!("{condition} AND {version}");
+            values.extend(v);
+            expression.push_str(" ADD banVersion :one");
         }
-        let parts = vec![
+        Ok(vec![
             tx::delete(
                 &self.table,
                 keys::member_key(id, target),
@@ -462,22 +546,23 @@ impl ChatStore {
             tx::update(
                 &self.table,
                 keys::conversation_key(id),
-                "SET memberCount = memberCount - :one, membersVersion = membersVersion + :one, membersChange = :change",
-                Some("attribute_exists(pk)"),
-                &[
-                    (":one", n(1)),
-                    (":change", members_change(MembersChangeKind::Removed, &[target])?),
-                ],
+                &expression,
+                Some(&condition),
+                &values,
             )?,
             tx::delete_unconditionally(
                 &self.table,
-                keys::inbox_entry_key(target, &filed_at(&conversation)),
+                keys::inbox_entry_key(target, &filed_at(conversation)),
             )?,
-        ];
-        match self.transact_retrying(parts).await? {
-            TxOutcome::Committed => Ok(()),
-            // Removed meanwhile by someone else.
-            _ => Err(ChatError::NotFound),
-        }
+        ])
+    }
+}
+
+/// The condition that a conversation's `banVersion` is still `version` (absent: 0).
+pub(super) fn ban_version_is(version: u64) -> (&'static str, Vec<(&'static str, AttributeValue)>) {
+    if version == 0 {
+        ("attribute_not_exists(banVersion)", vec![])
+    } else {
+        ("banVersion = :bans", vec![(":bans", n(version))])
     }
 }

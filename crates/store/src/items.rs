@@ -84,6 +84,14 @@ pub struct ConversationItem {
     /// listed, so the fanout looks up the message only for content read before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted_dropped_at: Option<String>,
+    /// Groups: the admins (docs/api.md §24), who manage it with the owner
+    /// (`chat_domain::conversation::is_manager`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_ids: Vec<UserId>,
+    /// Bumped by every ban: an add conditions on it, so a ban that lands after the add read the
+    /// bans cancels the add (docs/data-model.md §10.2).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ban_version: u64,
 }
 
 /// How many deleted seqs a conversation item remembers for the fanout: an event waits in the
@@ -129,6 +137,8 @@ impl ConversationItem {
             deleted_seqs: vec![],
             deleted_change: 0,
             deleted_dropped_at: None,
+            admin_ids: vec![],
+            ban_version: 0,
         }
     }
 
@@ -204,6 +214,10 @@ pub struct MemberItem {
     /// there or further on, never below (an entry below is left from an earlier membership).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inbox_key: Option<String>,
+    /// Direct conversations: the peer blocks this member, whose sends the transaction's condition
+    /// then refuses (docs/data-model.md §10.1). Written by the block and by the creation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blocked: bool,
 }
 
 impl MemberItem {
@@ -223,6 +237,7 @@ impl MemberItem {
             joined_at: Some(now.to_owned()),
             create_fp: None,
             inbox_key: Some(inbox_key.to_owned()),
+            blocked: false,
         }
     }
 
@@ -233,6 +248,51 @@ impl MemberItem {
             keys::member_sk(&self.member_id),
         )
     }
+}
+
+/// `pk = B#<blocker>, sk = B#<blocked>`: one user blocks another (docs/data-model.md §10.1). A
+/// notifier asks "does member M block sender S" with one GetItem of this key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockItem {
+    pub user_id: UserId,
+    pub created_at: String,
+}
+
+/// `pk = BN#<conversationId>, sk = U#<userId>`: a user banned from a group (§10.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BanItem {
+    pub user_id: UserId,
+    pub banned_by: UserId,
+    pub created_at: String,
+}
+
+/// `pk = RP#open, sk = O#<createdAt>#<reportId>`: an open report with its snapshot of the
+/// message, deleted by the table's TTL (`ttl`, unix seconds) 30 days after (§10.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportItem {
+    pub report_id: String,
+    pub conversation_id: ConversationId,
+    pub seq: u64,
+    pub reporter_id: UserId,
+    pub reason: chat_domain::safety::ReportReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub created_at: String,
+    /// The message as it was when reported: kept even if it is edited or deleted since.
+    pub message: Message,
+    pub ttl: i64,
+}
+
+/// `pk = SU#<userId>, sk = SU`: a suspended user (§10.4), read by every request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspensionItem {
+    pub user_id: UserId,
+    pub suspended_by: UserId,
+    pub created_at: String,
 }
 
 /// `pk = I#<userId>, sk = A#<activityKey>#<conversationId>`: one conversation in a user's inbox
@@ -633,6 +693,8 @@ mod tests {
             deleted_seqs: vec![],
             deleted_change: 0,
             deleted_dropped_at: None,
+            admin_ids: vec![],
+            ban_version: 0,
         }
     }
 

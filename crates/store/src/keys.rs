@@ -29,6 +29,10 @@
 //! `sk = A#<activityKey>#<conversationId>`, so a descending Query walks the user's conversations
 //! newest first. Nothing else is stored under `I#`.
 //!
+//! Safety (docs/data-model.md §10): `pk = B#<blocker>, sk = B#<blocked>` (a block),
+//! `pk = BN#<conversationId>, sk = U#<userId>` (a ban), `pk = RP#open, sk = O#<createdAt>#<id>`
+//! (an open report, oldest first) and `pk = SU#<userId>, sk = SU` (a suspension).
+//!
 //! Archived keys table: `k = <hash of conversation and clientMsgId>`, the idempotency key of an
 //! archived message, kept forever (docs/data-model.md §2.4c).
 //!
@@ -237,6 +241,37 @@ pub fn connection_pk(connection_id: &str) -> String {
 
 pub const PRESENCE_SK: &str = "P";
 pub const CONNECTION_OWNER_SK: &str = "U";
+
+pub const BLOCK_PREFIX: &str = "B#";
+
+pub fn blocks_pk(blocker: &UserId) -> String {
+    format!("B#{blocker}")
+}
+
+/// Whether `blocker` blocks `blocked`: one GetItem of this key.
+pub fn block_key(blocker: &UserId, blocked: &UserId) -> Item {
+    key(blocks_pk(blocker), format!("{BLOCK_PREFIX}{blocked}"))
+}
+
+pub fn bans_pk(id: &ConversationId) -> String {
+    format!("BN#{id}")
+}
+
+pub fn ban_key(id: &ConversationId, user: &UserId) -> Item {
+    key(bans_pk(id), format!("U#{user}"))
+}
+
+pub const REPORTS_PK: &str = "RP#open";
+pub const REPORT_PREFIX: &str = "O#";
+
+/// Open reports sort oldest first by this key.
+pub fn report_sk(created_at: &str, report_id: &str) -> String {
+    format!("{REPORT_PREFIX}{created_at}#{report_id}")
+}
+
+pub fn suspension_key(user: &UserId) -> Item {
+    key(format!("SU#{user}"), "SU")
+}
 
 #[cfg(test)]
 mod tests {

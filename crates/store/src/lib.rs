@@ -32,6 +32,7 @@ mod messages;
 pub mod migrate;
 mod reads;
 pub mod retry;
+mod safety;
 mod send;
 pub mod stream;
 pub mod telemetry;
@@ -84,6 +85,8 @@ pub struct ChatStore {
     /// The lowest work-list bucket this instance has made sure the archiver's cursor is at or
     /// below (`list_for_archiving`; u64::MAX: none yet).
     listed_from: Arc<std::sync::atomic::AtomicU64>,
+    /// How long a user's suspension state read stays true in this instance (`is_suspended`).
+    suspension_ttl: Duration,
 }
 
 /// What an instance remembers of the conversations it served, to skip reads:
@@ -253,6 +256,15 @@ impl ChatStore {
             archive_tier: false,
             archive_settings: archiver::ArchiveSettings::AWS,
             listed_from: Arc::new(u64::MAX.into()),
+            suspension_ttl: safety::SUSPENSION_TTL,
+        }
+    }
+
+    /// This store remembering suspension states for `ttl` (default `SUSPENSION_TTL`, 10 s).
+    pub fn with_suspension_ttl(self, ttl: Duration) -> Self {
+        ChatStore {
+            suspension_ttl: ttl,
+            ..self
         }
     }
 

@@ -105,7 +105,33 @@ impl ChatStore {
     /// its message is committed, by another (the Query shows the commit's record) or by this
     /// request (+ 1 TransactWriteItems, and a GetItem of the conversation when no recent commit
     /// says where it is).
+    ///
+    /// A direct conversation's member whose peer blocks it is refused by the same condition as a
+    /// non-member (its member item's `blocked`, docs/data-model.md §10.1); only then is its member
+    /// item read to tell the two apart (`403 blocked`).
     pub async fn send_message(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        request: &SendMessage,
+    ) -> Result<(Message, bool), ChatError> {
+        match self.send_as_member(caller, id, request).await {
+            Err(ChatError::NotFound) if id.is_direct() => {
+                let member = self
+                    .item_fields(keys::member_key(id, caller), Some("blocked"))
+                    .await?;
+                match member {
+                    Some(m) if m.contains_key("blocked") => {
+                        Err(ChatError::Blocked("the other user has blocked you".into()))
+                    }
+                    _ => Err(ChatError::NotFound),
+                }
+            }
+            sent => sent,
+        }
+    }
+
+    async fn send_as_member(
         &self,
         caller: &UserId,
         id: &ConversationId,
@@ -165,11 +191,15 @@ impl ChatStore {
             .table_name(&self.table)
             .set_key(Some(keys::member_key(send.id, send.caller)))
             .consistent_read(true)
-            .projection_expression("pk")
+            .projection_expression("pk, blocked")
             .send()
             .await
             .map_err(|e| sdk_error("GetItem", e))?;
-        out.item.map(|_| ()).ok_or(ChatError::NotFound)
+        // Blocked: as a non-member here (`send_message` tells them apart).
+        out.item
+            .filter(|m| !m.contains_key("blocked"))
+            .map(|_| ())
+            .ok_or(ChatError::NotFound)
     }
 
     /// The first send to lose the race for a conversation marks it busy, so that new sends
@@ -895,7 +925,10 @@ fn condition(c: &Condition) -> (Option<&'static str>, Values) {
             now_ms,
         } => head_is(*last_seq, *key_moves, Some(*now_ms)),
         Condition::Absent => (Some("attribute_not_exists(pk)"), vec![]),
-        Condition::Exists => (Some("attribute_exists(pk)"), vec![]),
+        Condition::MayPost => (
+            Some("attribute_exists(pk) AND attribute_not_exists(blocked)"),
+            vec![],
+        ),
         Condition::QueuedBy { request_id, now_ms } => (
             Some("requestId = :rid AND expiresAt > :now"),
             vec![(":rid", s(request_id)), (":now", n(*now_ms))],

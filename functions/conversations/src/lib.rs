@@ -2,20 +2,62 @@
 //! `createConversation` — `POST /conversations`,
 //! `getConversation` — `GET /conversations/{conversationId}`,
 //! `addMembers` — `POST /conversations/{conversationId}/members`,
-//! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`
+//! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`,
+//! `banMember` / `unbanMember` — `POST` / `DELETE /conversations/{conversationId}/bans/{userId}`,
+//! `blockUser` / `unblockUser` — `PUT` / `DELETE /me/blocks/{userId}`, `blocks` — `GET /me/blocks`,
+//! `moderationReports` — `GET /moderation/reports`,
+//! `suspendUser` / `unsuspendUser` — `PUT` / `DELETE /moderation/suspensions/{userId}`
 //! (`chat_http::routes`); and, through the catch-all routes, `404` for what the API does
 //! not have.
 
+use aws_config::SdkConfig;
 use chat_domain::requests::{
     conversation_id_param, parse_add_members, user_id_param, CreateConversation,
 };
+use chat_domain::safety::{
+    check_block_target, PageQuery, DEFAULT_BLOCKS_LIMIT, DEFAULT_REPORTS_LIMIT,
+};
 use chat_domain::ChatError;
-use chat_http::http::{self, App};
+use chat_http::http::{self, App, Identity, Query};
 use chat_http::routes::Operation;
+use chat_store::{Config, ConnectionStore};
 use lambda_http::{Body, Request, Response};
 
+/// What closes a suspended user's open WebSocket connections (docs/api.md §30): its connections
+/// (the connections table) and the Management API's `DeleteConnection`. None where no WebSocket
+/// API is configured (`WS_MANAGEMENT_ENDPOINT`).
+#[derive(Clone, Debug)]
+pub struct Sessions {
+    pub connections: ConnectionStore,
+    pub management: aws_sdk_apigatewaymanagement::Client,
+}
+
+impl Sessions {
+    pub fn of(config: &Config, sdk: &SdkConfig) -> Option<Sessions> {
+        Some(Sessions {
+            connections: config.connection_store(sdk),
+            management: config.management_client(sdk)?,
+        })
+    }
+
+    pub async fn from_env() -> Result<Option<Sessions>, lambda_http::Error> {
+        let config = Config::from_env()?;
+        Ok(Sessions::of(&config, &config.sdk_config().await))
+    }
+}
+
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {
-    let caller = app.caller(&req)?;
+    handle_with(app, req, None).await
+}
+
+/// `handle`, closing a suspended user's connections through `sessions`.
+pub async fn handle_with(
+    app: App,
+    req: Request,
+    sessions: Option<Sessions>,
+) -> Result<Response<Body>, ChatError> {
+    let identity = app.identity(&req)?;
+    let caller = identity.user.clone();
     let operation = http::operation(&req).ok_or(ChatError::NotFound)?;
     let conversation_id =
         || conversation_id_param(http::path_param(&req, "conversationId").as_deref());
@@ -53,7 +95,57 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
             app.store.remove_member(&caller, &id, &target).await?;
             http::no_content()
         }
-        // Not this function's: the catch-all routes bring every path the API does not have here.
+        // Bans, blocks, moderation; the catch-all routes bring every path the API does not have
+        // here too (404).
+        _ => safety(&app, &req, operation, &identity, sessions.as_ref()).await,
+    }
+}
+
+/// Bans, blocks and moderation (docs/api.md §27, §28, §30).
+async fn safety(
+    app: &App,
+    req: &Request,
+    operation: Operation,
+    identity: &Identity,
+    sessions: Option<&Sessions>,
+) -> Result<Response<Body>, ChatError> {
+    let caller = &identity.user;
+    let user = || user_id_param(http::path_param(req, "userId").as_deref());
+    let store = &app.store;
+    match operation {
+        Operation::BanMember | Operation::UnbanMember => {
+            let id = conversation_id_param(http::path_param(req, "conversationId").as_deref())?;
+            let on = operation == Operation::BanMember;
+            store.set_ban(caller, &id, &user()?, on).await?;
+            http::no_content()
+        }
+        Operation::BlockUser | Operation::UnblockUser => {
+            let target = user()?;
+            check_block_target(caller, &target)?;
+            let on = operation == Operation::BlockUser;
+            store.set_block(caller, &target, on).await?;
+            http::no_content()
+        }
+        Operation::Blocks => {
+            let page = PageQuery::parse(&Query::of(req), DEFAULT_BLOCKS_LIMIT, "B#")?;
+            http::json(200, &store.blocks(caller, &page).await?)
+        }
+        Operation::ModerationReports => {
+            identity.moderator()?;
+            let page = PageQuery::parse(&Query::of(req), DEFAULT_REPORTS_LIMIT, "O#")?;
+            http::json(200, &store.reports(&page).await?)
+        }
+        Operation::SuspendUser | Operation::UnsuspendUser => {
+            let on = operation == Operation::SuspendUser;
+            let target = user()?;
+            store
+                .set_suspension(identity.moderator()?, &target, on)
+                .await?;
+            if let (true, Some(s)) = (on, sessions) {
+                s.connections.close_all(&s.management, &target).await?;
+            }
+            http::no_content()
+        }
         _ => Err(ChatError::NotFound),
     }
 }

@@ -3,19 +3,22 @@
 //! `deleteMessage` — `DELETE /conversations/{conversationId}/messages/{seq}`,
 //! `addReaction` / `removeReaction` — `PUT` / `DELETE …/messages/{seq}/reactions/{reaction}`,
 //! `reactions` — `GET …/messages/{seq}/reactions`,
-//! `changes` — `GET /conversations/{conversationId}/changes` (`chat_http::routes`).
+//! `changes` — `GET /conversations/{conversationId}/changes`,
+//! `reportMessage` — `POST …/messages/{seq}/reports` (`chat_http::routes`).
 
 use chat_domain::changes::{
     message_seq_param, parse_delete, ChangesQuery, EditMessage, Reaction, ReactorsQuery,
 };
 use chat_domain::requests::conversation_id_param;
+use chat_domain::safety::ReportRequest;
 use chat_domain::ChatError;
 use chat_http::http::{self, App, Query};
 use chat_http::routes::Operation;
 use lambda_http::{Body, Request, Response};
 
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {
-    let caller = app.caller(&req)?;
+    let identity = app.identity(&req)?;
+    let caller = identity.user.clone();
     let operation = http::operation(&req).ok_or(ChatError::NotFound)?;
     let id = conversation_id_param(http::path_param(&req, "conversationId").as_deref())?;
     if operation == Operation::Changes {
@@ -35,7 +38,13 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
         }
         Operation::DeleteMessage => {
             let key = parse_delete(&Query::of(&req))?;
-            http::json(200, &store.delete_message(&caller, &id, seq, &key).await?)
+            let moderator = identity.moderator;
+            let deleted = store.delete_message(&caller, &id, seq, &key, moderator);
+            http::json(200, &deleted.await?)
+        }
+        Operation::ReportMessage => {
+            let report = ReportRequest::parse(http::body(&req)?)?;
+            http::json(202, &store.report(&caller, &id, seq, &report).await?)
         }
         Operation::AddReaction | Operation::RemoveReaction => {
             let add = operation == Operation::AddReaction;

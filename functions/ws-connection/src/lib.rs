@@ -2,19 +2,22 @@
 //!
 //! `$connect` carries the user's token in `?token=` (browsers cannot set headers on a WebSocket):
 //! it is verified here, and a connection without a valid token is refused (401). The connection is
-//! then recorded for the fanout, with a TTL matching API Gateway's 2-hour limit.
+//! then recorded for the fanout, with a TTL matching API Gateway's 2-hour limit. A suspended
+//! user's connection is refused (403, docs/api.md §30).
 
 use aws_lambda_events::event::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use chat_domain::ChatError;
 use chat_http::auth::TokenVerifier;
 use chat_lambda::{Error, EventHandler, SdkConfig};
-use chat_store::{Config, ConnectionStore};
+use chat_store::{ChatStore, Config, ConnectionStore};
 use std::future::Future;
 
 #[derive(Clone, Debug)]
 pub struct WsConnection {
     connections: ConnectionStore,
     verifier: TokenVerifier,
+    /// Where suspensions are read (none: nobody is refused for one).
+    chat: Option<ChatStore>,
 }
 
 fn status(code: i64) -> ApiGatewayProxyResponse {
@@ -28,6 +31,15 @@ impl WsConnection {
         WsConnection {
             connections,
             verifier,
+            chat: None,
+        }
+    }
+
+    /// Refusing suspended users' connections, read in `chat`.
+    pub fn with_suspensions(self, chat: ChatStore) -> Self {
+        WsConnection {
+            chat: Some(chat),
+            ..self
         }
     }
 
@@ -50,7 +62,7 @@ impl WsConnection {
         match result {
             Ok(()) => status(200),
             Err(e) => {
-                if !matches!(e, ChatError::Unauthorized(_)) {
+                if !matches!(e, ChatError::Unauthorized(_) | ChatError::Suspended) {
                     tracing::error!(connection, error = %e, detail = ?e, "websocket route failed");
                 }
                 status(e.status().into())
@@ -69,6 +81,11 @@ impl WsConnection {
             .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         let user = self.verifier.verify(token, now).await?;
+        if let Some(chat) = &self.chat {
+            if chat.is_suspended(&user).await? {
+                return Err(ChatError::Suspended);
+            }
+        }
         self.connections.register(&user, connection, now).await
     }
 }
@@ -79,7 +96,8 @@ impl EventHandler for WsConnection {
 
     async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
         let verifier = TokenVerifier::from_config(&config.auth).await?;
-        Ok(WsConnection::new(config.connection_store(sdk), verifier))
+        let connections = config.connection_store(sdk);
+        Ok(WsConnection::new(connections, verifier).with_suspensions(config.chat_store(sdk)))
     }
 
     fn handle(&self, event: Self::Event) -> impl Future<Output = Self::Response> + Send {

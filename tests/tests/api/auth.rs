@@ -134,3 +134,41 @@ async fn local_mode_ignores_authorizer_claims() {
     let r = t.invoke(event, Some(Function::Conversations)).await;
     assert_eq!(r.status, 401);
 }
+
+/// Deployed, a moderator is whoever the JWT authorizer's claims say is one: the scope
+/// `chat:moderator` among the token's scopes, or the group `moderators` (API Gateway passes a list
+/// claim as `[a b]`); docs/api.md §30.
+#[tokio::test]
+async fn deployed_mode_takes_moderators_from_the_authorizer_claims() {
+    let t = TestApp::with_auth(Authenticator::ApiGateway).await;
+    let recorded = std::fs::read_to_string(
+        chat_tests::server::workspace_root().join("tests/fixtures/apigw-v2-jwt-authorizer.json"),
+    )
+    .unwrap()
+    .replace("SUB_PLACEHOLDER", &unique("sub"))
+    .replace("PEER_PLACEHOLDER", &unique("peer"));
+    let mut event: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+    event["routeKey"] = json!("GET /moderation/reports");
+    event["rawPath"] = json!("/moderation/reports");
+    event["body"] = serde_json::Value::Null;
+    event["requestContext"]["routeKey"] = json!("GET /moderation/reports");
+    event["requestContext"]["http"]["method"] = json!("GET");
+    event["requestContext"]["http"]["path"] = json!("/moderation/reports");
+    let claims = "/requestContext/authorizer/jwt/claims";
+    let with = |name: &str, value: &str| {
+        let mut e = event.clone();
+        e.pointer_mut(claims).unwrap()[name] = json!(value);
+        e
+    };
+    for (name, value, status) in [
+        ("scope", "aws.cognito.signin.user.admin", 403),
+        ("scope", "aws.cognito.signin.user.admin chat:moderator", 200),
+        ("cognito:groups", "[admins moderators]", 200),
+        ("cognito:groups", "[admins]", 403),
+    ] {
+        let r = t
+            .invoke(with(name, value), Some(Function::Conversations))
+            .await;
+        assert_eq!(r.status, status, "{name}={value}: {r:?}");
+    }
+}

@@ -7,6 +7,9 @@ use serde_json::json;
 async fn operations_stay_within_their_round_trip_budget() {
     let t = TestApp::new().await;
     let (a, b, c) = t.new_direct().await;
+    // A user's first request also reads whether it is suspended, which the instance then knows
+    // (docs/cost.md "Suspensions"): b's is made here, not in a step counted below.
+    assert_eq!(t.get("/inbox", &b).await.status, 200);
     t.calls.take();
 
     let r = t.send(&c, &a, "hello").await;
@@ -54,9 +57,10 @@ async fn operations_stay_within_their_round_trip_budget() {
     assert_eq!(calls, ["GetItem", "GetItem", "Query"], "get conversation");
 
     let g = t.group(&a, &[&b]).await;
+    // Whether a member blocks the creator (docs/data-model.md §10.1), then the group.
     assert_eq!(
         t.calls.take(),
-        ["TransactWriteItems"],
+        ["BatchGetItem", "TransactWriteItems"],
         "create a small group"
     );
     // A group's members are spread over 4 partitions (docs/data-model.md §1): its conversation
@@ -70,7 +74,12 @@ async fn operations_stay_within_their_round_trip_budget() {
     let mut calls = t.calls.take();
     calls[..6].sort();
     assert_eq!(calls[..6], shards, "add members: one round trip of reads");
-    assert_eq!(calls[6..], ["TransactWriteItems"], "add members");
+    // The new members' bans and blocks of the caller, read after the conversation (§10.2).
+    assert_eq!(
+        calls[6..],
+        ["BatchGetItem", "TransactWriteItems"],
+        "add members"
+    );
     t.remove_member(&g, &a, &b).await;
     assert_eq!(
         t.calls.take(),

@@ -213,9 +213,30 @@ export class FakeChatServer {
     return this.route(req);
   }
 
+  /** Blocks, bans, reports and moderation (docs/api.md §27–§30): answered as the API does, nothing kept. */
+  private safety(r: LoggedRequest, parts: string[]): Response | undefined {
+    const words = ["blocks", "bans", "messages", "reports", "suspensions"];
+    const key = `${r.method} ${parts.map((p, i) => (i === 0 || words.includes(p) ? p : "*")).join("/")}`;
+    const done = () => new Response(null, { status: 204 });
+    const routes: Record<string, () => Response> = {
+      "PUT me/blocks/*": done,
+      "DELETE me/blocks/*": done,
+      "GET me/blocks": () => json(200, { blocks: [], nextCursor: null }),
+      "POST conversations/*/bans/*": done,
+      "DELETE conversations/*/bans/*": done,
+      "POST conversations/*/messages/*/reports": () => json(202, { reportId: "r1", createdAt: "2026-01-01T00:00:00.000Z" }),
+      "GET moderation/reports": () => json(200, { reports: [], nextCursor: null }),
+      "PUT moderation/suspensions/*": done,
+      "DELETE moderation/suspensions/*": done,
+    };
+    return routes[key]?.();
+  }
+
   private route(r: LoggedRequest): Response {
     const parts = r.path.split("/").filter(Boolean).map(decodeURIComponent);
     if (r.method === "GET" && parts[0] === "inbox") return this.inbox(r);
+    const safety = this.safety(r, parts);
+    if (safety) return safety;
     if (parts[0] !== "conversations") return error(404, "not_found", "no such route");
     if (parts.length === 1 && r.method === "POST") return this.create(r);
     const c = this.conversations.get(parts[1]!);

@@ -63,6 +63,30 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const seqs = (ms: Message[]) => ms.map((m) => m.seq);
 
 describe("REST", () => {
+  it("calls the safety and moderation routes (docs/api.md §27–§30)", async () => {
+    const { server, client } = setup();
+    const last = () => `${server.requests.at(-1)!.method} ${server.requests.at(-1)!.path}${server.requests.at(-1)!.query.toString() ? "?" + server.requests.at(-1)!.query.toString() : ""}`;
+    await client.block("b|x");
+    assert.equal(last(), "PUT /me/blocks/b%7Cx");
+    await client.unblock("bob");
+    assert.equal(last(), "DELETE /me/blocks/bob");
+    assert.deepEqual((await client.blocks({ limit: 5 })).blocks, []);
+    assert.equal(last(), "GET /me/blocks?limit=5");
+    await client.ban("g-1", "bob");
+    assert.equal(last(), "POST /conversations/g-1/bans/bob");
+    await client.unban("g-1", "bob");
+    assert.equal(last(), "DELETE /conversations/g-1/bans/bob");
+    assert.equal((await client.report("g-1", 3, "spam", "why")).reportId, "r1");
+    assert.equal(last(), "POST /conversations/g-1/messages/3/reports");
+    assert.deepEqual(server.requests.at(-1)!.body, { reason: "spam", note: "why" });
+    assert.deepEqual((await client.moderationReports({ cursor: "c1" })).reports, []);
+    assert.equal(last(), "GET /moderation/reports?cursor=c1");
+    await client.suspend("bob");
+    assert.equal(last(), "PUT /moderation/suspensions/bob");
+    await client.unsuspend("bob");
+    assert.equal(last(), "DELETE /moderation/suspensions/bob");
+  });
+
   it("calls every route with the API's paths, bodies and a Bearer token", async () => {
     const { server, client } = setup();
     const direct = await client.openDirect("bob");

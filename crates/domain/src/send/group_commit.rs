@@ -94,8 +94,9 @@ pub enum Condition {
     },
     /// The item does not exist.
     Absent,
-    /// The item exists (the sender is a member).
-    Exists,
+    /// The member item exists (the sender is a member) and is not marked `blocked` (its peer in
+    /// a direct conversation blocks it: docs/data-model.md §10.1).
+    MayPost,
     /// The queued send is the one read (`requestId`) and its request is live at `now_ms`.
     QueuedBy {
         request_id: String,
@@ -221,7 +222,7 @@ impl Layout {
                 sender: sender.clone(),
             },
             write: Write::MoveWatermark { to_seq },
-            condition: Condition::Exists,
+            condition: Condition::MayPost,
         });
     }
 

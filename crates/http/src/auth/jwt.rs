@@ -70,16 +70,29 @@ pub(crate) fn user_from_claims(
 
 /// Verifies an HS256 token: signature, `alg`, required `sub` and `exp`, optional `nbf`.
 pub fn verify_hs256(token: &str, secret: &[u8], now_unix: i64) -> Result<UserId, ChatError> {
+    verify_hs256_claims(token, secret, now_unix).map(|(user, _)| user)
+}
+
+/// `verify_hs256`, with the token's claims (for its moderator scope or groups).
+pub fn verify_hs256_claims(
+    token: &str,
+    secret: &[u8],
+    now_unix: i64,
+) -> Result<(UserId, serde_json::Value), ChatError> {
     let claims = verified_claims(token, &DecodingKey::from_secret(secret), Algorithm::HS256)?;
-    user_from_claims(&claims, now_unix)
+    Ok((user_from_claims(&claims, now_unix)?, claims))
 }
 
 /// Mints an HS256 token (local mode, tests and tools).
 pub fn mint_hs256(sub: &str, exp_unix: i64, secret: &[u8]) -> String {
-    let claims = serde_json::json!({"sub": sub, "exp": exp_unix});
+    mint_hs256_claims(&serde_json::json!({"sub": sub, "exp": exp_unix}), secret)
+}
+
+/// Mints an HS256 token of any claims (a moderator's `scope`, tests).
+pub fn mint_hs256_claims(claims: &serde_json::Value, secret: &[u8]) -> String {
     jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
-        &claims,
+        claims,
         &EncodingKey::from_secret(secret),
     )
     .expect("HS256 signing takes any key")

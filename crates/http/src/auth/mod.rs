@@ -12,7 +12,7 @@ use chat_domain::error::ChatError;
 use chat_domain::UserId;
 use chat_store::config::AuthMode;
 
-pub use jwt::{mint_hs256, user_from_sub, verify_hs256};
+pub use jwt::{mint_hs256, mint_hs256_claims, user_from_sub, verify_hs256, verify_hs256_claims};
 
 /// How REST requests are authenticated.
 #[derive(Clone)]

@@ -12,6 +12,7 @@
 //! | `send` | the decisions of a send: alone, queued, group commit |
 //! | `requests` | request bodies and parameters, parsed and validated into the types above |
 //! | `events` | push events, the relay's and the fanout's planning, redelivery, failure policy |
+//! | `typing` | typing frames and presence: their requests, expiry, throttling and events |
 //! | `error`, `retry`, `time` | the one error type, backoff with jitter, wall-clock formats |
 
 pub mod changes;
@@ -27,6 +28,7 @@ pub mod requests;
 pub mod retry;
 pub mod send;
 pub mod time;
+pub mod typing;
 
 pub use conversation::ConversationType;
 pub use error::ChatError;

@@ -140,6 +140,14 @@ impl ChatStore {
         Ok(self.members_version(id).await?.map(|v| (v, members)))
     }
 
+    /// Whether `user` is a member of `id` now. 1 strongly consistent GetItem of the member item.
+    pub async fn is_member(&self, id: &ConversationId, user: &UserId) -> Result<bool, ChatError> {
+        let item = self
+            .item_fields(keys::member_key(id, user), Some("pk"))
+            .await?;
+        Ok(item.is_some())
+    }
+
     /// A conversation and its members, if `caller` is one of them; otherwise `NotFound` (no hint
     /// that it exists). 1 Query.
     pub(super) async fn load_for_member(

@@ -35,6 +35,7 @@ mod send;
 pub mod stream;
 pub mod telemetry;
 mod tx;
+pub mod typing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -42,7 +42,11 @@ impl WsConnection {
         let result = match route {
             "$connect" | "CONNECT" => self.connect(&event, &connection).await,
             "$disconnect" | "DISCONNECT" => {
-                self.connections.unregister(&connection).await.map(|_| ())
+                let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+                self.connections
+                    .unregister(&connection, now)
+                    .await
+                    .map(|_| ())
             }
             // Clients have nothing to say over the socket; a ping keeps it open.
             _ => Ok(()),

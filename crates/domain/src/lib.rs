@@ -14,6 +14,7 @@
 //! | `events` | push events, the relay's and the fanout's planning, redelivery, failure policy |
 //! | `typing` | typing frames and presence: their requests, expiry, throttling and events |
 //! | `error`, `retry`, `time` | the one error type, backoff with jitter, wall-clock formats |
+//! | `log_sampling` | which routine log lines are written (errors and slow ones always) |
 
 pub mod changes;
 pub mod conversation;
@@ -21,6 +22,7 @@ pub mod error;
 pub mod events;
 pub mod ids;
 pub mod inbox;
+pub mod log_sampling;
 pub mod message;
 pub mod model;
 pub mod read_state;

@@ -1,4 +1,5 @@
-//! WebSocket `$connect` / `$disconnect` / `$default`.
+//! WebSocket `$connect` / `$disconnect` / `typing` (route selection on `$request.body.action`;
+//! `$default`, the keep-alive pings, is API Gateway's mock integration and never comes here).
 //!
 //! `$connect` carries the user's token in `?token=` (browsers cannot set headers on a WebSocket):
 //! it is verified here, and a connection without a valid token is refused (401). The connection is
@@ -11,10 +12,14 @@ use chat_lambda::{Error, EventHandler, SdkConfig};
 use chat_store::{Config, ConnectionStore};
 use std::future::Future;
 
+mod typing;
+pub use typing::Typing;
+
 #[derive(Clone, Debug)]
 pub struct WsConnection {
     connections: ConnectionStore,
     verifier: TokenVerifier,
+    typing: Typing,
 }
 
 fn status(code: i64) -> ApiGatewayProxyResponse {
@@ -24,10 +29,11 @@ fn status(code: i64) -> ApiGatewayProxyResponse {
 }
 
 impl WsConnection {
-    pub fn new(connections: ConnectionStore, verifier: TokenVerifier) -> Self {
+    pub fn new(connections: ConnectionStore, verifier: TokenVerifier, typing: Typing) -> Self {
         WsConnection {
             connections,
             verifier,
+            typing,
         }
     }
 
@@ -41,14 +47,9 @@ impl WsConnection {
             .unwrap_or_default();
         let result = match route {
             "$connect" | "CONNECT" => self.connect(&event, &connection).await,
-            "$disconnect" | "DISCONNECT" => {
-                let now = chat_domain::time::unix_seconds(chat_domain::time::now());
-                self.connections
-                    .unregister(&connection, now)
-                    .await
-                    .map(|_| ())
-            }
-            // Clients have nothing to say over the socket; a ping keeps it open.
+            "$disconnect" | "DISCONNECT" => self.disconnect(&connection).await,
+            "typing" => self.typing.frame(&connection, &body(&event)).await,
+            // Anything else is a ping that keeps the socket open.
             _ => Ok(()),
         };
         match result {
@@ -60,6 +61,14 @@ impl WsConnection {
                 status(e.status().into())
             }
         }
+    }
+
+    async fn disconnect(&self, connection: &str) -> Result<(), ChatError> {
+        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+        if let Some((_, typing_in)) = self.connections.unregister(connection, now).await? {
+            self.typing.closed(connection, &typing_in).await;
+        }
+        Ok(())
     }
 
     async fn connect(
@@ -77,13 +86,32 @@ impl WsConnection {
     }
 }
 
+/// A client frame's bytes (API Gateway base64-encodes binary frames).
+fn body(event: &ApiGatewayWebsocketProxyRequest) -> Vec<u8> {
+    use base64::Engine;
+    let text = event.body.as_deref().unwrap_or_default();
+    if event.is_base64_encoded {
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .unwrap_or_else(|_| text.as_bytes().to_vec())
+    } else {
+        text.as_bytes().to_vec()
+    }
+}
+
 impl EventHandler for WsConnection {
     type Event = ApiGatewayWebsocketProxyRequest;
     type Response = ApiGatewayProxyResponse;
 
     async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
         let verifier = TokenVerifier::from_config(&config.auth).await?;
-        Ok(WsConnection::new(config.connection_store(sdk), verifier))
+        let connections = config.connection_store(sdk);
+        let typing = Typing::new(
+            config.chat_store(sdk),
+            connections.clone(),
+            config.management_client(sdk),
+        );
+        Ok(WsConnection::new(connections, verifier, typing))
     }
 
     fn handle(&self, event: Self::Event) -> impl Future<Output = Self::Response> + Send {

@@ -229,6 +229,9 @@ pub fn presence_event(p: &Presence) -> Value {
 /// `POST /presence` `{"userIds":[…]}`: 1–100 valid ids (deduplicated, order kept).
 pub fn parse_presence_query(body: &[u8]) -> Result<Vec<UserId>, ChatError> {
     let ids = Fields::parse(body)?.user_ids("userIds", true)?;
+    if ids.is_empty() {
+        return Err(ChatError::invalid("field `userIds` must name at least one user"));
+    }
     if ids.len() > MAX_PRESENCE_USERS {
         return Err(ChatError::invalid(format!(
             "field `userIds` may name at most {MAX_PRESENCE_USERS} users"
@@ -394,6 +397,7 @@ mod tests {
         );
         assert!(parse_presence_query(br#"{"userIds":["bad id!"]}"#).is_err());
         assert!(parse_presence_query(br#"{}"#).is_err());
+        assert!(parse_presence_query(br#"{"userIds":[]}"#).is_err());
         assert_eq!(
             parse_presence_visibility(br#"{"visible":false}"#),
             Ok(false)

@@ -2,13 +2,15 @@
 //! `createConversation` — `POST /conversations`,
 //! `getConversation` — `GET /conversations/{conversationId}`,
 //! `addMembers` — `POST /conversations/{conversationId}/members`,
-//! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`
+//! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`,
+//! `presence` — `POST /presence`, `setPresenceVisibility` — `PUT /me/presence` (§38)
 //! (`chat_http::routes`); and, through the catch-all routes, `404` for what the API does
 //! not have.
 
 use chat_domain::requests::{
     conversation_id_param, parse_add_members, user_id_param, CreateConversation,
 };
+use chat_domain::typing::{parse_presence_query, parse_presence_visibility};
 use chat_domain::ChatError;
 use chat_http::http::{self, App};
 use chat_http::routes::Operation;
@@ -52,6 +54,19 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
             let target = user_id_param(http::path_param(&req, "userId").as_deref())?;
             app.store.remove_member(&caller, &id, &target).await?;
             http::no_content()
+        }
+        Operation::Presence => {
+            let users = parse_presence_query(http::body(&req)?)?;
+            let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+            let presence = app.connections.presence_of(&users, now).await?;
+            http::json(200, &serde_json::json!({ "presence": presence }))
+        }
+        Operation::SetPresenceVisibility => {
+            let visible = parse_presence_visibility(http::body(&req)?)?;
+            app.connections
+                .set_presence_visible(&caller, visible)
+                .await?;
+            http::json(200, &serde_json::json!({ "visible": visible }))
         }
         // Not this function's: the catch-all routes bring every path the API does not have here.
         _ => Err(ChatError::NotFound),

@@ -105,7 +105,11 @@ impl Typing {
 
     /// Sends the current set if it is due: at once, or (changed within a second of the last
     /// frame) when that second is over, waiting for it here; whoever claims the push sends it.
-    async fn publish(&self, id: &ConversationId, mut state: TypingSnapshot) -> Result<(), ChatError> {
+    async fn publish(
+        &self,
+        id: &ConversationId,
+        mut state: TypingSnapshot,
+    ) -> Result<(), ChatError> {
         for _ in 0..CLAIM_ROUNDS {
             let now = now_ms();
             let typing = typing_now(&state.starts(), now);
@@ -161,8 +165,8 @@ impl Typing {
             .into_iter()
             .filter(|c| !(only_self(typing, &c.user) && only_self(before, &c.user)))
             .map(|c| async move {
-                let frame = serde_json::to_string(&typing_event(id, typing, &c.user))
-                    .unwrap_or_default();
+                let frame =
+                    serde_json::to_string(&typing_event(id, typing, &c.user)).unwrap_or_default();
                 if self.post(&c.connection_id, &frame).await == PushResult::Gone {
                     self.forget(&c).await;
                 }
@@ -176,7 +180,10 @@ impl Typing {
 
     /// The member ids, from the cache while `membersVersion` is unchanged. None: no such
     /// conversation. 1 GetItem (+ 1 Query and 1 GetItem when it changed).
-    async fn member_list(&self, id: &ConversationId) -> Result<Option<Arc<Vec<UserId>>>, ChatError> {
+    async fn member_list(
+        &self,
+        id: &ConversationId,
+    ) -> Result<Option<Arc<Vec<UserId>>>, ChatError> {
         let Some(version) = self.chat.members_version(id).await? else {
             return Ok(None);
         };

@@ -60,7 +60,9 @@ async fn a_start_reaches_the_other_members_and_a_stop_ends_it() {
         let mut out = WsClient::connect(&outsider).await;
         c[0].send_text(&typing(&conv, "start")).await;
         for member in [1, 2] {
-            let e = next_typing(&mut c[member], &conv, FRAME).await.expect("frame");
+            let e = next_typing(&mut c[member], &conv, FRAME)
+                .await
+                .expect("frame");
             assert_eq!(
                 e,
                 json!({"type": "typing", "conversationId": conv, "typing": [users[0]], "count": 1})
@@ -68,13 +70,23 @@ async fn a_start_reaches_the_other_members_and_a_stop_ends_it() {
         }
         // Stopped within the frame interval: the stop goes out when the second is over.
         c[0].send_text(&typing(&conv, "stop")).await;
-        let e = next_typing(&mut c[1], &conv, FRAME).await.expect("stop frame");
-        assert_eq!((e["typing"].clone(), e["count"].clone()), (json!([]), json!(0)));
+        let e = next_typing(&mut c[1], &conv, FRAME)
+            .await
+            .expect("stop frame");
+        assert_eq!(
+            (e["typing"].clone(), e["count"].clone()),
+            (json!([]), json!(0))
+        );
         // The typist is not sent their own typing; outsiders get nothing.
-        assert_eq!(next_typing(&mut c[0], &conv, Duration::from_millis(500)).await, None);
+        assert_eq!(
+            next_typing(&mut c[0], &conv, Duration::from_millis(500)).await,
+            None
+        );
         assert!(out.drain(Duration::from_millis(200)).await.is_empty());
         // Never in history, never unread.
-        let h = t.get(&format!("/conversations/{conv}/messages"), &users[1]).await;
+        let h = t
+            .get(&format!("/conversations/{conv}/messages"), &users[1])
+            .await;
         assert_eq!(h.body["messages"], json!([]), "{h:?}");
         let inbox = t.get("/inbox", &users[1]).await;
         let entry = inbox.body["conversations"]
@@ -122,7 +134,10 @@ async fn a_closed_connection_stops_typing_and_non_members_are_ignored() {
         let outsider = unique("outsider");
         let mut out = WsClient::connect(&outsider).await;
         out.send_text(&typing(&conv, "start")).await;
-        assert_eq!(next_typing(&mut c[1], &conv, Duration::from_millis(1_500)).await, None);
+        assert_eq!(
+            next_typing(&mut c[1], &conv, Duration::from_millis(1_500)).await,
+            None
+        );
         let c0 = c.remove(0);
         let mut c1 = c.remove(0);
         let mut c0 = c0;
@@ -157,4 +172,102 @@ async fn bad_frames_are_answered_or_dropped_and_nobody_is_disconnected() {
         assert!(!c[0].closed && !c[1].closed);
     })
     .await
+}
+
+/// `presence` for these users, as `caller` asks.
+async fn presence(t: &TestApp, caller: &str, users: &[&str]) -> Vec<Value> {
+    let r = t
+        .post("/presence", caller, json!({ "userIds": users }))
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.body["presence"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn presence_follows_connections_and_visibility() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let store = chat_tests::push::connection_store().await;
+        let (a, b, never) = (unique("a"), unique("b"), unique("never"));
+        let wa = WsClient::connect(&a).await;
+        let p = presence(&t, &b, &[&a, &never]).await;
+        assert_eq!(
+            p,
+            vec![
+                json!({"userId": a, "online": true, "lastActiveAt": null}),
+                json!({"userId": never, "online": false, "lastActiveAt": null}),
+            ]
+        );
+        let before = chat_domain::time::now_rfc3339();
+        wa.close().await;
+        chat_tests::push::until_unregistered(&store, &a, Duration::from_secs(5)).await;
+        let p = presence(&t, &b, &[&a]).await;
+        assert_eq!(p[0]["online"], false);
+        let at = p[0]["lastActiveAt"].as_str().expect("lastActiveAt");
+        assert!(at[..19] >= before[..19], "{at} after {before}");
+
+        // Hidden: offline without lastActiveAt, even while connected.
+        let r = t
+            .call(
+                "PUT",
+                "/me/presence",
+                Some(&a),
+                Some(r#"{"visible":false}"#),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.body.clone()),
+            (200, json!({"visible": false})),
+            "{r:?}"
+        );
+        let _wa = WsClient::connect(&a).await;
+        let p = presence(&t, &b, &[&a]).await;
+        assert_eq!(
+            p[0],
+            json!({"userId": a, "online": false, "lastActiveAt": null})
+        );
+        let r = t
+            .call("PUT", "/me/presence", Some(&a), Some(r#"{"visible":true}"#))
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(presence(&t, &b, &[&a]).await[0]["online"], true);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn presence_refuses_bad_requests() {
+    let t = TestApp::new().await;
+    let caller = unique("c");
+    let ids: Vec<String> = (0..101).map(|i| format!("u{i}")).collect();
+    for body in [
+        json!({ "userIds": ids }),
+        json!({ "userIds": ["bad id!"] }),
+        json!({ "userIds": [] }),
+        json!({}),
+    ] {
+        let r = t.post("/presence", &caller, body.clone()).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_request"),
+            "{body} {r:?}"
+        );
+    }
+    let r = t
+        .post("/presence", &caller, json!({ "userIds": &ids[..100] }))
+        .await;
+    assert_eq!(
+        r.body["presence"].as_array().map(Vec::len),
+        Some(100),
+        "{r:?}"
+    );
+    let r = t
+        .call(
+            "PUT",
+            "/me/presence",
+            Some(&caller),
+            Some(r#"{"visible":"no"}"#),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
 }

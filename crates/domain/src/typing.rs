@@ -219,6 +219,25 @@ pub fn presence_of(
     }
 }
 
+/// Whether a user's presence push goes out: when `online` differs from what their peers were last
+/// told (`sent`), at once, or once [`PRESENCE_PUSH_INTERVAL_MS`] after the last push.
+pub fn presence_push(
+    online: bool,
+    sent: Option<bool>,
+    sent_at_ms: Option<i64>,
+    now_ms: i64,
+) -> Broadcast {
+    match (sent, sent_at_ms) {
+        (Some(s), _) if s == online => Broadcast::Nothing,
+        // Never told: an offline user is what peers assume.
+        (None, _) if !online => Broadcast::Nothing,
+        (_, Some(at)) if now_ms - at < PRESENCE_PUSH_INTERVAL_MS => {
+            Broadcast::At(at + PRESENCE_PUSH_INTERVAL_MS)
+        }
+        _ => Broadcast::Now,
+    }
+}
+
 /// `{"type":"presence","userId","online","lastActiveAt"}`.
 pub fn presence_event(p: &Presence) -> Value {
     let mut v = serde_json::to_value(p).unwrap_or_default();
@@ -230,7 +249,9 @@ pub fn presence_event(p: &Presence) -> Value {
 pub fn parse_presence_query(body: &[u8]) -> Result<Vec<UserId>, ChatError> {
     let ids = Fields::parse(body)?.user_ids("userIds", true)?;
     if ids.is_empty() {
-        return Err(ChatError::invalid("field `userIds` must name at least one user"));
+        return Err(ChatError::invalid(
+            "field `userIds` must name at least one user",
+        ));
     }
     if ids.len() > MAX_PRESENCE_USERS {
         return Err(ChatError::invalid(format!(
@@ -383,6 +404,24 @@ mod tests {
         assert_eq!(v["type"], "presence");
         assert_eq!(v["userId"], "a");
         assert_eq!(v["lastActiveAt"], "2026-12-03T10:00:00Z");
+    }
+
+    #[test]
+    fn presence_is_pushed_on_change_at_most_once_per_ten_seconds() {
+        assert_eq!(presence_push(true, None, None, 0), Broadcast::Now);
+        assert_eq!(presence_push(false, None, None, 0), Broadcast::Nothing);
+        assert_eq!(
+            presence_push(true, Some(true), Some(0), 50_000),
+            Broadcast::Nothing
+        );
+        assert_eq!(
+            presence_push(false, Some(true), Some(1_000), 4_000),
+            Broadcast::At(11_000)
+        );
+        assert_eq!(
+            presence_push(false, Some(true), Some(1_000), 11_000),
+            Broadcast::Now
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! | `Y#<conversationId>` | `T` | typing: map `t` of connection id → `"<start ms, 13 digits> <userId>"`, `ver` bumped by every start and stop, `sent`/`sentAt` (the set last pushed and when), `expiresAt` (TTL, an hour after the last start) |
 //! | `U#<userId>` | `P` | presence (connections.rs), with `lastActiveAt` (ms) written when a connection closes |
 //! | `U#<userId>` | `V` | `hidden`: the user shows offline (no TTL: it outlives connections) |
+//! | `U#<userId>` | `Q` | the last presence push: `online` as pushed, `sentAt` (ms), `expiresAt` (TTL, a day) |
 //! | `W#<connectionId>` | `U` | owner (connections.rs), with `typingIn`: the conversations it typed in, for `$disconnect` |
 //!
 //! A refreshing typist costs 1 UpdateItem of ≤ 1 KB (20 typists' entries are ~800 bytes): 1 write
@@ -76,6 +77,10 @@ fn entry_value(user: &UserId, started_ms: i64) -> String {
 
 fn typing_key(id: &ConversationId) -> Item {
     keys::key(format!("Y#{id}"), "T")
+}
+
+fn presence_push_key(user: &UserId) -> Item {
+    keys::key(keys::user_connections_pk(user), "Q")
 }
 
 fn visibility_key(user: &UserId) -> Item {
@@ -310,6 +315,57 @@ impl ConnectionStore {
             Ok(_) => Ok(true),
             Err(e) if conditional_failed(&e) => Ok(false),
             Err(e) => Err(sdk_error("UpdateItem", e)),
+        }
+    }
+
+    /// What `user`'s direct peers were last told of their presence, and when (ms). 1 strongly
+    /// consistent GetItem.
+    pub async fn presence_pushed(
+        &self,
+        user: &UserId,
+    ) -> Result<(Option<bool>, Option<i64>), ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(presence_push_key(user)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        let item = out.item.unwrap_or_default();
+        let online = item.get("online").and_then(|v| v.as_bool().ok()).copied();
+        Ok((online, get_n(&item, "sentAt").map(|n| n as i64)))
+    }
+
+    /// Claims the push of `online` at `now_ms`, if the last push is still the one read
+    /// (`seen_at`): one caller pushes each change. 1 PutItem.
+    pub async fn claim_presence_push(
+        &self,
+        user: &UserId,
+        online: bool,
+        seen_at: Option<i64>,
+        now_ms: i64,
+    ) -> Result<bool, ChatError> {
+        let mut item = presence_push_key(user);
+        item.insert("online".into(), AttributeValue::Bool(online));
+        item.insert("sentAt".into(), n(now_ms));
+        item.insert("expiresAt".into(), n(now_ms / 1000 + 24 * 60 * 60));
+        let put = self
+            .db
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        let put = match seen_at {
+            Some(at) => put
+                .condition_expression("sentAt = :at")
+                .expression_attribute_values(":at", n(at)),
+            None => put.condition_expression("attribute_not_exists(sentAt)"),
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if conditional_failed(&e) => Ok(false),
+            Err(e) => Err(sdk_error("PutItem", e)),
         }
     }
 

@@ -65,8 +65,9 @@ impl WsConnection {
 
     async fn disconnect(&self, connection: &str) -> Result<(), ChatError> {
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
-        if let Some((_, typing_in)) = self.connections.unregister(connection, now).await? {
+        if let Some((user, typing_in)) = self.connections.unregister(connection, now).await? {
             self.typing.closed(connection, &typing_in).await;
+            self.typing.presence_changed(&user).await?;
         }
         Ok(())
     }
@@ -82,7 +83,17 @@ impl WsConnection {
             .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         let user = self.verifier.verify(token, now).await?;
-        self.connections.register(&user, connection, now).await
+        self.connections.register(&user, connection, now).await?;
+        // Not awaited: the handshake must not wait out the 10 s a push may be held back. (On
+        // Lambda the task runs while the instance does; a push it misses waits for the next
+        // change, and POST /presence is always current.)
+        let typing = self.typing.clone();
+        tokio::spawn(async move {
+            if let Err(e) = typing.presence_changed(&user).await {
+                tracing::warn!(user = %user, error = %e, "presence not pushed");
+            }
+        });
+        Ok(())
     }
 }
 

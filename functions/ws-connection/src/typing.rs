@@ -1,7 +1,8 @@
 //! Typing frames (SPEC §16, docs/api.md §37): a member's `start`/`stop` changes the
 //! conversation's typing state (chat_store::typing); the whole current set then goes to the
 //! other online members straight through the Management API, at most once a second per
-//! conversation: no stream, no Kinesis, nothing stored but the state itself.
+//! conversation: no stream, no Kinesis, nothing stored but the state itself. Presence pushes
+//! (§38) go the same way, to a user's online direct peers when a connection opens or closes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,8 +11,8 @@ use std::time::Duration;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
 use chat_domain::events::policy::{may_forget, PushResult};
 use chat_domain::typing::{
-    broadcast, error_frame, expired_entries, parse_client_frame, signature, typing_event,
-    typing_now, Broadcast, ClientFrame, TypingState,
+    broadcast, error_frame, expired_entries, parse_client_frame, presence_event, presence_push,
+    signature, typing_event, typing_now, Broadcast, ClientFrame, TypingState,
 };
 use chat_domain::{ChatError, ConversationId, UserId};
 use chat_store::connections::LiveConnection;
@@ -23,6 +24,8 @@ use futures::StreamExt;
 const POSTS_IN_FLIGHT: usize = 32;
 /// Claims lost to a concurrent change before this invocation leaves the push to it.
 const CLAIM_ROUNDS: usize = 3;
+/// The direct conversations (most recently active first) whose peers hear of a presence change.
+const PRESENCE_PEERS: i32 = 100;
 
 #[derive(Clone, Debug)]
 pub struct Typing {
@@ -103,6 +106,50 @@ impl Typing {
         }
     }
 
+    /// A connection of `user` opened or closed: when that changed what their direct peers were
+    /// last told, tell the online ones, at most once per 10 s per user (a change within that goes
+    /// out when the 10 s are over, waiting here). Reads: 1 BatchGetItem (presence, visibility),
+    /// 1 GetItem (the last push); a push: 1 PutItem (its claim), the peers (1 Query + 1
+    /// BatchGetItem), their connections (1 BatchGetItem), and a PostToConnection each.
+    pub async fn presence_changed(&self, user: &UserId) -> Result<(), ChatError> {
+        for _ in 0..CLAIM_ROUNDS {
+            let now = now_ms();
+            let presence = self
+                .connections
+                .presence_of(std::slice::from_ref(user), now / 1000)
+                .await?;
+            let Some(current) = presence.first() else {
+                return Ok(());
+            };
+            let (sent, sent_at) = self.connections.presence_pushed(user).await?;
+            match presence_push(current.online, sent, sent_at, now) {
+                Broadcast::Nothing => return Ok(()),
+                Broadcast::At(at) => {
+                    let wait = (at - now).clamp(0, 10_000) as u64;
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                }
+                Broadcast::Now => {
+                    let claimed = self
+                        .connections
+                        .claim_presence_push(user, current.online, sent_at, now)
+                        .await?;
+                    if !claimed {
+                        return Ok(());
+                    }
+                    let peers = self.chat.direct_peers(user, PRESENCE_PEERS).await?;
+                    let frame = presence_event(current).to_string();
+                    let online = self
+                        .connections
+                        .live_connections(&peers, now / 1000)
+                        .await?;
+                    self.post_all(online, |_| frame.clone()).await;
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Sends the current set if it is due: at once, or (changed within a second of the last
     /// frame) when that second is over, waiting for it here; whoever claims the push sends it.
     async fn publish(
@@ -161,21 +208,29 @@ impl Typing {
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         let online = self.connections.live_connections(&members, now).await?;
         let only_self = |set: &[UserId], u: &UserId| set.iter().all(|t| t == u);
-        let posts = online
+        let online = online
             .into_iter()
             .filter(|c| !(only_self(typing, &c.user) && only_self(before, &c.user)))
-            .map(|c| async move {
-                let frame =
-                    serde_json::to_string(&typing_event(id, typing, &c.user)).unwrap_or_default();
-                if self.post(&c.connection_id, &frame).await == PushResult::Gone {
-                    self.forget(&c).await;
-                }
-            });
+            .collect();
+        self.post_all(online, |user| {
+            serde_json::to_string(&typing_event(id, typing, user)).unwrap_or_default()
+        })
+        .await;
+        Ok(())
+    }
+
+    /// Each connection its frame, [`POSTS_IN_FLIGHT`] at once; a gone one is forgotten.
+    async fn post_all(&self, connections: Vec<LiveConnection>, frame: impl Fn(&UserId) -> String) {
+        let frame = &frame;
+        let posts = connections.into_iter().map(|c| async move {
+            if self.post(&c.connection_id, &frame(&c.user)).await == PushResult::Gone {
+                self.forget(&c).await;
+            }
+        });
         futures::stream::iter(posts)
             .buffer_unordered(POSTS_IN_FLIGHT)
             .collect::<Vec<()>>()
             .await;
-        Ok(())
     }
 
     /// The member ids, from the cache while `membersVersion` is unchanged. None: no such

@@ -271,3 +271,45 @@ async fn presence_refuses_bad_requests() {
         .await;
     assert_eq!(r.status, 400, "{r:?}");
 }
+
+#[tokio::test]
+async fn presence_is_pushed_to_online_direct_peers_at_most_once_per_ten_seconds() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (a, b, outsider, group_peer) = (unique("a"), unique("b"), unique("o"), unique("g"));
+        t.direct(&a, &b).await;
+        t.group(&a, &[&group_peer]).await;
+        let mut wb = WsClient::connect(&b).await;
+        let mut wo = WsClient::connect(&outsider).await;
+        let mut wg = WsClient::connect(&group_peer).await;
+        let presence_of = |events: &[Value], online: bool| {
+            events.iter().any(|e| {
+                e["type"] == "presence" && e["userId"] == a.as_str() && e["online"] == online
+            })
+        };
+        let wa = WsClient::connect(&a).await;
+        let events = wb.until(FRAME, |e| presence_of(e, true)).await;
+        let online_at = std::time::Instant::now();
+        assert!(events.contains(
+            &json!({"type": "presence", "userId": a, "online": true, "lastActiveAt": null})
+        ));
+        // Offline at once after: held back until 10 s after the first push, then sent.
+        wa.close().await;
+        let events = wb
+            .until(Duration::from_secs(15), |e| presence_of(e, false))
+            .await;
+        assert!(
+            online_at.elapsed() >= Duration::from_millis(9_000),
+            "{:?}",
+            online_at.elapsed()
+        );
+        let offline = events.iter().find(|e| e["type"] == "presence").unwrap();
+        assert!(offline["lastActiveAt"].is_string(), "{offline}");
+        // Only direct peers hear of it.
+        for other in [&mut wo, &mut wg] {
+            let got = other.drain(Duration::from_millis(200)).await;
+            assert!(!got.iter().any(|e| e["type"] == "presence"), "{got:#?}");
+        }
+    })
+    .await
+}

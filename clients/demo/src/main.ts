@@ -174,8 +174,11 @@ function typingText(t: TypingEvent | undefined): string {
   return `${t.count} people are typing…`;
 }
 
+/** The last typing set per conversation (the SDK clears a stale one with an empty set). */
+const typingSets = new Map<string, TypingEvent>();
+
 function renderTyping(): void {
-  $("typing").textContent = open && client ? typingText(client.typingIn(open.id)) : "";
+  $("typing").textContent = open ? typingText(typingSets.get(open.id)) : "";
 }
 
 let inboxTimer: ReturnType<typeof setTimeout> | undefined;
@@ -540,7 +543,13 @@ async function signIn(user: string, secret: string): Promise<void> {
     if (open?.id === e.conversationId) void openConversation(e.conversationId).catch(report);
   });
   client.on("typing", (t) => {
+    typingSets.set(t.conversationId, t);
     if (open?.id === t.conversationId) renderTyping();
+  });
+  client.on("presence", (p) => {
+    if (p.online) online.add(p.userId);
+    else online.delete(p.userId);
+    renderList();
   });
   client.on("error", (e) => console.warn("chat:", e));
   presenceTimer = setInterval(() => void refreshPresence().catch(report), 10_000);
@@ -558,6 +567,7 @@ async function signIn(user: string, secret: string): Promise<void> {
 function signOut(): void {
   clearInterval(presenceTimer);
   online.clear();
+  typingSets.clear();
   $("typing").textContent = "";
   client?.close();
   client = null;

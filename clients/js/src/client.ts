@@ -35,6 +35,7 @@ import type {
   ReadStates,
   ReadUpdatedEvent,
   ServerEvent,
+  PresenceEvent,
   TypingEvent,
 } from "./types.js";
 
@@ -116,6 +117,8 @@ export interface ChatEvents {
    * itself when the server has not sent the set again within 6 s, so a lost frame never leaves it on.
    */
   typing: TypingEvent;
+  /** A direct-conversation peer came online or went offline (docs/api.md §38; at most once per 10 s per user). */
+  presence: PresenceEvent;
   connection: ConnectionState;
   /**
    * A background task failed; the SDK goes on. A debounced read mark: the `ChatApiError` (retried in a
@@ -136,7 +139,6 @@ type Timer = ReturnType<typeof setTimeout>;
 interface Typer {
   /** When this client last sent `start` (0: stopped). */
   at?: number;
-  state?: TypingEvent;
   expiry?: Timer;
 }
 const HISTORY_PAGE = 100;
@@ -496,11 +498,6 @@ export class ChatClient {
     this.sendTyping(conversationId, "stop");
   }
 
-  /** Who else is typing in `conversationId` now, as last pushed (undefined or `count` 0: nobody). */
-  typingIn(conversationId: string): TypingEvent | undefined {
-    return this.typers.get(conversationId)?.state;
-  }
-
   /** `POST /presence`: whether these users (1–100) are online, and when they last were. */
   async presence(userIds: string[]): Promise<Presence[]> {
     return (await this.call<{ presence: Presence[] }>("POST", "/presence", { userIds })).presence;
@@ -531,7 +528,6 @@ export class ChatClient {
   private onTyping(event: TypingEvent): void {
     const t = this.typer(event.conversationId);
     clearTimeout(t.expiry);
-    t.state = event;
     if (event.count) t.expiry = setTimeout(() => this.onTyping({ ...event, typing: [], count: 0 }), TYPING_EXPIRY_MS);
     this.emit("typing", event);
   }
@@ -728,6 +724,8 @@ export class ChatClient {
     } catch {
       return; // not an event of ours
     }
+    // A user's, not a conversation's: no order to keep, nothing to hold back.
+    if ((event as { type?: string } | null)?.type === "presence") return this.emit("presence", event as unknown as PresenceEvent);
     if (typeof event !== "object" || event === null || typeof event.conversationId !== "string") return;
     if (this.held) this.held.push(event);
     else this.handleEvent(event);

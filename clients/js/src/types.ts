@@ -253,6 +253,12 @@ export interface Presence {
   lastActiveAt: string | null;
 }
 
+/** A direct-conversation peer's presence changed (docs/api.md §38). */
+export interface PresenceEvent extends Presence {
+  type: "presence";
+}
+
+/** The events of a conversation (a `presence` event is a user's, not a conversation's). */
 export type ServerEvent = MessageNewEvent | MessageChangedEvent | ReadUpdatedEvent | MembersEvent | TypingEvent;
 
 export type ConnectionState = "connecting" | "open" | "closed";

@@ -847,11 +847,21 @@ describe("typing and presence", () => {
     await client.connect();
     server.push("alice", { type: "typing", conversationId: "g-1", typing: ["bob"], count: 1 });
     await until("a typing event", () => seen.length === 1);
-    assert.deepEqual(client.typingIn("g-1"), { type: "typing", conversationId: "g-1", typing: ["bob"], count: 1 });
+    assert.deepEqual(seen[0], { type: "typing", conversationId: "g-1", typing: ["bob"], count: 1 });
     // The server's empty set, had it been lost, is stood in for by the SDK's own expiry.
     await until("cleared", () => seen.length === 2, 7000);
     assert.deepEqual(seen[1], { type: "typing", conversationId: "g-1", typing: [], count: 0 });
-    assert.equal(client.typingIn("g-1")?.count, 0);
+  });
+
+  it("hands presence pushes to the app", async () => {
+    const { server, client } = setup();
+    const seen: unknown[] = [];
+    client.on("presence", (p) => seen.push(p));
+    await client.connect();
+    const event = { type: "presence", userId: "bob", online: false, lastActiveAt: "2026-12-03T10:00:00Z" };
+    server.push("alice", event);
+    await until("a presence event", () => seen.length === 1);
+    assert.deepEqual(seen[0], event);
   });
 
   it("asks for presence and sets its visibility", async () => {

@@ -407,11 +407,16 @@ impl ConnectionStore {
 
     /// A user's presence item (empty when none). 1 GetItem, strongly consistent.
     async fn presence_item(&self, user: &UserId) -> Result<Item, ChatError> {
+        self.item_at(presence_key(user)).await
+    }
+
+    /// The item at `key` (empty when none). 1 GetItem, strongly consistent.
+    pub(crate) async fn item_at(&self, key: Item) -> Result<Item, ChatError> {
         let out = self
             .db
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(presence_key(user)))
+            .set_key(Some(key))
             .consistent_read(true)
             .send()
             .await

@@ -94,23 +94,12 @@ fn n(v: i64) -> AttributeValue {
 impl ConnectionStore {
     /// The user a connection belongs to (None: not registered). 1 GetItem.
     pub async fn owner(&self, connection_id: &str) -> Result<Option<UserId>, ChatError> {
-        let out = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(keys::key(
-                keys::connection_pk(connection_id),
-                keys::CONNECTION_OWNER_SK,
-            )))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        Ok(out
-            .item
-            .as_ref()
-            .and_then(|i| get_s(i, "userId"))
-            .and_then(UserId::parse))
+        let key = keys::key(
+            keys::connection_pk(connection_id),
+            keys::CONNECTION_OWNER_SK,
+        );
+        let item = self.item_at(key).await?;
+        Ok(get_s(&item, "userId").and_then(UserId::parse))
     }
 
     /// A `start` of `connection` (of `user`) in `id` at `now_ms`: the state after it, or None
@@ -260,16 +249,9 @@ impl ConnectionStore {
 
     /// The typing state of `id`. 1 strongly consistent GetItem.
     pub async fn typing_state(&self, id: &ConversationId) -> Result<TypingSnapshot, ChatError> {
-        let out = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(typing_key(id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        Ok(TypingSnapshot::from_item(&out.item.unwrap_or_default()))
+        Ok(TypingSnapshot::from_item(
+            &self.item_at(typing_key(id)).await?,
+        ))
     }
 
     /// Claims the push of `sent` at `now_ms`: succeeds only if the state is still `seen` (same
@@ -324,16 +306,7 @@ impl ConnectionStore {
         &self,
         user: &UserId,
     ) -> Result<(Option<bool>, Option<i64>), ChatError> {
-        let out = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(presence_push_key(user)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        let item = out.item.unwrap_or_default();
+        let item = self.item_at(presence_push_key(user)).await?;
         let online = item.get("online").and_then(|v| v.as_bool().ok()).copied();
         Ok((online, get_n(&item, "sentAt").map(|n| n as i64)))
     }

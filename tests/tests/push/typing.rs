@@ -115,7 +115,10 @@ async fn a_typist_expires_six_seconds_after_the_last_start_and_early_starts_are_
         tokio::time::sleep(Duration::from_millis(5_400)).await;
         c[1].send_text(&typing(&conv, "start")).await;
         let e = next_typing(&mut c[3], &conv, FRAME).await.expect("a frame");
-        assert_eq!((e["typing"].clone(), e["count"].clone()), (json!([users[1]]), json!(1)));
+        assert_eq!(
+            (e["typing"].clone(), e["count"].clone()),
+            (json!([users[1]]), json!(1))
+        );
         // A start 2 s after the last accepted one refreshes: user 1 is still typing at 7 s.
         tokio::time::sleep(Duration::from_millis(2_100)).await;
         c[1].send_text(&typing(&conv, "start")).await;

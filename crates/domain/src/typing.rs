@@ -116,7 +116,7 @@ pub fn typing_now(entries: &[(UserId, i64)], now_ms: i64) -> Vec<UserId> {
 }
 
 /// The entries a cleanup may remove: expired, nobody's current typing and no rate limit left.
-pub fn expired_entries<'a>(entries: &'a [(String, UserId, i64)], now_ms: i64) -> Vec<&'a str> {
+pub fn expired_entries(entries: &[(String, UserId, i64)], now_ms: i64) -> Vec<&str> {
     entries
         .iter()
         .filter(|(_, _, started)| now_ms - started >= TYPING_TTL_MS)

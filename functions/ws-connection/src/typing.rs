@@ -27,13 +27,16 @@ const CLAIM_ROUNDS: usize = 3;
 /// The direct conversations (most recently active first) whose peers hear of a presence change.
 const PRESENCE_PEERS: i32 = 100;
 
+/// A conversation's member ids and the `membersVersion` they belong to.
+type MemberList = (u64, Arc<Vec<UserId>>);
+
 #[derive(Clone, Debug)]
 pub struct Typing {
     chat: ChatStore,
     connections: ConnectionStore,
     management: Option<aws_sdk_apigatewaymanagement::Client>,
     /// Member ids per conversation under their `membersVersion` (as the fanout keeps them).
-    members: Arc<Mutex<HashMap<ConversationId, (u64, Arc<Vec<UserId>>)>>>,
+    members: Arc<Mutex<HashMap<ConversationId, MemberList>>>,
 }
 
 fn now_ms() -> i64 {

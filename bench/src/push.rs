@@ -3,7 +3,7 @@
 //! pollers) and the real REST handlers.
 //!
 //! ```text
-//! cargo run -p chat-bench --bin bench -- push [big-group|storm] [--online N]
+//! cargo run -p chat-bench --bin bench -- push [big-group|storm|typing] [--online N]
 //!     [--api http://127.0.0.1:9000 [--ws ws://127.0.0.1:9001/]]
 //! ```
 //!
@@ -23,6 +23,11 @@
 //!   (REST answers and refused handshakes), p50/p99 of the REST calls and of reconnect-to-caught-up
 //!   per user, and missed messages: each user must end holding exactly 1..lastSeq of each of its
 //!   conversations, judged against the server's lastSeq without a final fetch.
+//! * **typing**: a 1,000-member group with 300 (`--online`) members online, 20 of them typing
+//!   (a `start` every 2 s, the fastest the server accepts) for 20 s (docs/api.md §37). Reported:
+//!   the typing frames in and out per second, per recipient the most frames in any 1 s and the
+//!   shortest gap between two, the time from the first start to each recipient's first frame, and
+//!   the largest `count` seen (20: nothing of the set lost).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,7 +58,7 @@ pub async fn run(args: &[String]) {
     let value = |flag: &str| flag_value(args, flag);
     let online: usize = value("--online").map_or(300, |n| n.parse().expect("--online N"));
     let named = |s: &str| args.iter().any(|a| a == s);
-    let all = !named("storm") && !named("big-group");
+    let all = !named("storm") && !named("big-group") && !named("typing");
     let today = &chat_domain::time::now_rfc3339()[..10];
     let stack = match value("--api") {
         Some(api) => {
@@ -88,6 +93,99 @@ pub async fn run(args: &[String]) {
         big_group(&stack, online, 20, Duration::from_millis(500)).await;
         big_group(&stack, online, 20, Duration::ZERO).await;
     }
+    if all || named("typing") {
+        typing(&stack, online, 20, Duration::from_secs(20)).await;
+    }
+}
+
+/// What one member's socket saw of the conversation's typing frames: arrival times and counts.
+async fn typing_member(
+    mut client: WsClient,
+    conv: String,
+    typist: bool,
+    first: Instant,
+    until: Instant,
+) -> (Vec<Instant>, usize) {
+    let frame = json!({"action": "typing", "conversationId": conv, "state": "start"}).to_string();
+    let (mut arrivals, mut most) = (Vec::new(), 0);
+    let mut next_start = first;
+    loop {
+        let now = Instant::now();
+        if typist && now >= next_start && now < until {
+            client.send_text(&frame).await;
+            next_start += Duration::from_millis(2_000);
+        }
+        let wake = if typist && next_start < until {
+            next_start.min(until + Duration::from_secs(2))
+        } else {
+            until + Duration::from_secs(2)
+        };
+        if client.closed || (Instant::now() >= wake && wake >= until) {
+            break;
+        }
+        let left = wake.saturating_duration_since(Instant::now());
+        if let Some(e) = client.next_event(left).await {
+            if e["type"] == "typing" && e["conversationId"] == conv.as_str() {
+                arrivals.push(Instant::now());
+                most = most.max(e["count"].as_u64().unwrap_or(0) as usize);
+            }
+        }
+    }
+    (arrivals, most)
+}
+
+async fn typing(stack: &Stack, online: usize, typists: usize, period: Duration) {
+    let owner = unique("ty");
+    let members: Vec<String> = (1..1000).map(|i| format!("{owner}-{i}")).collect();
+    let conv = stack.target.create_group(&owner, "typing", &members).await;
+    let online = &members[..online.min(members.len())];
+    let clients = stack.connect_all(online).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = Instant::now() + Duration::from_millis(200);
+    let until = first + period;
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| tokio::spawn(typing_member(c, conv.clone(), i < typists, first, until)))
+        .collect();
+    let (mut frames, mut most_count, mut worst_second, mut min_gap) = (0, 0, 0, Duration::MAX);
+    let mut first_frames = Vec::new();
+    for t in tasks {
+        let (arrivals, most) = t.await.unwrap();
+        frames += arrivals.len();
+        most_count = most_count.max(most);
+        if let Some(a) = arrivals.first() {
+            first_frames.push(a.saturating_duration_since(first));
+        }
+        for (i, a) in arrivals.iter().enumerate() {
+            let within = arrivals[i..]
+                .iter()
+                .take_while(|b| b.duration_since(*a) < Duration::from_secs(1))
+                .count();
+            worst_second = worst_second.max(within);
+            if let Some(b) = arrivals.get(i + 1) {
+                min_gap = min_gap.min(b.duration_since(*a));
+            }
+        }
+    }
+    first_frames.sort();
+    let secs = period.as_secs_f64();
+    let starts = typists as f64 * (secs / 2.0).ceil();
+    println!(
+        "typing, 1,000 members, {} online, {typists} typing for {secs:.0} s: {:.0} starts/s in, \
+         {:.0} typing frames/s out ({frames} in all, {:.2} per recipient per s); per recipient \
+         at most {worst_second} in any 1 s, shortest gap {:.0} ms; first frame p50 {:.0} ms, \
+         p99 {:.0} ms; largest count {most_count}; {} of {} members got a frame",
+        online.len(),
+        starts / secs,
+        frames as f64 / secs,
+        frames as f64 / secs / online.len() as f64,
+        ms(min_gap.min(Duration::from_secs(60))),
+        percentile(&first_frames, 0.5),
+        percentile(&first_frames, 0.99),
+        first_frames.len(),
+        online.len(),
+    );
 }
 
 /// Where the big-group rows run: REST calls, and the WebSocket endpoint clients connect to.

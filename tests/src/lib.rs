@@ -26,7 +26,7 @@ use chat_http::routes::{self, percent_decode};
 use chat_store::archive::Archive;
 use chat_store::retry::Timeouts;
 use chat_store::ArchiveSettings;
-use chat_store::{ChatStore, Config};
+use chat_store::{ChatStore, Config, ConnectionStore};
 use serde_json::{json, Value};
 
 pub const TEST_SECRET: &str = "test-secret";
@@ -574,6 +574,10 @@ impl TestApp {
                 let app = App {
                     store: store_of(Some(name)),
                     auth: auth.clone(),
+                    connections: ConnectionStore::new(
+                        client(Some(name)),
+                        config.connections_table.clone(),
+                    ),
                 };
                 (*name, app)
             })
@@ -584,7 +588,11 @@ impl TestApp {
                 .build(),
         );
         TestApp {
-            app: App { store, auth },
+            app: App {
+                store,
+                auth,
+                connections: ConnectionStore::new(client(None), config.connections_table.clone()),
+            },
             apps,
             calls,
             db,

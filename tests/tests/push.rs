@@ -16,6 +16,9 @@ use chat_tests::{token, unique, TestApp, TEST_SECRET};
 use local_gateway::Gateway;
 use serde_json::json;
 
+#[path = "push/typing.rs"]
+mod typing;
+
 /// Time for one event to travel stream → relay → Kinesis → fanout → client (typically < 1 s).
 const EVENT: Duration = Duration::from_secs(10);
 /// How long to listen for an event that must not come, after the events that did came.

@@ -13,6 +13,7 @@ import {
   type InboxEntry,
   type Message,
   type MessageChange,
+  type TypingEvent,
   type WebSocketConstructor,
 } from "../../js/src/index.js";
 
@@ -71,6 +72,8 @@ interface Row {
   activity: string;
   /** When it was fetched by `adopt`: a trailing inbox index may not list it yet. */
   adoptedAt?: number;
+  /** Direct conversations: the peer, whose presence the green dot shows. */
+  peerId?: string;
 }
 
 interface OpenConversation {
@@ -106,6 +109,7 @@ function rowFromInbox(c: InboxEntry): Row {
     conversationId: c.conversationId,
     type: c.type,
     name: c.type === "direct" ? (c.peerId ?? "direct") : (c.title ?? "group"),
+    peerId: c.peerId ?? undefined,
     lastSeq: c.lastSeq,
     lastReadSeq: c.lastReadSeq,
     preview: c.lastMessage ? previewOf(c.lastMessage) : "no messages yet",
@@ -139,6 +143,42 @@ async function loadInbox(): Promise<void> {
   moved.sort((x, y) => (x.activity < y.activity ? 1 : x.activity > y.activity ? -1 : 0));
   rows = [...moved, ...rest];
   renderList();
+  void refreshPresence().catch(report);
+}
+
+// ---- presence: a green dot for online peers (docs/api.md §38) ----
+
+const online = new Set<string>();
+let presenceTimer: ReturnType<typeof setInterval> | undefined;
+
+/** Asks for the presence of the listed direct conversations' peers (the first 100). */
+async function refreshPresence(): Promise<void> {
+  const c = client;
+  const peers = [...new Set(rows.flatMap((r) => (r.peerId ? [r.peerId] : [])))].slice(0, 100);
+  if (!c || peers.length === 0) return;
+  const presence = await c.presence(peers);
+  if (client !== c) return;
+  for (const p of presence) {
+    if (p.online) online.add(p.userId);
+    else online.delete(p.userId);
+  }
+  renderList();
+}
+
+// ---- typing: "Bob is typing…" (docs/api.md §37) ----
+
+function typingText(t: TypingEvent | undefined): string {
+  if (!t || t.count === 0) return "";
+  if (t.count === 1) return `${t.typing[0]} is typing…`;
+  if (t.count === 2 && t.typing.length === 2) return `${t.typing[0]} and ${t.typing[1]} are typing…`;
+  return `${t.count} people are typing…`;
+}
+
+/** The last typing set per conversation (the SDK clears a stale one with an empty set). */
+const typingSets = new Map<string, TypingEvent>();
+
+function renderTyping(): void {
+  $("typing").textContent = open ? typingText(typingSets.get(open.id)) : "";
 }
 
 let inboxTimer: ReturnType<typeof setTimeout> | undefined;
@@ -170,6 +210,11 @@ function renderList(): void {
     }
     const [title, badge, preview] = li.children as unknown as [HTMLElement, HTMLElement, HTMLElement];
     title.textContent = r.type === "group" ? `# ${r.name}` : r.name;
+    if (r.peerId) {
+      const dot = el("span", online.has(r.peerId) ? "dot online" : "dot");
+      dot.title = online.has(r.peerId) ? "online" : "offline";
+      title.append(dot);
+    }
     const unread = Math.max(0, r.lastSeq - r.lastReadSeq);
     badge.textContent = String(unread);
     badge.hidden = unread === 0;
@@ -203,6 +248,7 @@ function adopt(id: string, latest: Message | null): void {
         conversationId: id,
         type: conversation.type,
         name: conversation.type === "direct" ? (conversation.memberIds.find((u) => u !== me) ?? "direct") : (conversation.title ?? "group"),
+        peerId: conversation.type === "direct" ? conversation.memberIds.find((u) => u !== me) : undefined,
         lastSeq: Math.max(conversation.lastSeq, m?.seq ?? 0),
         lastReadSeq: mine,
         preview: m ? previewOf(m) : "no messages yet",
@@ -245,6 +291,7 @@ async function openConversation(id: string): Promise<void> {
   const target: OpenConversation = { id, type: "direct", messages: new Map(), oldest: 0, hasOlder: false, memberIds: [], reads: new Map() };
   open = target;
   renderList();
+  renderTyping();
   renderMessages("bottom");
   const [conversation, page, reads] = await Promise.all([client.getConversation(id), client.history(id, { limit: PAGE }), client.readStates(id)]);
   if (open !== target) return;
@@ -495,7 +542,17 @@ async function signIn(user: string, secret: string): Promise<void> {
     if (!rows.some((r) => r.conversationId === e.conversationId)) adopt(e.conversationId, null); // we were added
     if (open?.id === e.conversationId) void openConversation(e.conversationId).catch(report);
   });
+  client.on("typing", (t) => {
+    typingSets.set(t.conversationId, t);
+    if (open?.id === t.conversationId) renderTyping();
+  });
+  client.on("presence", (p) => {
+    if (p.online) online.add(p.userId);
+    else online.delete(p.userId);
+    renderList();
+  });
   client.on("error", (e) => console.warn("chat:", e));
+  presenceTimer = setInterval(() => void refreshPresence().catch(report), 10_000);
 
   $("me").textContent = user;
   $("login").hidden = true;
@@ -508,6 +565,10 @@ async function signIn(user: string, secret: string): Promise<void> {
 }
 
 function signOut(): void {
+  clearInterval(presenceTimer);
+  online.clear();
+  typingSets.clear();
+  $("typing").textContent = "";
   client?.close();
   client = null;
   rows = [];
@@ -581,11 +642,15 @@ $("composer").addEventListener("submit", (ev) => {
     client.edit(open.id, seq, text).then(updateMessage, report);
     return;
   }
+  client.stopTyping(open.id);
   // The message shows up through the "message" event once the server numbered it.
   client.send(open.id, text).catch((e) => {
     box.value = text;
     report(e);
   });
+});
+$("body").addEventListener("input", () => {
+  if (client && open && editing === null && $<HTMLTextAreaElement>("body").value !== "") client.typing(open.id);
 });
 $("body").addEventListener("keydown", (ev) => {
   if (ev.key === "Escape" && editing !== null) {

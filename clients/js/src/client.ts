@@ -29,6 +29,7 @@ import type {
   Message,
   MessageChange,
   PageOptions,
+  Presence,
   ReactionsResult,
   ReactorsOptions,
   ReactorsPage,
@@ -39,6 +40,8 @@ import type {
   ReportReceipt,
   ReportsPage,
   ServerEvent,
+  PresenceEvent,
+  TypingEvent,
 } from "./types.js";
 
 /** What the SDK needs of a WebSocket: the browser's, or Node's `ws` package. */
@@ -114,6 +117,13 @@ export interface ChatEvents {
   read: ReadUpdatedEvent;
   /** Members were added to or removed from a conversation. */
   members: MembersEvent;
+  /**
+   * Who else is typing in a conversation changed (docs/api.md §37). Cleared (an empty set) by the SDK
+   * itself when the server has not sent the set again within 6 s, so a lost frame never leaves it on.
+   */
+  typing: TypingEvent;
+  /** A direct-conversation peer came online or went offline (docs/api.md §38; at most once per 10 s per user). */
+  presence: PresenceEvent;
   connection: ConnectionState;
   /**
    * A background task failed; the SDK goes on. A debounced read mark: the `ChatApiError` (retried in a
@@ -126,6 +136,16 @@ export type ChatEventName = keyof ChatEvents;
 type Listener<K extends ChatEventName> = (payload: ChatEvents[K]) => void;
 
 const OPEN = 1;
+/** The server drops starts closer than 2 s; a start every 2.5 s keeps the typist on (6 s expiry). */
+const TYPING_REFRESH_MS = 2500;
+/** A typing set not sent again within this long is stale (the server resends it every ~2 s). */
+const TYPING_EXPIRY_MS = 6000;
+type Timer = ReturnType<typeof setTimeout>;
+interface Typer {
+  /** When this client last sent `start` (0: stopped). */
+  at?: number;
+  expiry?: Timer;
+}
 const HISTORY_PAGE = 100;
 const INBOX_PAGE = 100;
 const CATCH_UP_PARALLEL = 4;
@@ -191,6 +211,8 @@ export class ChatClient {
   /** Per conversation whose last fill failed: failures in a row, and the earliest time to try again. */
   private readonly fillFailures = new Map<string, { count: number; retryAt: number }>();
   private waiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
+  /** Typing per conversation: this client's last `start`; who else types, and the timer clearing it. */
+  private readonly typers = new Map<string, Typer>();
 
   constructor(options: ChatClientOptions) {
     this.apiUrl = options.apiUrl.replace(/\/+$/, "");
@@ -519,6 +541,58 @@ export class ChatClient {
   // Events
   // ---------------------------------------------------------------------------------------------
 
+  // ---------------------------------------------------------------------------------------------
+  // Typing and presence (docs/api.md §37, §38)
+  // ---------------------------------------------------------------------------------------------
+
+  /**
+   * The user is typing in `conversationId`: call it on every keystroke. A `start` frame goes out at
+   * most every 2.5 s while the calls go on (the server's 6 s expiry ends it when they stop, or
+   * `stopTyping` at once). Nothing is sent while the socket is not open.
+   */
+  typing(conversationId: string): void {
+    this.sendTyping(conversationId, "start");
+  }
+
+  /** The user stopped typing (sent the message, cleared the field): the others see it at once. */
+  stopTyping(conversationId: string): void {
+    this.sendTyping(conversationId, "stop");
+  }
+
+  /** `POST /presence`: whether these users (1–100) are online, and when they last were. */
+  async presence(userIds: string[]): Promise<Presence[]> {
+    return (await this.call<{ presence: Presence[] }>("POST", "/presence", { userIds })).presence;
+  }
+
+  /** `PUT /me/presence`: `false` shows this user offline to everyone (without `lastActiveAt`). */
+  setPresenceVisible(visible: boolean): Promise<void> {
+    return this.call("PUT", "/me/presence", { visible });
+  }
+
+  private typer(conversationId: string): Typer {
+    let t = this.typers.get(conversationId);
+    if (!t) this.typers.set(conversationId, (t = {}));
+    return t;
+  }
+
+  /** A `start` at most every 2.5 s; a `stop` only after a `start`. */
+  private sendTyping(conversationId: string, state: "start" | "stop"): void {
+    const t = this.typer(conversationId);
+    const stop = state === "stop";
+    if ((stop ? t.at : Date.now() - (t.at ?? 0) >= TYPING_REFRESH_MS) && this.ws?.readyState === OPEN) {
+      this.ws.send(JSON.stringify({ action: "typing", conversationId, state }));
+      t.at = stop ? 0 : Date.now();
+    }
+  }
+
+  /** A typing set from the server, or its expiry: a set not sent again within 6 s is cleared. */
+  private onTyping(event: TypingEvent): void {
+    const t = this.typer(event.conversationId);
+    clearTimeout(t.expiry);
+    if (event.count) t.expiry = setTimeout(() => this.onTyping({ ...event, typing: [], count: 0 }), TYPING_EXPIRY_MS);
+    this.emit("typing", event);
+  }
+
   /** Listens to an event; returns a function that stops listening. */
   on<K extends ChatEventName>(event: K, fn: Listener<K>): () => void {
     let set = this.listeners.get(event);
@@ -711,6 +785,8 @@ export class ChatClient {
     } catch {
       return; // not an event of ours
     }
+    // A user's, not a conversation's: no order to keep, nothing to hold back.
+    if ((event as { type?: string } | null)?.type === "presence") return this.emit("presence", event as unknown as PresenceEvent);
     if (typeof event !== "object" || event === null || typeof event.conversationId !== "string") return;
     if (this.held) this.held.push(event);
     else this.handleEvent(event);
@@ -735,7 +811,9 @@ export class ChatClient {
     if ((event.type === "message.new" && messageOf(event) === null) || lightChange) {
       this.light.add(event.conversationId);
     }
-    if (event.type === "member.added" || event.type === "member.removed") {
+    if (event.type === "typing") {
+      this.onTyping(event);
+    } else if (event.type === "member.added" || event.type === "member.removed") {
       if (Array.isArray(event.userIds)) this.emit("members", event);
     } else {
       this.apply(reduce(this.state, event), event.conversationId);

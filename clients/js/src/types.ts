@@ -238,7 +238,28 @@ export interface MembersEvent {
   userIds: string[];
 }
 
-export type ServerEvent = MessageNewEvent | MessageChangedEvent | ReadUpdatedEvent | MembersEvent;
+/** Who else is typing in a conversation now: the whole set (docs/api.md §37); at most 3 listed, `count` all. */
+export interface TypingEvent {
+  type: "typing";
+  conversationId: string;
+  typing: string[];
+  count: number;
+}
+
+/** `POST /presence` (docs/api.md §38). */
+export interface Presence {
+  userId: string;
+  online: boolean;
+  lastActiveAt: string | null;
+}
+
+/** A direct-conversation peer's presence changed (docs/api.md §38). */
+export interface PresenceEvent extends Presence {
+  type: "presence";
+}
+
+/** The events of a conversation (a `presence` event is a user's, not a conversation's). */
+export type ServerEvent = MessageNewEvent | MessageChangedEvent | ReadUpdatedEvent | MembersEvent | TypingEvent;
 
 export type ConnectionState = "connecting" | "open" | "closed";
 

@@ -13,6 +13,7 @@
 //! | `send` | the decisions of a send: alone, queued, group commit |
 //! | `requests` | request bodies and parameters, parsed and validated into the types above |
 //! | `events` | push events, the relay's and the fanout's planning, redelivery, failure policy |
+//! | `typing` | typing frames and presence: their requests, expiry, throttling and events |
 //! | `error`, `retry`, `time` | the one error type, backoff with jitter, wall-clock formats |
 //! | `log_sampling` | which routine log lines are written (errors and slow ones always) |
 
@@ -31,6 +32,7 @@ pub mod retry;
 pub mod safety;
 pub mod send;
 pub mod time;
+pub mod typing;
 
 pub use conversation::ConversationType;
 pub use error::ChatError;

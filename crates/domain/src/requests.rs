@@ -74,6 +74,14 @@ impl Fields {
         }
     }
 
+    pub fn required_bool(&self, name: &str) -> Result<bool, ChatError> {
+        match self.get(name) {
+            None => Err(invalid(format!("missing field `{name}`"))),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(invalid(format!("field `{name}` must be true or false"))),
+        }
+    }
+
     /// An array of user ids, deduplicated, order kept.
     pub fn user_ids(&self, name: &str, required: bool) -> Result<Vec<UserId>, ChatError> {
         let items = match self.get(name) {

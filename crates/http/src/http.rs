@@ -20,6 +20,8 @@ use chat_store::ChatStore;
 pub struct App {
     pub store: ChatStore,
     pub auth: Authenticator,
+    /// ConnectionsTable: presence (docs/api.md §38).
+    pub connections: chat_store::ConnectionStore,
 }
 
 impl App {
@@ -28,6 +30,7 @@ impl App {
         Ok(App {
             store: config.chat_store(&sdk),
             auth: Authenticator::from(&config.auth),
+            connections: config.connection_store(&sdk),
         })
     }
 

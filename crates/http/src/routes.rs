@@ -34,6 +34,8 @@ pub enum Operation {
     ModerationReports,
     SuspendUser,
     UnsuspendUser,
+    Presence,
+    SetPresenceVisibility,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -68,7 +70,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 24] = [
+pub const ROUTES: [Route; 26] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -93,6 +95,8 @@ pub const ROUTES: [Route; 24] = [
     route(ModerationReports, "moderationReports", "GET", "/moderation/reports", "conversations"),
     route(SuspendUser, "suspendUser", "PUT", "/moderation/suspensions/{userId}", "conversations"),
     route(UnsuspendUser, "unsuspendUser", "DELETE", "/moderation/suspensions/{userId}", "conversations"),
+    route(Presence, "presence", "POST", "/presence", "conversations"),
+    route(SetPresenceVisibility, "setPresenceVisibility", "PUT", "/me/presence", "conversations"),
 ];
 
 impl Operation {

@@ -22,8 +22,9 @@ use std::collections::HashMap;
 use super::attrs::{get_n, Item};
 use super::{batch_get, keys, sdk_error};
 use crate::retry::{Deadline, Retry};
+use crate::typing::{closed_values, CLOSED_SET};
 use chat_domain::error::ChatError;
-use chat_domain::UserId;
+use chat_domain::{ConversationId, UserId};
 
 /// How long `$connect` and the fanout's reads may retry (their functions time out after 10 s and
 /// 60 s).
@@ -92,14 +93,14 @@ enum Removal {
     Failed,
 }
 
-fn conditional_failed<E: ProvideErrorMetadata>(e: &E) -> bool {
+pub(crate) fn conditional_failed<E: ProvideErrorMetadata>(e: &E) -> bool {
     e.code() == Some("ConditionalCheckFailedException")
 }
 
 #[derive(Clone, Debug)]
 pub struct ConnectionStore {
-    db: Client,
-    table: String,
+    pub(crate) db: Client,
+    pub(crate) table: String,
 }
 
 fn presence_key(user: &UserId) -> Item {
@@ -291,9 +292,13 @@ impl ConnectionStore {
         Err(ChatError::Throttled)
     }
 
-    /// `$disconnect`: forgets the connection; returns its user if it was known.
-    /// DynamoDB: 1 DeleteItem + 1 UpdateItem.
-    pub async fn unregister(&self, connection_id: &str) -> Result<Option<UserId>, ChatError> {
+    /// `$disconnect`: forgets the connection; returns its user if it was known, with the
+    /// conversations it typed in (`typing_start`). DynamoDB: 1 DeleteItem + 1 UpdateItem.
+    pub async fn unregister(
+        &self,
+        connection_id: &str,
+        now_unix: i64,
+    ) -> Result<Option<(UserId, Vec<ConversationId>)>, ChatError> {
         let old = self
             .db
             .delete_item()
@@ -308,10 +313,23 @@ impl ConnectionStore {
             .and_then(|a| a.get("userId"))
             .and_then(|v| v.as_s().ok())
             .and_then(|u| UserId::parse(u));
-        if let Some(user) = &user {
-            self.forget_presence(user, connection_id).await?;
+        let typing_in = old
+            .attributes()
+            .and_then(|a| a.get("typingIn"))
+            .and_then(|v| v.as_ss().ok())
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|c| ConversationId::parse(c))
+                    .collect()
+            })
+            .unwrap_or_default();
+        match user {
+            Some(user) => {
+                self.forget_presence(&user, connection_id, now_unix).await?;
+                Ok(Some((user, typing_in)))
+            }
+            None => Ok(None),
         }
-        Ok(user)
     }
 
     /// The fanout's delete of a connection API Gateway called gone (or refused): only the
@@ -324,7 +342,12 @@ impl ConnectionStore {
         let expires = AttributeValue::N(connection.expires_at.to_string());
         let removed = self
             .update_presence(&connection.user)
-            .update_expression("REMOVE connections.#c ADD ver :one")
+            .update_expression(format!("REMOVE connections.#c {CLOSED_SET} ADD ver :one"))
+            .set_expression_attribute_values(Some(
+                closed_values(chat_domain::time::unix_seconds(chat_domain::time::now()))
+                    .into_iter()
+                    .collect(),
+            ))
             .condition_expression("connections.#c = :exp")
             .expression_attribute_names("#c", &connection.connection_id)
             .expression_attribute_values(":exp", expires.clone())
@@ -352,10 +375,16 @@ impl ConnectionStore {
         }
     }
 
-    async fn forget_presence(&self, user: &UserId, connection_id: &str) -> Result<(), ChatError> {
+    async fn forget_presence(
+        &self,
+        user: &UserId,
+        connection_id: &str,
+        now_unix: i64,
+    ) -> Result<(), ChatError> {
         let r = self
             .update_presence(user)
-            .update_expression("REMOVE connections.#c ADD ver :one")
+            .update_expression(format!("REMOVE connections.#c {CLOSED_SET} ADD ver :one"))
+            .set_expression_attribute_values(Some(closed_values(now_unix).into_iter().collect()))
             .condition_expression("attribute_exists(connections)")
             .expression_attribute_names("#c", connection_id)
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
@@ -413,11 +442,16 @@ impl ConnectionStore {
 
     /// A user's presence item (empty when none). 1 GetItem, strongly consistent.
     async fn presence_item(&self, user: &UserId) -> Result<Item, ChatError> {
+        self.item_at(presence_key(user)).await
+    }
+
+    /// The item at `key` (empty when none). 1 GetItem, strongly consistent.
+    pub(crate) async fn item_at(&self, key: Item) -> Result<Item, ChatError> {
         let out = self
             .db
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(presence_key(user)))
+            .set_key(Some(key))
             .consistent_read(true)
             .send()
             .await

@@ -173,6 +173,54 @@ impl ChatStore {
         Ok(self.members_version(id).await?.map(|v| (v, members)))
     }
 
+    /// The peers of `user`'s `limit` most recently active direct conversations (presence pushes).
+    /// DynamoDB: 1 Query of the inbox index (ids only, newest first) + ⌈directs/100⌉
+    /// BatchGetItem of their conversation items.
+    pub async fn direct_peers(&self, user: &UserId, limit: i32) -> Result<Vec<UserId>, ChatError> {
+        let out = self
+            .db
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :a)")
+            .expression_attribute_values(":pk", s(keys::inbox_pk(user)))
+            .expression_attribute_values(":a", s(keys::INBOX_ENTRY_PREFIX))
+            .scan_index_forward(false)
+            .limit(limit)
+            .projection_expression("conversationId")
+            .send()
+            .await
+            .map_err(|e| super::sdk_error("Query", e))?;
+        let keys: Vec<_> = out
+            .items()
+            .iter()
+            .filter_map(|i| get_s(i, "conversationId"))
+            .filter(|c| c.starts_with("d-"))
+            .filter_map(ConversationId::parse)
+            .map(|c| keys::conversation_key(&c))
+            .collect();
+        let mut peers = Vec::new();
+        for chunk in keys.chunks(100) {
+            for item in self.batch_get(chunk.to_vec(), false).await? {
+                let members = item.get("directMembers").and_then(|v| v.as_l().ok());
+                for m in members.into_iter().flatten() {
+                    let peer = m.as_s().ok().and_then(|p| UserId::parse(p));
+                    if let Some(peer) = peer.filter(|p| p != user && !peers.contains(p)) {
+                        peers.push(peer);
+                    }
+                }
+            }
+        }
+        Ok(peers)
+    }
+
+    /// Whether `user` is a member of `id` now. 1 strongly consistent GetItem of the member item.
+    pub async fn is_member(&self, id: &ConversationId, user: &UserId) -> Result<bool, ChatError> {
+        let item = self
+            .item_fields(keys::member_key(id, user), Some("pk"))
+            .await?;
+        Ok(item.is_some())
+    }
+
     /// A conversation and its members, if `caller` is one of them; otherwise `NotFound` (no hint
     /// that it exists). 1 Query.
     pub(super) async fn load_for_member(

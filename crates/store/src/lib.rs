@@ -37,6 +37,7 @@ mod send;
 pub mod stream;
 pub mod telemetry;
 mod tx;
+pub mod typing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

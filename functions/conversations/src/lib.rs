@@ -6,7 +6,8 @@
 //! `banMember` / `unbanMember` — `POST` / `DELETE /conversations/{conversationId}/bans/{userId}`,
 //! `blockUser` / `unblockUser` — `PUT` / `DELETE /me/blocks/{userId}`, `blocks` — `GET /me/blocks`,
 //! `moderationReports` — `GET /moderation/reports`,
-//! `suspendUser` / `unsuspendUser` — `PUT` / `DELETE /moderation/suspensions/{userId}`
+//! `suspendUser` / `unsuspendUser` — `PUT` / `DELETE /moderation/suspensions/{userId}`,
+//! `presence` — `POST /presence`, `setPresenceVisibility` — `PUT /me/presence` (§38)
 //! (`chat_http::routes`); and, through the catch-all routes, `404` for what the API does
 //! not have.
 
@@ -17,6 +18,7 @@ use chat_domain::requests::{
 use chat_domain::safety::{
     check_block_target, PageQuery, DEFAULT_BLOCKS_LIMIT, DEFAULT_REPORTS_LIMIT,
 };
+use chat_domain::typing::{parse_presence_query, parse_presence_visibility};
 use chat_domain::ChatError;
 use chat_http::http::{self, App, Identity, Query};
 use chat_http::routes::Operation;
@@ -94,6 +96,19 @@ pub async fn handle_with(
             let target = user_id_param(http::path_param(&req, "userId").as_deref())?;
             app.store.remove_member(&caller, &id, &target).await?;
             http::no_content()
+        }
+        Operation::Presence => {
+            let users = parse_presence_query(http::body(&req)?)?;
+            let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+            let presence = app.connections.presence_of(&users, now).await?;
+            http::json(200, &serde_json::json!({ "presence": presence }))
+        }
+        Operation::SetPresenceVisibility => {
+            let visible = parse_presence_visibility(http::body(&req)?)?;
+            app.connections
+                .set_presence_visible(&caller, visible)
+                .await?;
+            http::json(200, &serde_json::json!({ "visible": visible }))
         }
         // Bans, blocks, moderation; the catch-all routes bring every path the API does not have
         // here too (404).

@@ -1,4 +1,5 @@
-//! WebSocket `$connect` / `$disconnect` / `$default`.
+//! WebSocket `$connect` / `$disconnect` / `typing` (route selection on `$request.body.action`;
+//! `$default`, the keep-alive pings, is API Gateway's mock integration and never comes here).
 //!
 //! `$connect` carries the user's token in `?token=` (browsers cannot set headers on a WebSocket):
 //! it is verified here, and a connection without a valid token is refused (401). The connection is
@@ -12,10 +13,14 @@ use chat_lambda::{Error, EventHandler, SdkConfig};
 use chat_store::{ChatStore, Config, ConnectionStore};
 use std::future::Future;
 
+mod typing;
+pub use typing::Typing;
+
 #[derive(Clone, Debug)]
 pub struct WsConnection {
     connections: ConnectionStore,
     verifier: TokenVerifier,
+    typing: Typing,
     /// Where suspensions are read (none: nobody is refused for one).
     chat: Option<ChatStore>,
 }
@@ -27,10 +32,11 @@ fn status(code: i64) -> ApiGatewayProxyResponse {
 }
 
 impl WsConnection {
-    pub fn new(connections: ConnectionStore, verifier: TokenVerifier) -> Self {
+    pub fn new(connections: ConnectionStore, verifier: TokenVerifier, typing: Typing) -> Self {
         WsConnection {
             connections,
             verifier,
+            typing,
             chat: None,
         }
     }
@@ -53,10 +59,9 @@ impl WsConnection {
             .unwrap_or_default();
         let result = match route {
             "$connect" | "CONNECT" => self.connect(&event, &connection).await,
-            "$disconnect" | "DISCONNECT" => {
-                self.connections.unregister(&connection).await.map(|_| ())
-            }
-            // Clients have nothing to say over the socket; a ping keeps it open.
+            "$disconnect" | "DISCONNECT" => self.disconnect(&connection).await,
+            "typing" => self.typing.frame(&connection, &body(&event)).await,
+            // Anything else is a ping that keeps the socket open.
             _ => Ok(()),
         };
         match result {
@@ -68,6 +73,15 @@ impl WsConnection {
                 status(e.status().into())
             }
         }
+    }
+
+    async fn disconnect(&self, connection: &str) -> Result<(), ChatError> {
+        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+        if let Some((user, typing_in)) = self.connections.unregister(connection, now).await? {
+            self.typing.closed(connection, &typing_in).await;
+            self.typing.presence_changed(&user).await?;
+        }
+        Ok(())
     }
 
     async fn connect(
@@ -86,7 +100,30 @@ impl WsConnection {
                 return Err(ChatError::Suspended);
             }
         }
-        self.connections.register(&user, connection, now).await
+        self.connections.register(&user, connection, now).await?;
+        // Not awaited: the handshake must not wait out the 10 s a push may be held back. (On
+        // Lambda the task runs while the instance does; a push it misses waits for the next
+        // change, and POST /presence is always current.)
+        let typing = self.typing.clone();
+        tokio::spawn(async move {
+            if let Err(e) = typing.presence_changed(&user).await {
+                tracing::warn!(user = %user, error = %e, "presence not pushed");
+            }
+        });
+        Ok(())
+    }
+}
+
+/// A client frame's bytes (API Gateway base64-encodes binary frames).
+fn body(event: &ApiGatewayWebsocketProxyRequest) -> Vec<u8> {
+    use base64::Engine;
+    let text = event.body.as_deref().unwrap_or_default();
+    if event.is_base64_encoded {
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .unwrap_or_else(|_| text.as_bytes().to_vec())
+    } else {
+        text.as_bytes().to_vec()
     }
 }
 
@@ -97,7 +134,13 @@ impl EventHandler for WsConnection {
     async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
         let verifier = TokenVerifier::from_config(&config.auth).await?;
         let connections = config.connection_store(sdk);
-        Ok(WsConnection::new(connections, verifier).with_suspensions(config.chat_store(sdk)))
+        let typing = Typing::new(
+            config.chat_store(sdk),
+            connections.clone(),
+            config.management_client(sdk),
+        );
+        Ok(WsConnection::new(connections, verifier, typing)
+            .with_suspensions(config.chat_store(sdk)))
     }
 
     fn handle(&self, event: Self::Event) -> impl Future<Output = Self::Response> + Send {

@@ -2,7 +2,10 @@
 //! to the ws-connection handler with API Gateway's WebSocket event shape.
 //!
 //! The upgrade request is the `$connect` event: a non-2xx answer refuses the handshake with that
-//! status (e.g. 401). Client frames are `$default` events (nothing is sent back); frames posted to
+//! status (e.g. 401). Client frames are routed as template.yaml's `$request.body.action` selects:
+//! `{"action":"typing",…}` is a `typing` event to the handler (nothing is sent back but what it
+//! posts); anything else hits `$default`, which is a mock integration there, so nothing is
+//! invoked; frames posted to
 //! the Management API reach the client as text frames; any close is a `$disconnect` event. Like
 //! API Gateway, a connection is closed after 2 hours (the idle timeout is not emulated).
 
@@ -207,9 +210,12 @@ impl WebSocketApi {
         (code, reason)
     }
 
-    /// A client frame: a `$default` event; its response is not sent back.
+    /// A client frame: an event of the route its `action` selects; its response is not sent back.
     fn route(self: &Arc<Self>, connection: &Connection, body: String, base64: bool) {
-        let mut event = self.event(connection, "$default", "MESSAGE");
+        let Some(route) = route_key(&body, base64) else {
+            return;
+        };
+        let mut event = self.event(connection, route, "MESSAGE");
         event["requestContext"]["messageId"] = json!(uuid::Uuid::new_v4().to_string());
         event["body"] = json!(body);
         event["isBase64Encoded"] = json!(base64);
@@ -247,6 +253,19 @@ impl WebSocketApi {
             "isBase64Encoded": false,
         })
     }
+}
+
+/// The routes with a function behind them (template.yaml); `$default` (None) is API Gateway's
+/// mock integration. Like `$request.body.action`, only a JSON text frame's top-level `action`
+/// selects; a frame that is not JSON, or names no such route, falls to `$default`.
+fn route_key(body: &str, base64: bool) -> Option<&'static str> {
+    const ROUTES: [&str; 1] = ["typing"];
+    if base64 {
+        return None;
+    }
+    let v: Value = serde_json::from_str(body).ok()?;
+    let action = v.get("action")?.as_str()?;
+    ROUTES.into_iter().find(|r| *r == action)
 }
 
 /// The `Sec-WebSocket-Key` of a WebSocket upgrade request.
@@ -347,6 +366,14 @@ mod tests {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         assert_ne!(id, new_connection_id());
+    }
+
+    #[test]
+    fn frames_are_routed_on_their_action() {
+        assert_eq!(route_key(r#"{"action":"typing"}"#, false), Some("typing"));
+        assert_eq!(route_key(r#"{"action":"dance"}"#, false), None);
+        assert_eq!(route_key("not json", false), None);
+        assert_eq!(route_key(r#"{"action":"typing"}"#, true), None);
     }
 
     #[test]

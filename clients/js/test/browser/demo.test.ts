@@ -2,7 +2,8 @@
 // two users against the local stack: a new conversation and messages both ways; the unread badge,
 // and the read tick once the other side has read; a page whose socket is cut while messages are sent
 // catches up with no duplicate and no gap; an edit and a reaction show live on the other page
-// ("edited", the reaction's count). Screenshots of both pages go to test-results/ on failure.
+// ("edited", the reaction's count); a green dot for an online peer and "… is typing" (docs/api.md
+// §37, §38). Screenshots of both pages go to test-results/ on failure.
 //
 // The page: CHAT_DEMO_URL, else the stack's http://127.0.0.1:9003/, else this test serves
 // clients/demo/dist itself. The API: the page's defaults, or CHAT_API_URL / CHAT_WS_URL.
@@ -15,7 +16,7 @@ import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { extname, join, normalize } from "node:path";
 import { fileURLToPath } from "node:url";
-import { after, before, describe, it } from "node:test";
+import { after, before, describe, it, type TestContext } from "node:test";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { newUser, requireStack } from "../helpers/stack.js";
 
@@ -150,16 +151,38 @@ async function send(page: Page, text: string): Promise<void> {
   await page.press("#body", "Enter");
 }
 
-describe("demo page, two users in Chromium", () => {
-  it("conversation, unread badge, read tick, catch-up after a cut socket, a live edit and reaction", { timeout: 180_000 }, async (t) => {
-    const alice = newUser("alice");
-    const bob = newUser("bob");
-    const log: string[] = [];
-    const pages: Record<string, Page> = {};
-    try {
-      const a = await openAs(alice, log, pages, "alice");
-      const b = await openAs(bob, log, pages, "bob");
+/**
+ * Runs `body` with a page for each of two new users; should it fail, screenshots of both pages
+ * (test-results/browser-<prefix><user>.png) and their last log lines go with the failure.
+ */
+async function withTwoPages(
+  t: TestContext,
+  prefix: string,
+  body: (a: Page, b: Page, alice: string, bob: string) => Promise<void>,
+): Promise<void> {
+  const alice = newUser("alice");
+  const bob = newUser("bob");
+  const log: string[] = [];
+  const pages: Record<string, Page> = {};
+  try {
+    const a = await openAs(alice, log, pages, "alice");
+    const b = await openAs(bob, log, pages, "bob");
+    await body(a, b, alice, bob);
+  } catch (e) {
+    mkdirSync(resultsDir, { recursive: true });
+    for (const [who, page] of Object.entries(pages)) {
+      const file = join(resultsDir, `browser-${prefix}${who}.png`);
+      await page.screenshot({ path: file, fullPage: true }).catch(() => {});
+      t.diagnostic(`screenshot: ${file}`);
+    }
+    for (const line of log.slice(-40)) t.diagnostic(line);
+    throw e;
+  }
+}
 
+describe("demo page, two users in Chromium", () => {
+  it("conversation, unread badge, read tick, catch-up after a cut socket, a live edit and reaction", { timeout: 180_000 }, (t) =>
+    withTwoPages(t, "", async (a, b, alice, bob) => {
       // Alice starts a direct conversation with Bob and writes.
       await a.fill("#peer", bob);
       await a.click("#new-direct button");
@@ -231,15 +254,34 @@ describe("demo page, two users in Chromium", () => {
       );
       assert.equal(await b.$$eval('#messages li[data-seq="3"] .reactions button.mine', (bs) => bs.length), 0, "not Bob's reaction");
       assert.deepEqual((await shown(b)).map((m) => m.seq), [1, 2, 3, 4, 5, 6, 7], "an edit adds no message");
-    } catch (e) {
-      mkdirSync(resultsDir, { recursive: true });
-      for (const [who, page] of Object.entries(pages)) {
-        const file = join(resultsDir, `browser-${who}.png`);
-        await page.screenshot({ path: file, fullPage: true }).catch(() => {});
-        t.diagnostic(`screenshot: ${file}`);
-      }
-      for (const line of log.slice(-40)) t.diagnostic(line);
-      throw e;
-    }
-  });
+    }),
+  );
+
+  it("a green dot for an online peer, and \"… is typing\" while the other types", { timeout: 120_000 }, (t) =>
+    withTwoPages(t, "typing-", async (a, b, alice, bob) => {
+      await a.fill("#peer", bob);
+      await a.click("#new-direct button");
+      await a.waitForSelector("#composer:not([hidden])");
+      await send(a, "are you there?");
+      const bobRow = b.locator("#conversations li", { hasText: alice });
+      await bobRow.waitFor({ timeout: 30_000 });
+      await bobRow.click();
+      await b.waitForSelector('#messages li[data-seq="1"]');
+      // Both pages hold a live socket: each shows the other online (within a presence refresh).
+      await b.waitForSelector("#conversations li .dot.online", { timeout: 30_000 });
+      await a.waitForSelector("#conversations li .dot.online", { timeout: 30_000 });
+
+      // Alice types (no send): Bob's page says so, and stops saying so when she sends.
+      await a.fill("#body", "typing a reply");
+      await b.waitForFunction((who) => document.getElementById("typing")?.textContent === `${who} is typing…`, alice, { timeout: 10_000 });
+      assert.equal(await a.textContent("#typing"), "", "one's own typing is not shown");
+      await a.press("#body", "Enter");
+      await b.waitForFunction(() => document.getElementById("typing")?.textContent === "", null, { timeout: 10_000 });
+      await b.waitForSelector('#messages li[data-seq="2"]', { timeout: 30_000 });
+
+      // Bob leaves: Alice's dot for him goes grey.
+      await b.close();
+      await a.waitForSelector("#conversations li .dot:not(.online)", { timeout: 30_000 });
+    }),
+  );
 });

@@ -846,3 +846,66 @@ describe("live delivery", () => {
     assert.ok(again < 60, `after a healthy connection, the first reconnect waits at most the base delay (took ${again} ms)`);
   });
 });
+
+describe("typing and presence", () => {
+  it("sends one start per 2.5 s however often typing() is called, and stop at once", async () => {
+    const { server, client } = setup();
+    await client.connect();
+    const socket = server.openSockets("alice")[0]!;
+    for (let i = 0; i < 5; i++) client.typing("g-1");
+    client.stopTyping("g-1");
+    client.stopTyping("g-1");
+    assert.deepEqual(
+      socket.sent.filter((f) => f.includes("typing")).map((f) => JSON.parse(f)),
+      [
+        { action: "typing", conversationId: "g-1", state: "start" },
+        { action: "typing", conversationId: "g-1", state: "stop" },
+      ],
+    );
+  });
+
+  it("holds who types per conversation and clears it by itself 6 s after the last frame", async () => {
+    const { server, client } = setup();
+    const seen: unknown[] = [];
+    client.on("typing", (t) => seen.push(t));
+    await client.connect();
+    server.push("alice", { type: "typing", conversationId: "g-1", typing: ["bob"], count: 1 });
+    await until("a typing event", () => seen.length === 1);
+    assert.deepEqual(seen[0], { type: "typing", conversationId: "g-1", typing: ["bob"], count: 1 });
+    // The server's empty set, had it been lost, is stood in for by the SDK's own expiry.
+    await until("cleared", () => seen.length === 2, 7000);
+    assert.deepEqual(seen[1], { type: "typing", conversationId: "g-1", typing: [], count: 0 });
+  });
+
+  it("hands presence pushes to the app", async () => {
+    const { server, client } = setup();
+    const seen: unknown[] = [];
+    client.on("presence", (p) => seen.push(p));
+    await client.connect();
+    const event = { type: "presence", userId: "bob", online: false, lastActiveAt: "2026-12-03T10:00:00Z" };
+    server.push("alice", event);
+    await until("a presence event", () => seen.length === 1);
+    assert.deepEqual(seen[0], event);
+  });
+
+  it("asks for presence and sets its visibility", async () => {
+    const requests: { method: string; url: string; body: unknown }[] = [];
+    const fetch = (async (url: string, init: RequestInit) => {
+      requests.push({ method: init.method ?? "GET", url, body: JSON.parse(String(init.body)) });
+      const body = url.endsWith("/presence") && init.method === "POST"
+        ? { presence: [{ userId: "bob", online: true, lastActiveAt: null }] }
+        : { visible: false };
+      return new Response(JSON.stringify(body), { status: 200, headers: { "content-type": "application/json" } });
+    }) as typeof globalThis.fetch;
+    const { client } = setup({ fetch });
+    assert.deepEqual(await client.presence(["bob"]), [{ userId: "bob", online: true, lastActiveAt: null }]);
+    await client.setPresenceVisible(false);
+    assert.deepEqual(
+      requests.map((r) => [r.method, r.url, r.body]),
+      [
+        ["POST", "http://api.test/presence", { userIds: ["bob"] }],
+        ["PUT", "http://api.test/me/presence", { visible: false }],
+      ],
+    );
+  });
+});

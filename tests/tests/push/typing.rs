@@ -1,0 +1,318 @@
+//! Typing frames (docs/api.md §37): through the local gateway's `typing` route to the other
+//! online members, with the server's expiry and throttles.
+
+use std::time::Duration;
+
+use chat_tests::push::{bounded, WsClient};
+use chat_tests::{unique, TestApp};
+use serde_json::{json, Value};
+
+/// A frame is due within 1 s of a change; this leaves room for a loaded machine.
+const FRAME: Duration = Duration::from_secs(3);
+
+fn typing(conversation: &str, state: &str) -> String {
+    json!({"action": "typing", "conversationId": conversation, "state": state}).to_string()
+}
+
+/// A group of `n` new users (the first the owner), each connected: (conversation, ids, clients).
+async fn group_online(t: &TestApp, n: usize) -> (String, Vec<String>, Vec<WsClient>) {
+    let users: Vec<String> = (0..n).map(|i| unique(&format!("t{i}"))).collect();
+    let conv = t.group(&users[0], &users[1..]).await;
+    let mut clients = Vec::new();
+    for u in &users {
+        clients.push(WsClient::connect(u).await);
+    }
+    (conv, users, clients)
+}
+
+/// The next typing frame of `conversation` within `within`.
+async fn next_typing(client: &mut WsClient, conversation: &str, within: Duration) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let e = client.next_event(left).await?;
+        if e["type"] == "typing" && e["conversationId"] == conversation {
+            return Some(e);
+        }
+    }
+}
+
+/// Typing frames until one shows `ids`; panics with what came when `within` runs out.
+async fn until_typing(client: &mut WsClient, conversation: &str, ids: &[&str]) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match next_typing(client, conversation, left).await {
+            Some(e) if e["typing"] == json!(ids) => return e,
+            Some(e) => seen.push(e),
+            None => panic!("no typing frame with {ids:?}; got {seen:#?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_start_reaches_the_other_members_and_a_stop_ends_it() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (conv, users, mut c) = group_online(&t, 3).await;
+        let outsider = unique("outsider");
+        let mut out = WsClient::connect(&outsider).await;
+        c[0].send_text(&typing(&conv, "start")).await;
+        for member in [1, 2] {
+            let e = next_typing(&mut c[member], &conv, FRAME)
+                .await
+                .expect("frame");
+            assert_eq!(
+                e,
+                json!({"type": "typing", "conversationId": conv, "typing": [users[0]], "count": 1})
+            );
+        }
+        // Stopped within the frame interval: the stop goes out when the second is over.
+        c[0].send_text(&typing(&conv, "stop")).await;
+        let e = next_typing(&mut c[1], &conv, FRAME)
+            .await
+            .expect("stop frame");
+        assert_eq!(
+            (e["typing"].clone(), e["count"].clone()),
+            (json!([]), json!(0))
+        );
+        // The typist is not sent their own typing; outsiders get nothing.
+        assert_eq!(
+            next_typing(&mut c[0], &conv, Duration::from_millis(500)).await,
+            None
+        );
+        assert!(out.drain(Duration::from_millis(200)).await.is_empty());
+        // Never in history, never unread.
+        let h = t
+            .get(&format!("/conversations/{conv}/messages"), &users[1])
+            .await;
+        assert_eq!(h.body["messages"], json!([]), "{h:?}");
+        let inbox = t.get("/inbox", &users[1]).await;
+        let entry = inbox.body["conversations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["conversationId"] == conv)
+            .cloned()
+            .unwrap();
+        assert_eq!(entry["unreadCount"], 0, "{entry}");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_typist_expires_six_seconds_after_the_last_start_and_early_starts_are_ignored() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (conv, users, mut c) = group_online(&t, 4).await;
+        c[0].send_text(&typing(&conv, "start")).await;
+        until_typing(&mut c[3], &conv, &[&users[0]]).await;
+        // 1 s later: within 2 s of the accepted start, so ignored (it would extend to 7 s).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        c[0].send_text(&typing(&conv, "start")).await;
+        // At 6.4 s another member starts: the first has expired on the server by then.
+        tokio::time::sleep(Duration::from_millis(5_400)).await;
+        c[1].send_text(&typing(&conv, "start")).await;
+        let e = next_typing(&mut c[3], &conv, FRAME).await.expect("a frame");
+        assert_eq!(
+            (e["typing"].clone(), e["count"].clone()),
+            (json!([users[1]]), json!(1))
+        );
+        // A start 2 s after the last accepted one refreshes: user 1 is still typing at 7 s.
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        c[1].send_text(&typing(&conv, "start")).await;
+        tokio::time::sleep(Duration::from_millis(5_000)).await;
+        c[2].send_text(&typing(&conv, "start")).await;
+        until_typing(&mut c[3], &conv, &[&users[1], &users[2]]).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_closed_connection_stops_typing_and_non_members_are_ignored() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (conv, users, mut c) = group_online(&t, 2).await;
+        let outsider = unique("outsider");
+        let mut out = WsClient::connect(&outsider).await;
+        out.send_text(&typing(&conv, "start")).await;
+        assert_eq!(
+            next_typing(&mut c[1], &conv, Duration::from_millis(1_500)).await,
+            None
+        );
+        let c0 = c.remove(0);
+        let mut c1 = c.remove(0);
+        let mut c0 = c0;
+        c0.send_text(&typing(&conv, "start")).await;
+        until_typing(&mut c1, &conv, &[&users[0]]).await;
+        c0.close().await;
+        let e = until_typing(&mut c1, &conv, &[]).await;
+        assert_eq!(e["count"], 0);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn bad_frames_are_answered_or_dropped_and_nobody_is_disconnected() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (conv, users, mut c) = group_online(&t, 2).await;
+        c[0].send_text("not json").await;
+        c[0].send_text(r#"{"action":"dance"}"#).await;
+        c[0].send_text(&typing(&conv, "maybe")).await;
+        let e = c[0].next_event(FRAME).await.expect("an error frame");
+        assert_eq!(e["type"], "error");
+        assert_eq!(e["error"]["code"], "invalid_request");
+        let huge = json!({"action": "typing", "conversationId": conv, "state": "start",
+            "pad": "x".repeat(5_000)});
+        c[0].send_text(&huge.to_string()).await;
+        let e = c[0].next_event(FRAME).await.expect("an error frame");
+        assert_eq!(e["error"]["code"], "payload_too_large", "{e}");
+        // Both stay connected and typing still works.
+        c[0].send_text(&typing(&conv, "start")).await;
+        until_typing(&mut c[1], &conv, &[&users[0]]).await;
+        assert!(!c[0].closed && !c[1].closed);
+    })
+    .await
+}
+
+/// `presence` for these users, as `caller` asks.
+async fn presence(t: &TestApp, caller: &str, users: &[&str]) -> Vec<Value> {
+    let r = t
+        .post("/presence", caller, json!({ "userIds": users }))
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.body["presence"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn presence_follows_connections_and_visibility() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let store = chat_tests::push::connection_store().await;
+        let (a, b, never) = (unique("a"), unique("b"), unique("never"));
+        let wa = WsClient::connect(&a).await;
+        let p = presence(&t, &b, &[&a, &never]).await;
+        assert_eq!(
+            p,
+            vec![
+                json!({"userId": a, "online": true, "lastActiveAt": null}),
+                json!({"userId": never, "online": false, "lastActiveAt": null}),
+            ]
+        );
+        let before = chat_domain::time::now_rfc3339();
+        wa.close().await;
+        chat_tests::push::until_unregistered(&store, &a, Duration::from_secs(5)).await;
+        let p = presence(&t, &b, &[&a]).await;
+        assert_eq!(p[0]["online"], false);
+        let at = p[0]["lastActiveAt"].as_str().expect("lastActiveAt");
+        assert!(at[..19] >= before[..19], "{at} after {before}");
+
+        // Hidden: offline without lastActiveAt, even while connected.
+        let r = t
+            .call(
+                "PUT",
+                "/me/presence",
+                Some(&a),
+                Some(r#"{"visible":false}"#),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.body.clone()),
+            (200, json!({"visible": false})),
+            "{r:?}"
+        );
+        let _wa = WsClient::connect(&a).await;
+        let p = presence(&t, &b, &[&a]).await;
+        assert_eq!(
+            p[0],
+            json!({"userId": a, "online": false, "lastActiveAt": null})
+        );
+        let r = t
+            .call("PUT", "/me/presence", Some(&a), Some(r#"{"visible":true}"#))
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(presence(&t, &b, &[&a]).await[0]["online"], true);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn presence_refuses_bad_requests() {
+    let t = TestApp::new().await;
+    let caller = unique("c");
+    let ids: Vec<String> = (0..101).map(|i| format!("u{i}")).collect();
+    for body in [
+        json!({ "userIds": ids }),
+        json!({ "userIds": ["bad id!"] }),
+        json!({ "userIds": [] }),
+        json!({}),
+    ] {
+        let r = t.post("/presence", &caller, body.clone()).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_request"),
+            "{body} {r:?}"
+        );
+    }
+    let r = t
+        .post("/presence", &caller, json!({ "userIds": &ids[..100] }))
+        .await;
+    assert_eq!(
+        r.body["presence"].as_array().map(Vec::len),
+        Some(100),
+        "{r:?}"
+    );
+    let r = t
+        .call(
+            "PUT",
+            "/me/presence",
+            Some(&caller),
+            Some(r#"{"visible":"no"}"#),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+}
+
+#[tokio::test]
+async fn presence_is_pushed_to_online_direct_peers_at_most_once_per_ten_seconds() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (a, b, outsider, group_peer) = (unique("a"), unique("b"), unique("o"), unique("g"));
+        t.direct(&a, &b).await;
+        t.group(&a, &[&group_peer]).await;
+        let mut wb = WsClient::connect(&b).await;
+        let mut wo = WsClient::connect(&outsider).await;
+        let mut wg = WsClient::connect(&group_peer).await;
+        let presence_of = |events: &[Value], online: bool| {
+            events.iter().any(|e| {
+                e["type"] == "presence" && e["userId"] == a.as_str() && e["online"] == online
+            })
+        };
+        let wa = WsClient::connect(&a).await;
+        let events = wb.until(FRAME, |e| presence_of(e, true)).await;
+        let online_at = std::time::Instant::now();
+        assert!(events.contains(
+            &json!({"type": "presence", "userId": a, "online": true, "lastActiveAt": null})
+        ));
+        // Offline at once after: held back until 10 s after the first push, then sent.
+        wa.close().await;
+        let events = wb
+            .until(Duration::from_secs(15), |e| presence_of(e, false))
+            .await;
+        assert!(
+            online_at.elapsed() >= Duration::from_millis(9_000),
+            "{:?}",
+            online_at.elapsed()
+        );
+        let offline = events.iter().find(|e| e["type"] == "presence").unwrap();
+        assert!(offline["lastActiveAt"].is_string(), "{offline}");
+        // Only direct peers hear of it.
+        for other in [&mut wo, &mut wg] {
+            let got = other.drain(Duration::from_millis(200)).await;
+            assert!(!got.iter().any(|e| e["type"] == "presence"), "{got:#?}");
+        }
+    })
+    .await
+}

@@ -8,12 +8,14 @@
 //! | module | holds |
 //! |---|---|
 //! | `ids`, `conversation`, `message`, `read_state`, `inbox`, `model` | the rules and the API's objects |
+//! | `attachments` | uploads' size and type allowlist, which attachments a send may use (docs/api.md §34–§36) |
 //! | `changes` | edits, deletions and reactions: their requests and rules (`changeSeq`, docs/data-model.md §8) |
 //! | `send` | the decisions of a send: alone, queued, group commit |
 //! | `requests` | request bodies and parameters, parsed and validated into the types above |
 //! | `events` | push events, the relay's and the fanout's planning, redelivery, failure policy |
 //! | `error`, `retry`, `time` | the one error type, backoff with jitter, wall-clock formats |
 
+pub mod attachments;
 pub mod changes;
 pub mod conversation;
 pub mod error;

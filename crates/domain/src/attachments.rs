@@ -266,14 +266,20 @@ mod tests {
         let ok = parse(r#"{"fileName":"a.png","contentType":"Image/PNG","size":10}"#).unwrap();
         assert_eq!(ok.content_type, "image/png");
         let status = |b: &str| parse(b).unwrap_err().status();
-        assert_eq!(status(r#"{"fileName":"","contentType":"image/png","size":1}"#), 400);
+        assert_eq!(
+            status(r#"{"fileName":"","contentType":"image/png","size":1}"#),
+            400
+        );
         let long = "x".repeat(256);
         let body = format!(r#"{{"fileName":"{long}","contentType":"image/png","size":1}}"#);
         assert_eq!(status(&body), 400);
         let name255 = "é".repeat(255);
         let body = format!(r#"{{"fileName":"{name255}","contentType":"image/png","size":1}}"#);
         assert!(parse(&body).is_ok());
-        assert_eq!(status(r#"{"fileName":"a","contentType":"text/html","size":1}"#), 415);
+        assert_eq!(
+            status(r#"{"fileName":"a","contentType":"text/html","size":1}"#),
+            415
+        );
         let e = parse(r#"{"fileName":"a","contentType":"text/html","size":1}"#).unwrap_err();
         assert_eq!(e.code(), "unsupported_media_type");
         let over = DEFAULT_MAX_ATTACHMENT_BYTES + 1;
@@ -282,7 +288,10 @@ mod tests {
         let at = DEFAULT_MAX_ATTACHMENT_BYTES;
         let body = format!(r#"{{"fileName":"a","contentType":"image/png","size":{at}}}"#);
         assert!(parse(&body).is_ok());
-        assert_eq!(status(r#"{"fileName":"a","contentType":"image/png","size":0}"#), 400);
+        assert_eq!(
+            status(r#"{"fileName":"a","contentType":"image/png","size":0}"#),
+            400
+        );
         assert_eq!(status(r#"{"fileName":"a","contentType":"image/png"}"#), 400);
     }
 

@@ -80,7 +80,9 @@ impl Fields {
         let must = || invalid(format!("field `{name}` must be an array of strings"));
         match self.get(name) {
             None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items.iter().map(|v| v.as_str().ok_or_else(must)).collect(),
+            Some(Value::Array(items)) => {
+                items.iter().map(|v| v.as_str().ok_or_else(must)).collect()
+            }
             Some(_) => Err(must()),
         }
     }

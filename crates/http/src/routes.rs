@@ -25,6 +25,8 @@ pub enum Operation {
     RemoveReaction,
     Reactions,
     Changes,
+    CreateAttachment,
+    GetAttachment,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -59,7 +61,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 15] = [
+pub const ROUTES: [Route; 17] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -75,6 +77,8 @@ pub const ROUTES: [Route; 15] = [
     route(RemoveReaction, "removeReaction", "DELETE", "/conversations/{conversationId}/messages/{seq}/reactions/{reaction}", "message-changes"),
     route(Reactions, "reactions", "GET", "/conversations/{conversationId}/messages/{seq}/reactions", "message-changes"),
     route(Changes, "changes", "GET", "/conversations/{conversationId}/changes", "message-changes"),
+    route(CreateAttachment, "createAttachment", "POST", "/conversations/{conversationId}/attachments", "attachments"),
+    route(GetAttachment, "getAttachment", "GET", "/conversations/{conversationId}/attachments/{attachmentId}", "attachments"),
 ];
 
 impl Operation {

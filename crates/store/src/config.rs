@@ -77,6 +77,29 @@ pub struct Config {
     /// The archive age and work-list buckets (`ARCHIVE_AFTER_DAYS`, default 90; locally
     /// `CHAT_ARCHIVE_AFTER_SECONDS`, which also makes the buckets 5 s wide).
     pub archive: crate::ArchiveSettings,
+    /// The attachments bucket (`CHAT_ATTACHMENTS_BUCKET`; None: attachments are off).
+    pub attachments_bucket: Option<String>,
+    /// What uploads may be (`CHAT_MAX_ATTACHMENT_BYTES`, `CHAT_ATTACHMENT_CONTENT_TYPES`:
+    /// template parameters `MaxAttachmentBytes`, `AttachmentContentTypes`).
+    pub attachment_policy: chat_domain::attachments::AttachmentPolicy,
+}
+
+fn attachment_policy() -> Result<chat_domain::attachments::AttachmentPolicy, String> {
+    use chat_domain::attachments::{
+        AttachmentPolicy, DEFAULT_CONTENT_TYPES, DEFAULT_MAX_ATTACHMENT_BYTES,
+    };
+    let max = match var("CHAT_MAX_ATTACHMENT_BYTES") {
+        None => DEFAULT_MAX_ATTACHMENT_BYTES,
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("CHAT_MAX_ATTACHMENT_BYTES must be a number, not {v:?}"))?,
+    };
+    let types = var("CHAT_ATTACHMENT_CONTENT_TYPES");
+    Ok(AttachmentPolicy::new(
+        max,
+        types.as_deref().unwrap_or(DEFAULT_CONTENT_TYPES),
+    ))
 }
 
 fn millis(name: &str, default: Duration) -> Result<Duration, String> {
@@ -185,6 +208,8 @@ impl Config {
             archive_bucket: var("CHAT_ARCHIVE_BUCKET"),
             s3_endpoint: var("S3_ENDPOINT"),
             archive: archive_settings()?,
+            attachments_bucket: var("CHAT_ATTACHMENTS_BUCKET"),
+            attachment_policy: attachment_policy()?,
         })
     }
 
@@ -263,10 +288,12 @@ impl Config {
         let store = store.with_archive(self.archive(sdk), self.archive);
         #[cfg(not(feature = "archive"))]
         let store = store.with_archive_tier(self.archive_bucket.is_some(), self.archive);
+        #[cfg(feature = "attachments")]
+        let store = store.with_attachments(self.attachments(sdk));
         store
     }
 
-    #[cfg(feature = "archive")]
+    #[cfg(any(feature = "archive", feature = "attachments"))]
     pub fn s3_client(&self, sdk: &SdkConfig) -> aws_sdk_s3::Client {
         let mut b = aws_sdk_s3::config::Builder::from(sdk);
         if let Some(url) = &self.s3_endpoint {
@@ -286,6 +313,17 @@ impl Config {
         Some(crate::archive::Archive::new(
             self.s3_client(sdk),
             bucket.clone(),
+        ))
+    }
+
+    /// The attachments bucket, when one is configured.
+    #[cfg(feature = "attachments")]
+    pub fn attachments(&self, sdk: &SdkConfig) -> Option<crate::attachments::Attachments> {
+        let bucket = self.attachments_bucket.as_ref()?;
+        Some(crate::attachments::Attachments::new(
+            self.s3_client(sdk),
+            bucket.clone(),
+            self.attachment_policy.clone(),
         ))
     }
 

@@ -57,8 +57,8 @@ pub const CUSTOM_METRIC_MONTH: f64 = 0.30;
 /// Data transfer out to the internet, per GB.
 pub const OUT_GB: f64 = 0.09;
 
-/// Alarm metrics in template.yaml (29 single-metric alarms, 8 metrics in 4 metric-math alarms).
-pub const ALARM_METRICS: f64 = 37.0;
+/// Alarm metrics in template.yaml (30 single-metric alarms, 8 metrics in 4 metric-math alarms).
+pub const ALARM_METRICS: f64 = 38.0;
 const HOURS_PER_MONTH: f64 = 730.0;
 const MILLION: f64 = 1e6;
 /// Memory of the REST functions, relay, inbox indexer and ws-connection; of the fanout (GB).
@@ -77,8 +77,10 @@ pub struct Op {
     /// In-process p50 (this build, the emulator's round trips).
     pub ms: f64,
     pub response_bytes: f64,
-    /// The function's log lines for the request.
+    /// The function's log lines for the request (with the deployed sampling: most requests write
+    /// none), and the bytes of one line where one was written (what every request wrote before).
     pub log_bytes: f64,
+    pub line_bytes: f64,
 }
 
 /// What the bench measures.
@@ -127,24 +129,34 @@ pub struct Assumptions {
     /// to the next whole ms (a debug build against the emulator, whose round trips stand in for
     /// DynamoDB's in-region ones; a release build's CPU time is lower).
     pub billed_ms_rounding: f64,
-    /// Stream records per relay / indexer invocation, Kinesis records per fanout invocation: 1
-    /// (a quiet stream: every record its own invocation, the most invocations).
+    /// Messages (events) per relay / indexer invocation, Kinesis records per fanout invocation:
+    /// 1 on a quiet stream (every record its own invocation, the most invocations); more at the
+    /// design's load (`LOADED`: docs/cost.md, "Stream batches at load").
     pub relay_batch: f64,
     pub fanout_batch: f64,
-    /// Durations per invocation of the stream consumers (docs/event-pipeline.md, "Latency on AWS":
-    /// PutRecords 10-30 ms; fanout reads 10-30 ms, 5 rounds of pushes 100-200 ms).
+    /// Durations per invocation of the stream consumers for one message (docs/event-pipeline.md,
+    /// "Latency on AWS": PutRecords 10-30 ms; fanout reads 10-30 ms, 5 rounds of pushes
+    /// 100-200 ms), and what each further message of a batch adds.
     pub relay_ms: f64,
     pub index_ms: f64,
     pub fanout_ms_1to1: f64,
     pub fanout_ms_group: f64,
+    pub relay_more_ms: f64,
+    pub index_more_ms: f64,
+    pub fanout_more_ms_1to1: f64,
+    pub fanout_more_ms_group: f64,
     /// Open connections per online user.
     pub connections_per_online_user: f64,
     /// Members online in a 1:1 conversation when a message or receipt is pushed (both: the most).
     pub online_1to1: f64,
     /// Members online of the 1,000-member group.
     pub online_group: f64,
-    /// `history` fetches per light push (every client fetches every message: the most).
+    /// `history` fetches per light push by a client that has the conversation on screen (every
+    /// such client fetches every message: the most).
     pub fetches_per_push: f64,
+    /// The share of the group's online members whose client has it on screen: the SDK's
+    /// `lightFetch: "watched"` fetches light pushes only for those (clients/js); 1 before.
+    pub watching_share: f64,
     /// Index moves per group message (each message in its own 5-second step: the most).
     pub moves_per_group_message: f64,
     /// Lambda's own JSON lines per invocation (platform.start, platform.report), the HTTP API's
@@ -152,10 +164,18 @@ pub struct Assumptions {
     pub platform_log_bytes: f64,
     pub access_log_bytes: f64,
     pub consumer_log_bytes: f64,
+    /// The share of stream-consumer batches that write their line (`CHAT_LOG_EVERY`: one in 20 of
+    /// the ordinary ones); whether every REST request writes its `request` line (before).
+    pub consumer_line_share: f64,
+    pub every_request_line: bool,
     /// HTTP response headers and framing per response (data out).
     pub response_overhead_bytes: f64,
 }
 
+/// The deployed stack on a quiet stream: `SystemLogLevel: WARN` (template.yaml: Lambda's
+/// platform.start/platform.report lines of a successful invocation are not written), the
+/// request and batch lines sampled (`CHAT_LOG_EVERY`, 20), light pushes fetched by the clients
+/// that have the group on screen (*assumed* a fifth of those online).
 pub const ASSUMED: Assumptions = Assumptions {
     billed_ms_rounding: 1.0,
     relay_batch: 1.0,
@@ -164,15 +184,40 @@ pub const ASSUMED: Assumptions = Assumptions {
     index_ms: 40.0,
     fanout_ms_1to1: 60.0,
     fanout_ms_group: 250.0,
+    relay_more_ms: 1.0,
+    index_more_ms: 5.0,
+    fanout_more_ms_1to1: 10.0,
+    fanout_more_ms_group: 50.0,
     connections_per_online_user: 1.3,
     online_1to1: 2.0,
     online_group: 300.0,
     fetches_per_push: 1.0,
+    watching_share: 0.2,
     moves_per_group_message: 1.0,
-    platform_log_bytes: 700.0,
+    platform_log_bytes: 0.0,
     access_log_bytes: 600.0,
     consumer_log_bytes: 250.0,
+    consumer_line_share: 1.0 / chat_domain::log_sampling::LogSampling::DEFAULT.every as f64,
+    every_request_line: false,
     response_overhead_bytes: 200.0,
+};
+
+/// As `ASSUMED` at the design's load (400 M messages a day, docs/cost.md "Stream batches at
+/// load"): 5 messages per relay and indexer invocation, 10 Kinesis records per fanout invocation.
+pub const LOADED: Assumptions = Assumptions {
+    relay_batch: 5.0,
+    fanout_batch: 10.0,
+    ..ASSUMED
+};
+
+/// The model before this round (docs/cost.md of 2026-11-30): platform lines at `SystemLogLevel:
+/// INFO`, every request and batch line written, every online client fetching every light push.
+pub const BEFORE: Assumptions = Assumptions {
+    watching_share: 1.0,
+    platform_log_bytes: 700.0,
+    consumer_line_share: 1.0,
+    every_request_line: true,
+    ..ASSUMED
 };
 
 // --- the arithmetic -----------------------------------------------------------------------------
@@ -215,15 +260,34 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
     // One REST request: the API, the invocation and its compute.
     let rest = |op: &Op| HTTP_REQUEST + LAMBDA_REQUEST + billed(op.ms) * MEMORY_GB * LAMBDA_GB_S;
     let ddb = |op: &Op| op.wru * WRU + op.rru * RRU;
-    let consumer =
-        |batch: f64, ms: f64, gb: f64| LAMBDA_REQUEST / batch + billed(ms) * gb * LAMBDA_GB_S;
+    // A stream consumer's invocation of `batch` messages, per message: the request and the
+    // compute of the whole batch (`ms` for the first message, `more` for each further one).
+    let consumer = |batch: f64, ms: f64, more: f64, gb: f64| {
+        (LAMBDA_REQUEST + billed(ms + more * (batch - 1.0)) * gb * LAMBDA_GB_S) / batch
+    };
     let kinesis = |bytes: f64| kib(bytes) * 1024.0 / 1e9 * (KINESIS_IN_GB + KINESIS_EFO_GB);
     let gb = |bytes: f64| bytes / 1e9;
     // A REST request's log bytes: its own lines, Lambda's, the access log's.
-    let rest_logs = |op: &Op| op.log_bytes + a.platform_log_bytes + a.access_log_bytes;
-    let consumer_logs = a.consumer_log_bytes + a.platform_log_bytes;
-    let relay = consumer(a.relay_batch, a.relay_ms, MEMORY_GB);
-    let fanout_1to1 = consumer(a.fanout_batch, a.fanout_ms_1to1, FANOUT_MEMORY_GB);
+    let rest_logs = |op: &Op| {
+        let own = if a.every_request_line {
+            op.line_bytes
+        } else {
+            op.log_bytes
+        };
+        own + a.platform_log_bytes + a.access_log_bytes
+    };
+    // A stream consumer's lines per message: its batch line (sampled) and Lambda's, per batch.
+    let consumer_logs =
+        |batch: f64| (a.consumer_log_bytes * a.consumer_line_share + a.platform_log_bytes) / batch;
+    let stream_logs = 2.0 * consumer_logs(a.relay_batch) + consumer_logs(a.fanout_batch);
+    let relay = consumer(a.relay_batch, a.relay_ms, a.relay_more_ms, MEMORY_GB);
+    let indexer = consumer(a.relay_batch, a.index_ms, a.index_more_ms, MEMORY_GB);
+    let fanout_1to1 = consumer(
+        a.fanout_batch,
+        a.fanout_ms_1to1,
+        a.fanout_more_ms_1to1,
+        FANOUT_MEMORY_GB,
+    );
     let pushes_1to1 = a.online_1to1 * a.connections_per_online_user;
 
     let index_ddb = m.index_wru_1to1 * WRU + m.index_rru_1to1 * RRU;
@@ -233,18 +297,12 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         line("DynamoDB, send", ddb(&m.send)),
         line("relay", relay),
         line("inbox index, DynamoDB", index_ddb),
-        line(
-            "inbox index, function",
-            consumer(a.relay_batch, a.index_ms, MEMORY_GB),
-        ),
+        line("inbox index, function", indexer),
         line("Kinesis", kinesis(m.event_bytes)),
         line("fanout function", fanout_1to1),
         line("DynamoDB, fanout", m.fanout_rru_1to1 * RRU),
         line("pushes", pushes_1to1 * WS_MESSAGE),
-        line(
-            "logs",
-            gb(rest_logs(&m.send) + 3.0 * consumer_logs) * LOG_INGEST_GB,
-        ),
+        line("logs", gb(rest_logs(&m.send) + stream_logs) * LOG_INGEST_GB),
         Line {
             part: "data out",
             dollars: gb(m.send.response_bytes
@@ -255,7 +313,7 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
     ];
 
     let pushes_group = a.online_group * a.connections_per_online_user;
-    let fetches = a.online_group * a.fetches_per_push;
+    let fetches = a.online_group * a.watching_share * a.fetches_per_push;
     let group = vec![
         line(
             "API request, send-message, DynamoDB send",
@@ -265,11 +323,16 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         Line {
             part: "inbox index",
             dollars: a.moves_per_group_message * (m.index_move_wru * WRU + m.index_move_rru * RRU)
-                + consumer(a.relay_batch, a.index_ms, MEMORY_GB),
+                + indexer,
         },
         line(
             "fanout function",
-            consumer(a.fanout_batch, a.fanout_ms_group, FANOUT_MEMORY_GB),
+            consumer(
+                a.fanout_batch,
+                a.fanout_ms_group,
+                a.fanout_more_ms_group,
+                FANOUT_MEMORY_GB,
+            ),
         ),
         line("DynamoDB, fanout", m.fanout_rru_group * RRU),
         line("pushes", pushes_group * WS_MESSAGE),
@@ -279,9 +342,7 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         ),
         Line {
             part: "logs, data out",
-            dollars: gb(rest_logs(&m.send_group)
-                + 3.0 * consumer_logs
-                + fetches * rest_logs(&m.history))
+            dollars: gb(rest_logs(&m.send_group) + stream_logs + fetches * rest_logs(&m.history))
                 * LOG_INGEST_GB
                 + gb(m.send_group.response_bytes
                     + pushes_group * m.push_bytes_light
@@ -302,7 +363,10 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         line("pushes", pushes_1to1 * WS_MESSAGE),
         Line {
             part: "logs, data out",
-            dollars: gb(rest_logs(&m.read) + 2.0 * consumer_logs) * LOG_INGEST_GB
+            dollars: gb(rest_logs(&m.read)
+                + consumer_logs(a.relay_batch)
+                + consumer_logs(a.fanout_batch))
+                * LOG_INGEST_GB
                 + gb(m.read.response_bytes
                     + a.response_overhead_bytes
                     + pushes_1to1 * m.push_bytes_read)
@@ -563,6 +627,7 @@ impl Bench<'_> {
             ..Op::default()
         };
         let mut latencies = Vec::with_capacity(n);
+        let mut lines = 0;
         for i in 0..n {
             let (method, path, user, body) = request(i);
             self.forget();
@@ -579,7 +644,9 @@ impl Bench<'_> {
                 .await;
             latencies.push(started.elapsed());
             assert!(r.status < 400, "{method} {path}: {r:?}");
-            op.log_bytes += self.logs.take().len() as f64;
+            let logged = self.logs.take();
+            lines += logged.iter().filter(|&&b| b == b'\n').count();
+            op.log_bytes += logged.len() as f64;
             op.response_bytes += if r.body.is_null() {
                 0
             } else {
@@ -591,6 +658,7 @@ impl Bench<'_> {
             op.rru += rru;
         }
         op.ms = percentile(&latencies, 0.5);
+        op.line_bytes = op.log_bytes / lines.max(1) as f64;
         let per = |x: f64| x / n as f64;
         op.calls = per(op.calls);
         op.wru = per(op.wru);
@@ -920,8 +988,8 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
         "cost model figures, {today}: {n} requests per operation, handlers in process, emulator"
     );
     println!();
-    println!("| operation (measured) | requests | DynamoDB calls | WRU | RRU | p50 ms | response bytes | log bytes |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| operation (measured) | requests | DynamoDB calls | WRU | RRU | p50 ms | response bytes | log bytes (sampled) | log bytes per line |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (name, op) in [
         ("send 1:1", &m.send),
         ("send, 1,000-member group", &m.send_group),
@@ -931,8 +999,15 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
         ("history?afterSeq, 3 newest (group)", &m.history),
     ] {
         println!(
-            "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.0} | {:.0} |",
-            op.requests, op.calls, op.wru, op.rru, op.ms, op.response_bytes, op.log_bytes
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} |",
+            op.requests,
+            op.calls,
+            op.wru,
+            op.rru,
+            op.ms,
+            op.response_bytes,
+            op.log_bytes,
+            op.line_bytes
         );
     }
     println!();
@@ -988,16 +1063,21 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
         a.billed_ms_rounding
     );
     println!(
-        "  one record per relay, indexer and fanout invocation; relay {} ms, indexer {} ms, fanout {} ms (1:1) / {} ms (group) per invocation",
-        a.relay_ms, a.index_ms, a.fanout_ms_1to1, a.fanout_ms_group
+        "  messages per relay and indexer invocation: {} quiet, {} at load; records per fanout invocation: {} quiet, {} at load",
+        a.relay_batch, LOADED.relay_batch, a.fanout_batch, LOADED.fanout_batch
     );
     println!(
-        "  {} connections per online user; 1:1: both members online; group: {} of 1,000 online, {} fetch per light push, {} index move per message",
-        a.connections_per_online_user, a.online_group, a.fetches_per_push, a.moves_per_group_message
+        "  per invocation: relay {} ms, indexer {} ms, fanout {} ms (1:1) / {} ms (group), each further message of a batch +{} / +{} / +{} / +{} ms",
+        a.relay_ms, a.index_ms, a.fanout_ms_1to1, a.fanout_ms_group,
+        a.relay_more_ms, a.index_more_ms, a.fanout_more_ms_1to1, a.fanout_more_ms_group
     );
     println!(
-        "  log bytes per invocation: Lambda's platform lines {}, access log {}, a stream consumer's line {}; {} B of headers per response",
-        a.platform_log_bytes, a.access_log_bytes, a.consumer_log_bytes, a.response_overhead_bytes
+        "  {} connections per online user; 1:1: both members online; group: {} of 1,000 online, {} of them with it on screen (they fetch light pushes: SDK lightFetch \"watched\"; before: all), {} fetch per light push, {} index move per message",
+        a.connections_per_online_user, a.online_group, a.watching_share, a.fetches_per_push, a.moves_per_group_message
+    );
+    println!(
+        "  log bytes per invocation: Lambda's platform lines {} (SystemLogLevel WARN; before: {} at INFO), access log {}, a stream consumer's line {} written for {:.2} of batches (CHAT_LOG_EVERY; before: all); {} B of headers per response",
+        a.platform_log_bytes, BEFORE.platform_log_bytes, a.access_log_bytes, a.consumer_log_bytes, a.consumer_line_share, a.response_overhead_bytes
     );
     println!(
         "  Kinesis enhanced fan-out ${}/GB, ${}/consumer-hour; fanout reads with its member list cached",
@@ -1011,19 +1091,14 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
     println!("  custom metrics found: {}", metrics.join(", "));
     println!();
     let c = costs(m, a);
+    let loaded = costs(m, &LOADED);
+    let before = costs(m, &BEFORE);
     let direct = total(&c.direct);
-    println!("| cost | total | largest parts |");
-    println!("|---|---:|---|");
-    for (name, lines) in [
-        ("per 1 M messages, 1:1", &c.direct),
-        (
-            "per 1 M group messages (1,000 members, 300 online)",
-            &c.group,
-        ),
-        ("per 1 M read receipts", &c.receipts),
-        ("per 1 M inbox loads (page of 20)", &c.inbox),
-        ("fixed, per month (no traffic, before storage)", &c.fixed),
-    ] {
+    println!("| cost | before (the 2026-11-30 model) | quiet stream | at load | goal | largest parts (quiet) |");
+    println!("|---|---:|---:|---:|---:|---|");
+    let goals = [Some(8.0), Some(1_000.0), Some(5.0), Some(6.0), None];
+    for (i, (name, pick)) in scenarios().into_iter().enumerate() {
+        let lines = pick(&c);
         let mut sorted: Vec<&Line> = lines.iter().collect();
         sorted.sort_by(|x, y| y.dollars.total_cmp(&x.dollars));
         let parts: Vec<String> = sorted
@@ -1031,25 +1106,27 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
             .take(3)
             .map(|l| format!("{} {}", l.part, dollars(l.dollars)))
             .collect();
+        let goal = goals[i].map_or("–".to_owned(), |g| {
+            let met = |lines: &[Line]| if total(lines) <= g { "met" } else { "not met" };
+            format!("≤ {}: {} / {}", dollars(g), met(lines), met(pick(&loaded)))
+        });
         println!(
-            "| {name} | {} | {} |",
+            "| {name} | {} | {} | {} | {goal} | {} |",
+            dollars(total(pick(&before))),
             dollars(total(lines)),
+            dollars(total(pick(&loaded))),
             parts.join(", ")
         );
     }
     println!();
-    for (name, lines) in [
-        ("1:1", &c.direct),
-        ("group", &c.group),
-        ("receipts", &c.receipts),
-        ("inbox", &c.inbox),
-        ("fixed", &c.fixed),
-    ] {
-        let parts: Vec<String> = lines
-            .iter()
-            .map(|l| format!("{} {}", l.part, dollars(l.dollars)))
-            .collect();
-        println!("  {name}: {}", parts.join("; "));
+    for (label, costs) in [("quiet", &c), ("at load", &loaded)] {
+        for (name, pick) in scenarios() {
+            let parts: Vec<String> = pick(costs)
+                .iter()
+                .map(|l| format!("{} {}", l.part, dollars(l.dollars)))
+                .collect();
+            println!("  {label}, {name}: {}", parts.join("; "));
+        }
     }
     println!(
         "  storage: {} per month per 1 M 1:1 messages kept",
@@ -1057,10 +1134,100 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
     );
     println!();
     println!(
-        "per message (1:1): {} per million, DynamoDB share {:.0}%",
+        "lines of this round's other features (measured once merged; not in the totals above):"
+    );
+    for (feature, unit) in PENDING {
+        println!("  {feature}: per 1 M {unit}: not measured in this tree");
+    }
+    println!();
+    let svg = chat_tests::server::workspace_root().join(CHART);
+    match std::fs::write(&svg, chart(&c, &loaded)) {
+        Ok(()) => println!("chart of where each dollar goes: {CHART}"),
+        Err(e) => println!("chart not written ({CHART}): {e}"),
+    }
+    println!(
+        "per message (1:1): {} per million on a quiet stream ({} at load), DynamoDB share {:.0}%",
         dollars(direct),
+        dollars(total(&loaded.direct)),
         100.0 * c.direct_dynamodb / direct
     );
+}
+
+type Pick = fn(&Costs) -> &[Line];
+
+/// The cost tables, in the order they are printed and charted.
+fn scenarios() -> [(&'static str, Pick); 5] {
+    [
+        ("per 1 M messages, 1:1", |c| &c.direct),
+        ("per 1 M group messages (1,000 members, 300 online)", |c| {
+            &c.group
+        }),
+        ("per 1 M read receipts", |c| &c.receipts),
+        ("per 1 M inbox loads (page of 20)", |c| &c.inbox),
+        ("fixed, per month (no traffic, before storage)", |c| {
+            &c.fixed
+        }),
+    ]
+}
+
+/// The features of this round whose lines the lead adds after merging their branches: what each
+/// is priced per.
+pub const PENDING: [(&str, &str); 5] = [
+    ("attachments, uploads", "uploads"),
+    ("attachments, downloads", "downloads"),
+    ("notifications", "notifications"),
+    ("typing", "typing frames"),
+    (
+        "rate limiting",
+        "sends (the limiter's own reads and writes)",
+    ),
+];
+
+/// Where the bench writes its chart, from the workspace root.
+pub const CHART: &str = "docs/cost-breakdown.svg";
+
+/// An SVG of where each dollar goes: per table (quiet stream, and at load), one bar per line,
+/// longest first, each as a share of its table's total.
+pub fn chart(quiet: &Costs, loaded: &Costs) -> String {
+    const W: f64 = 980.0;
+    const LABEL: f64 = 330.0;
+    const ROW: f64 = 18.0;
+    let bar = W - LABEL - 150.0;
+    let mut body = String::new();
+    let mut y = 40.0;
+    for (label, costs) in [("quiet stream", quiet), ("at load", loaded)] {
+        for (name, pick) in scenarios().into_iter().take(4) {
+            let lines = pick(costs);
+            let sum = total(lines);
+            body += &format!(
+                "<text x=\"10\" y=\"{y}\" font-weight=\"bold\">{name}, {label}: {}</text>\n",
+                dollars(sum)
+            );
+            y += ROW;
+            let mut sorted: Vec<&Line> = lines.iter().filter(|l| l.dollars > 0.0).collect();
+            sorted.sort_by(|x, z| z.dollars.total_cmp(&x.dollars));
+            for l in sorted {
+                let share = l.dollars / sum;
+                body += &format!(
+                    "<text x=\"20\" y=\"{}\">{}</text><rect x=\"{LABEL}\" y=\"{}\" width=\"{:.1}\" height=\"{}\" fill=\"#4a7fb5\"/><text x=\"{:.1}\" y=\"{}\">{} ({:.0} %)</text>\n",
+                    y + 12.0,
+                    l.part.replace('&', "&amp;"),
+                    y + 2.0,
+                    (share * bar).max(1.0),
+                    ROW - 4.0,
+                    LABEL + (share * bar).max(1.0) + 6.0,
+                    y + 12.0,
+                    dollars(l.dollars),
+                    share * 100.0
+                );
+                y += ROW;
+            }
+            y += ROW;
+        }
+    }
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{y}\" font-family=\"sans-serif\" font-size=\"12\">\n<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">Where each dollar goes (bench -- cost; docs/cost.md)</text>\n{body}</svg>\n"
+    )
 }
 
 #[cfg(test)]
@@ -1099,7 +1266,40 @@ mod tests {
         let by_hand = 1.0 + 0.2 + 0.033_333_5 + 2.625 + 0.6 + 0.133_12 + 0.25 + 2.0;
         assert!((total(&c.direct) - by_hand).abs() < 1e-6, "{:?}", c.direct);
         assert!((c.direct_dynamodb - 2.875).abs() < 1e-9);
-        // Stream $29.20, no consumer-hour, 37 alarm metrics $3.70, 10 metrics $3.00.
-        assert!((total(&c.fixed) - 35.90).abs() < 1e-9);
+        // Stream $29.20, no consumer-hour, 38 alarm metrics $3.80, 10 metrics $3.00.
+        assert!((total(&c.fixed) - 36.00).abs() < 1e-9);
+    }
+
+    #[test]
+    fn batches_share_an_invocation_and_only_watching_clients_fetch() {
+        let m = Measured {
+            history: Op {
+                ms: 10.0,
+                rru: 3.0,
+                ..Op::default()
+            },
+            ..Measured::default()
+        };
+        let part = |c: &Costs, name: &str| {
+            let all = c.direct.iter().chain(&c.group);
+            all.filter(|l| l.part == name)
+                .map(|l| l.dollars)
+                .sum::<f64>()
+        };
+        // A relay batch of 5: one request ($0.20 per 1 M) and 30 + 4 × 1 ms of 0.25 GB, per
+        // message a fifth.
+        let a = Assumptions {
+            relay_batch: 5.0,
+            ..ASSUMED
+        };
+        let by_hand = (0.2 + 34.0 / 1000.0 * 0.25 * 0.000_013_333_4 * 1e6) / 5.0;
+        assert!((part(&costs(&m, &a), "relay") - by_hand).abs() < 1e-9);
+        // 300 online, a fifth watching, one fetch each: 60 × (API $1 + request $0.20 + 10 ms of
+        // 0.25 GB + 3 RRU) per 1 M.
+        let fetch = 1.0 + 0.2 + 0.01 * 0.25 * 0.000_013_333_4 * 1e6 + 3.0 * 0.125;
+        let c = costs(&m, &ASSUMED);
+        assert!((part(&c, "fetches after light pushes") - 60.0 * fetch).abs() < 1e-6);
+        let all = costs(&m, &BEFORE);
+        assert!((part(&all, "fetches after light pushes") - 300.0 * fetch).abs() < 1e-6);
     }
 }

@@ -771,7 +771,18 @@ async fn an_archived_message_is_deleted_from_the_archive_and_takes_reactions() {
         "{changes:?}"
     );
 
-    for key in list_objects(&c).await {
+    for (key, text) in archived_texts(&c).await {
+        assert!(
+            !text.contains(&secret),
+            "{key} still holds the deleted text"
+        );
+    }
+}
+
+/// Every object of a conversation's archive, decompressed: (key, its messages as text).
+async fn archived_texts(c: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for key in list_objects(c).await {
         let object = s3()
             .await
             .get_object()
@@ -782,10 +793,48 @@ async fn an_archived_message_is_deleted_from_the_archive_and_takes_reactions() {
             .unwrap();
         let bytes = object.body.collect().await.unwrap().into_bytes();
         let text = format!("{:?}", chat_store::archive::decode(&bytes).unwrap());
-        assert!(
-            !text.contains(&secret),
-            "{key} still holds the deleted text"
-        );
+        out.push((key, text));
+    }
+    out
+}
+
+/// Deletions of messages of one chunk at once each rewrite the chunk: none may put back a
+/// version that still holds another's content (the chunk is put only over the version read,
+/// S3 `If-Match`, and read again when it changed).
+#[tokio::test]
+async fn deletions_at_once_in_one_chunk_leave_no_deleted_text_in_any_object() {
+    let t = std::sync::Arc::new(app().await);
+    let (a, b, c) = t.new_direct().await;
+    let secrets: Vec<String> = (0..12)
+        .map(|i| format!("secret {i} {}", new_uuid()))
+        .collect();
+    for secret in &secrets {
+        assert_eq!(t.send(&c, &a, secret).await.status, 201);
+    }
+    assert_eq!(t.send(&c, &b, "kept").await.status, 201);
+    t.archiver()
+        .archive_conversation(&id(&c), &everything(), None)
+        .await
+        .unwrap();
+    assert_eq!(archived_through(&items(&t, &c).await), 13);
+    let deletions = (1..=12u64).map(|seq| {
+        let (t, c, a) = (t.clone(), c.clone(), a.clone());
+        async move { t.delete_message(&c, seq, &a, &new_uuid()).await.status }
+    });
+    assert!(chat_tests::at_once(deletions)
+        .await
+        .iter()
+        .all(|s| *s == 200));
+    let texts = archived_texts(&c).await;
+    assert!(!texts.is_empty());
+    for (key, text) in texts {
+        assert!(text.contains("kept"), "{key}");
+        for secret in &secrets {
+            assert!(
+                !text.contains(secret.as_str()),
+                "{key} still holds {secret}"
+            );
+        }
     }
 }
 
@@ -906,4 +955,125 @@ async fn a_send_after_keys_moved_reads_its_archived_key_once() {
         .post(&format!("/conversations/{c}/messages"), &stranger, body)
         .await;
     assert_eq!((r.status, r.code()), (404, "not_found"), "{b}");
+}
+
+/// An edit replayed (same `clientChangeId`) after its message was archived answers what the
+/// edit answered (docs/api.md §4.8), and another body with that id is still 409.
+#[tokio::test]
+async fn an_edit_replayed_after_its_message_was_archived_answers_as_the_edit_did() {
+    let t = app().await;
+    let (_a, _b, c, sent, _, _) = sent(&t, 2).await;
+    let sender = sent[0]["senderId"].as_str().unwrap().to_owned();
+    let key = new_uuid();
+    let edit = t.edit(&c, 1, &sender, &key, "edited once").await;
+    assert_eq!(edit.status, 200, "{edit:?}");
+    t.archiver()
+        .archive_conversation(&id(&c), &everything(), None)
+        .await
+        .unwrap();
+    assert_eq!(archived_through(&items(&t, &c).await), 2);
+    let replay = t.edit(&c, 1, &sender, &key, "edited once").await;
+    assert_eq!(
+        (replay.status, &replay.body),
+        (200, &edit.body),
+        "{replay:?}"
+    );
+    let other = t.edit(&c, 1, &sender, &key, "edited twice").await;
+    assert_eq!((other.status, other.code()), (409, "conflict"), "{other:?}");
+    let fresh = t.edit(&c, 1, &sender, &new_uuid(), "edited twice").await;
+    assert_eq!((fresh.status, fresh.code()), (409, "conflict"), "{fresh:?}");
+}
+
+/// A changes page whose messages are archived far apart reads the chunks of its own seqs only,
+/// never those between them (docs/data-model.md §8): reactions on seq 1 and on a seq two
+/// chunks on are two S3 GETs, not three.
+#[tokio::test]
+async fn a_changes_page_reads_only_the_chunks_of_its_own_seqs() {
+    let t = app().await;
+    let (a, b, c) = t.new_direct().await;
+    let (far, n) = (2 * CHUNK + 1, 2 * CHUNK + 5);
+    seed(&t, &c, &a, n).await;
+    t.archiver()
+        .archive_conversation(&id(&c), &everything(), None)
+        .await
+        .unwrap();
+    assert_eq!(archived_through(&items(&t, &c).await), n);
+    for seq in [1, far] {
+        assert_eq!(t.react(&c, seq, &b, "party", true).await.status, 200);
+    }
+    t.calls.take();
+    let page = t.get(&format!("/conversations/{c}/changes"), &a).await;
+    assert_eq!(page.status, 200, "{page:?}");
+    let seqs: Vec<u64> = page.body["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ch| ch["message"]["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, far], "{page:?}");
+    let calls = t.calls.take();
+    let gets = calls.iter().filter(|c| *c == "S3:GET").count();
+    assert_eq!(gets, 2, "one GET per chunk of the page's seqs: {calls:?}");
+}
+
+/// One conversation that always fails does not stop archiving: after `ARCHIVE_ATTEMPTS` failed
+/// runs it is parked (`R#parked`) and the cursor goes on to the conversations listed after it;
+/// each run tries the parked ones again, and one that archives leaves the list.
+#[tokio::test]
+async fn a_conversation_that_always_fails_is_parked_and_the_others_are_archived() {
+    let t = TestApp::with_archive(ArchiveSettings {
+        age: Duration::from_secs(3),
+        ..settings()
+    })
+    .await;
+    let (a, b, good) = t.new_direct().await;
+    let bad = t.direct(&a, &unique("bad")).await;
+    assert_eq!(t.send(&bad, &a, "unarchivable").await.status, 201);
+    // Its message item no longer decodes: every run fails this conversation.
+    let original = items(&t, &bad)
+        .await
+        .into_iter()
+        .find(|i| i["sk"].as_s().is_ok_and(|s| s.starts_with("S#")))
+        .unwrap();
+    let mut broken = original.clone();
+    broken.remove("senderId");
+    t.put_items(&[broken]).await;
+    t.index().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(t.send(&good, &b, "archivable").await.status, 201);
+    t.index().await;
+
+    let parked = || async { t.partition("R#parked").await };
+    let is_parked = |items: &[HashMap<String, AttributeValue>]| {
+        items
+            .iter()
+            .any(|i| i["sk"].as_s().is_ok_and(|s| *s == bad))
+    };
+    let archiver = t.archiver();
+    let start = std::time::Instant::now();
+    while archived_through(&items(&t, &good).await) < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "a failing conversation held archiving back for 30 s"
+        );
+        let until = Deadline::after(Duration::from_secs(30));
+        archiver
+            .archive_due(chat_domain::time::now(), until)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(is_parked(&parked().await), "the failing one is parked");
+    assert_eq!(archived_through(&items(&t, &bad).await), 0);
+
+    // Mended, it is archived by the next run and leaves the list.
+    t.put_items(&[original]).await;
+    let until = Deadline::after(Duration::from_secs(30));
+    let run = archiver
+        .archive_due(chat_domain::time::now(), until)
+        .await
+        .unwrap();
+    assert!(run.unparked >= 1, "{run:?}");
+    assert!(!is_parked(&parked().await));
+    assert_eq!(archived_through(&items(&t, &bad).await), 1);
 }

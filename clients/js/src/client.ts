@@ -4,6 +4,7 @@ import {
   applyPage,
   forget,
   initialState,
+  messageOf,
   missingAfter,
   missingChangesAfter,
   observe,
@@ -78,6 +79,14 @@ export interface ChatClientOptions {
    * close it, and folds a burst of light payloads into one history request.
    */
   gapFillDelayMs?: number;
+  /**
+   * Which light payloads (groups of more than 200 members push `message.new` without content) are
+   * fetched as they come: `"all"` (default) for every conversation; `"watched"` only for those the
+   * app has on screen (`watch`), each burst in one request after `gapFillDelayMs`. Elsewhere the
+   * news is kept (the inbox's `lastSeq`, unread counts) and fetched once the conversation is
+   * watched: a busy group costs nothing while nobody looks at it (docs/cost.md).
+   */
+  lightFetch?: "all" | "watched";
   /** Catch-up after a reconnect walks at most this many inbox pages of 100 (default 50). */
   catchUpMaxPages?: number;
   /**
@@ -137,6 +146,10 @@ export class ChatClient {
   private readonly reconnectMax: number;
   private readonly reconnectResetMs: number;
   private readonly gapFillDelayMs: number;
+  private readonly lightFetch: "all" | "watched";
+  /** Conversations on screen (`watch`), and those whose pushes came in the light form. */
+  private readonly watched = new Set<string>();
+  private readonly light = new Set<string>();
   private readonly catchUpMaxPages: number;
   private readonly keepAliveMs: number;
 
@@ -192,6 +205,7 @@ export class ChatClient {
     this.reconnectMax = options.reconnect?.maxDelayMs ?? 30_000;
     this.reconnectResetMs = options.reconnect?.resetAfterMs ?? 30_000;
     this.gapFillDelayMs = options.gapFillDelayMs ?? 100;
+    this.lightFetch = options.lightFetch ?? "all";
     this.catchUpMaxPages = options.catchUpMaxPages ?? 50;
     this.keepAliveMs = options.keepAliveMs ?? 300_000;
   }
@@ -641,7 +655,25 @@ export class ChatClient {
     else this.handleEvent(event);
   }
 
+  /**
+   * The conversation is on screen: with `lightFetch: "watched"` its light payloads are fetched as
+   * they come, and what came while it was not watched is fetched now.
+   */
+  watch(conversationId: string): void {
+    this.watched.add(conversationId);
+    this.scheduleFill(conversationId);
+  }
+
+  /** The conversation left the screen: with `lightFetch: "watched"`, its light payloads wait again. */
+  unwatch(conversationId: string): void {
+    this.watched.delete(conversationId);
+  }
+
   private handleEvent(event: ServerEvent): void {
+    const lightChange = "changeSeq" in event && event.message === undefined;
+    if ((event.type === "message.new" && messageOf(event) === null) || lightChange) {
+      this.light.add(event.conversationId);
+    }
     if (event.type === "member.added" || event.type === "member.removed") {
       if (Array.isArray(event.userIds)) this.emit("members", event);
     } else {
@@ -674,6 +706,8 @@ export class ChatClient {
    */
   private scheduleFill(conversationId: string): void {
     if (!this.wanted || this.held || this.fillTimers.has(conversationId) || !this.missing(conversationId)) return;
+    // Light news of a conversation nobody looks at waits for `watch` (or the next catch-up).
+    if (this.lightFetch === "watched" && this.light.has(conversationId) && !this.watched.has(conversationId)) return;
     const retryAt = this.fillFailures.get(conversationId)?.retryAt ?? 0;
     this.fillTimers.set(
       conversationId,

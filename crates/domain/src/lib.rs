@@ -14,6 +14,7 @@
 //! | `requests` | request bodies and parameters, parsed and validated into the types above |
 //! | `events` | push events, the relay's and the fanout's planning, redelivery, failure policy |
 //! | `error`, `retry`, `time` | the one error type, backoff with jitter, wall-clock formats |
+//! | `log_sampling` | which routine log lines are written (errors and slow ones always) |
 
 pub mod attachments;
 pub mod changes;
@@ -22,6 +23,7 @@ pub mod error;
 pub mod events;
 pub mod ids;
 pub mod inbox;
+pub mod log_sampling;
 pub mod message;
 pub mod model;
 pub mod read_state;

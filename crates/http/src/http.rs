@@ -209,16 +209,24 @@ where
     // Boxed: a handler's future is deep, and callers nest it further (tests, the bench).
     let (result, calls) = chat_store::telemetry::counting_calls(Box::pin(bounded)).await;
     let response = respond(result, &id);
-    // One line per request: what an operator needs to find it, never a message body.
-    tracing::info!(
-        request_id = %id,
-        route = %route,
-        conversation = conversation.as_deref().unwrap_or(""),
-        status = response.status().as_u16(),
-        latency_ms = started.elapsed().as_millis() as u64,
-        dynamodb_calls = calls,
-        "request"
+    // A line per request that went wrong or was slow, and one in CHAT_LOG_EVERY of the rest
+    // (their cost, docs/cost.md "Logs"; the access log has them all): what an operator needs to
+    // find it, never a message body.
+    let (status, latency_ms) = (
+        response.status().as_u16(),
+        started.elapsed().as_millis() as u64,
     );
+    if chat_store::telemetry::request_line_due(status, latency_ms) {
+        tracing::info!(
+            request_id = %id,
+            route = %route,
+            conversation = conversation.as_deref().unwrap_or(""),
+            status,
+            latency_ms,
+            dynamodb_calls = calls,
+            "request"
+        );
+    }
     response
 }
 

@@ -116,6 +116,12 @@ impl Archive {
 
     /// The messages of one chunk object (None: no such object). 1 S3 GetObject.
     pub async fn get(&self, key: &str) -> Result<Option<Vec<Message>>, ChatError> {
+        Ok(self.get_tagged(key).await?.map(|(messages, _)| messages))
+    }
+
+    /// As `get`, with the object's ETag, for a rewrite that must not undo another
+    /// (`put_over`). 1 S3 GetObject.
+    pub async fn get_tagged(&self, key: &str) -> Result<Option<(Vec<Message>, String)>, ChatError> {
         let out = match self
             .s3
             .get_object()
@@ -129,15 +135,48 @@ impl Archive {
             Err(e) if matches!(e.code(), Some("NoSuchKey" | "AccessDenied")) => return Ok(None),
             Err(e) => return Err(s3_error("GetObject", e)),
         };
+        let etag = out.e_tag().unwrap_or_default().to_owned();
         let bytes = out.body.collect().await.map_err(|e| {
             tracing::warn!(error = %e, key, "archive read cut short");
             ChatError::Unavailable
         })?;
-        decode(&bytes.into_bytes()).map(Some)
+        Ok(Some((decode(&bytes.into_bytes())?, etag)))
+    }
+
+    /// Replaces a chunk object only if it is still the version `etag` names (S3 conditional
+    /// write, `If-Match`): false when it changed or is gone meanwhile (another rewrite, or the
+    /// archiver removed a superseded chunk), and nothing was written. 1 S3 PutObject.
+    pub async fn put_over(&self, key: &str, etag: &str, bytes: Vec<u8>) -> Result<bool, ChatError> {
+        match self.put_chunk(key, bytes).if_match(etag).send().await {
+            Ok(_) => Ok(true),
+            // 412: another version; 404: gone; 409: a conditional write raced this one.
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some("PreconditionFailed" | "NoSuchKey" | "ConditionalRequestConflict")
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(s3_error("PutObject", e)),
+        }
     }
 
     /// Stores a chunk object. 1 S3 PutObject.
     pub async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), ChatError> {
+        self.put_chunk(key, bytes)
+            .send()
+            .await
+            .map_err(|e| s3_error("PutObject", e))?;
+        Ok(())
+    }
+
+    /// The PutObject of a chunk (gzip JSON Lines), for `put` and `put_over`.
+    fn put_chunk(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+    ) -> aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder {
         self.s3
             .put_object()
             .bucket(&self.bucket)
@@ -145,10 +184,6 @@ impl Archive {
             .content_type("application/x-ndjson")
             .content_encoding("gzip")
             .body(ByteStream::from(bytes))
-            .send()
-            .await
-            .map_err(|e| s3_error("PutObject", e))?;
-        Ok(())
     }
 
     /// Deletes a chunk object no seq is found in any more (deleting a missing key succeeds).

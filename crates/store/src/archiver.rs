@@ -136,6 +136,10 @@ pub struct RunReport {
     pub buckets: u64,
     /// How far behind the age the oldest unfinished bucket starts, in seconds (0: none).
     pub lag_seconds: u64,
+    /// Conversations parked by this run after `ARCHIVE_ATTEMPTS` failed runs.
+    pub parked: u64,
+    /// Parked conversations this run archived at last (and took off the parked list).
+    pub unparked: u64,
 }
 
 const CURSOR_PK: &str = "R#cursor";
@@ -146,6 +150,11 @@ const READ_PAGE: i32 = 200;
 const IN_FLIGHT: usize = 8;
 /// Buckets before the first due one that a first run (no cursor yet) looks at.
 const FIRST_LOOKBACK: u64 = 24;
+/// Runs a listed conversation may fail before it is parked (`R#parked`), so that one
+/// conversation that always fails cannot hold the cursor (and all archiving) back.
+pub const ARCHIVE_ATTEMPTS: u64 = 3;
+/// The parked list: `pk = R#parked, sk = <conversationId>`, retried once per run.
+const PARKED_PK: &str = "R#parked";
 
 fn work_list_pk(bucket: u64, shard: u64) -> String {
     format!("R#{bucket}#{shard}")
@@ -224,28 +233,39 @@ impl ChatStore {
                 let pk = work_list_pk(next, shard);
                 let entries = self.work_list(&pk).await?;
                 let results: Vec<_> = stream::iter(entries)
-                    .map(|id| {
+                    .map(|(id, failures)| {
                         let cutoff = &cutoff;
                         async move {
                             let r = self.archive_conversation(&id, cutoff, None).await;
-                            (id, r)
+                            (id, failures, r)
                         }
                     })
                     .buffer_unordered(IN_FLIGHT)
                     .collect()
                     .await;
                 let mut done = Vec::new();
-                for (id, result) in results {
+                for (id, failures, result) in results {
                     report.conversations += 1;
+                    let entry = keys::key(pk.clone(), id.as_str());
                     match result {
                         Ok(a) => {
                             report.archived += a;
-                            done.push(delete_request(keys::key(pk.clone(), id.as_str()))?);
+                            done.push(delete_request(entry)?);
+                        }
+                        Err(e) if failures + 1 >= ARCHIVE_ATTEMPTS => {
+                            tracing::error!(conversation = %id, error = ?e, "archiving failed {ARCHIVE_ATTEMPTS} times; parked");
+                            report.failed += 1;
+                            report.parked += 1;
+                            let mut parked = keys::key(PARKED_PK.to_owned(), id.as_str());
+                            parked.insert("bucket".into(), n(next));
+                            done.push(put_request(parked)?);
+                            done.push(delete_request(entry)?);
                         }
                         Err(e) => {
                             tracing::warn!(conversation = %id, error = ?e, "archiving failed; kept in the work list");
                             report.failed += 1;
                             finished = false;
+                            self.count_archive_failure(entry, failures + 1).await?;
                         }
                     }
                 }
@@ -262,9 +282,13 @@ impl ChatStore {
         if next > last_due {
             report.lag_seconds = 0;
         }
+        if !until.passed() {
+            self.retry_parked(&cutoff, &mut report).await?;
+        }
         telemetry::count("ArchivedMessages", report.archived.messages);
         telemetry::count("ArchivedChunks", report.archived.chunks);
         telemetry::count("ArchiveFailures", report.failed);
+        telemetry::count("ArchiveParked", report.parked);
         telemetry::metric("ArchiveLagSeconds", report.lag_seconds as f64, "Seconds");
         Ok(report)
     }
@@ -309,19 +333,64 @@ impl ChatStore {
         }
     }
 
-    /// The conversations listed under one work-list partition. 1 Query (more past 1 MB).
-    async fn work_list(&self, pk: &str) -> Result<Vec<ConversationId>, ChatError> {
+    /// The conversations listed under one work-list partition, with the runs each has failed.
+    /// 1 Query (more past 1 MB).
+    async fn work_list(&self, pk: &str) -> Result<Vec<(ConversationId, u64)>, ChatError> {
         let mut out = Vec::new();
         let query = PartitionQuery {
             pk: pk.to_owned(),
             ..Default::default()
         };
         self.query_each(query, |item| {
-            out.extend(get_s(&item, keys::SK).and_then(ConversationId::parse));
+            let failures = get_n(&item, "failures").unwrap_or(0);
+            out.extend(
+                get_s(&item, keys::SK)
+                    .and_then(ConversationId::parse)
+                    .map(|id| (id, failures)),
+            );
             Ok(true)
         })
         .await?;
         Ok(out)
+    }
+
+    /// Records one more failed run on a work-list entry. 1 PutItem (the entry is its key and
+    /// the count).
+    async fn count_archive_failure(&self, mut entry: Item, failures: u64) -> Result<(), ChatError> {
+        entry.insert("failures".into(), n(failures));
+        self.db
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(entry))
+            .send()
+            .await
+            .map_err(|e| sdk_error("PutItem", e))?;
+        Ok(())
+    }
+
+    /// The parked conversations, tried once more each run (after the due buckets): one that
+    /// archives is taken off the list; one that fails stays, without holding anything back.
+    /// 1 Query of `R#parked` (1 read unit while it is empty), per parked conversation
+    /// `archive_conversation`, and 1 BatchWriteItem of the deletes.
+    async fn retry_parked(&self, cutoff: &str, report: &mut RunReport) -> Result<(), ChatError> {
+        let parked = self.work_list(PARKED_PK).await?;
+        let mut done = Vec::new();
+        for (id, _) in parked {
+            match self.archive_conversation(&id, cutoff, None).await {
+                Ok(a) => {
+                    report.archived += a;
+                    report.unparked += 1;
+                    done.push(delete_request(keys::key(
+                        PARKED_PK.to_owned(),
+                        id.as_str(),
+                    ))?);
+                }
+                Err(e) => {
+                    tracing::warn!(conversation = %id, error = ?e, "parked conversation failed again")
+                }
+            }
+        }
+        self.batch_write(done).await
     }
 
     /// Moves a conversation's messages created before `cutoff` (RFC 3339) to the archive, one
@@ -414,7 +483,9 @@ impl ChatStore {
 
     /// After an advance: the chunk without the content of its messages deleted after step 1
     /// read them (their deletion, had it looked at the boundary before this advance, left the
-    /// erasure to this run: docs/data-model.md §8.2). 1 Query of their marks (+1 PutObject).
+    /// erasure to this run: docs/data-model.md §8.2). 1 Query of their marks (+1 GetObject and
+    /// 1 PutObject over the version read, as a deletion's own erasure: neither undoes the
+    /// other's; a lost race reads both again).
     async fn erase_late_deletions(
         &self,
         archive: &archive::Archive,
@@ -425,11 +496,29 @@ impl ChatStore {
         let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
             return Ok(());
         };
-        let marks = self.reactions_between(id, first.seq, last.seq).await?;
-        if let Some(erased) = super::changes::erased(chunk, &marks) {
-            archive.put(key, archive::encode(&erased)?).await?;
+        let (first, last) = (first.seq, last.seq);
+        let mut marks = self.reactions_between(id, first, last).await?;
+        if super::changes::erased(chunk, &marks).is_none() {
+            return Ok(());
         }
-        Ok(())
+        let mut retry = self.retry();
+        while retry.next().await {
+            let Some((chunk, etag)) = archive.get_tagged(key).await? else {
+                return Ok(());
+            };
+            // The marks just read serve the first try; a lost race reads them again.
+            let Some(erased) = super::changes::erased(chunk, &marks) else {
+                return Ok(());
+            };
+            if archive
+                .put_over(key, &etag, archive::encode(&erased)?)
+                .await?
+            {
+                return Ok(());
+            }
+            marks = self.reactions_between(id, first, last).await?;
+        }
+        Err(ChatError::Throttled)
     }
 
     /// Step 1's head: the conversation's `archivedThrough` (None: no such conversation), once a

@@ -298,7 +298,15 @@ impl ChatStore {
                 .await?;
             let Some((message, message_change)) = read.message.clone() else {
                 if let Some(key) = &read.key {
+                    // Archived since the edit: its replay answers as the edit did, forever
+                    // (docs/api.md §4.8), from the chunk.
                     check_replay(&key.fingerprint, &fingerprint)?;
+                    let archived = self
+                        .archived_message(id, seq, read.conversation.archived_through)
+                        .await?;
+                    let answer =
+                        replayed_edit(&archived, &edit.body, key.version, key.at.as_deref());
+                    return Ok(read.reactions.apply(answer));
                 }
                 return Err(ChatError::Conflict(
                     "the message is archived and cannot be edited".into(),
@@ -447,9 +455,12 @@ impl ChatStore {
 
     /// Rewrites the chunk holding a deleted archived message with its tombstone (and those of
     /// any other message of the chunk deleted meanwhile, from their marks): the content is gone
-    /// from the archive too. Again while the archiver moved the boundary meanwhile (a longer
-    /// chunk may have been built from the old one). S3: 1 GetObject + 1 PutObject; DynamoDB: 1
-    /// Query of the chunk's marks, 2 GetItem of `archivedThrough`.
+    /// from the archive too. The chunk is put only over the version read (`put_over`), so two
+    /// deletions at once never put back each other's content, and a chunk the archiver removed
+    /// meanwhile is never re-created: a lost race reads the chunk and the marks again. Again
+    /// while the archiver moved the boundary meanwhile (a longer chunk may have been built from
+    /// the old one). S3: 1 GetObject + 1 PutObject (each race lost: 1 + 1 more); DynamoDB: 1
+    /// Query of the chunk's marks (per race lost: 1 more), 2 GetItem of `archivedThrough`.
     #[cfg(feature = "archive")]
     async fn erase_from_archive(&self, id: &ConversationId, seq: u64) -> Result<(), ChatError> {
         use super::archive::{chunk_key, encode};
@@ -461,10 +472,24 @@ impl ChatStore {
             let Some((key, first, last)) = chunk_key(id, seq, through) else {
                 return Ok(());
             };
-            let (chunk, marks) =
-                tokio::try_join!(archive.get(&key), self.reactions_between(id, first, last))?;
-            if let Some(erased) = erased(chunk.unwrap_or_default(), &marks) {
-                archive.put(&key, encode(&erased)?).await?;
+            let (mut retry, mut settled) = (self.retry(), false);
+            while !settled && retry.next().await {
+                let (chunk, marks) = tokio::try_join!(
+                    archive.get_tagged(&key),
+                    self.reactions_between(id, first, last)
+                )?;
+                // No object: not written yet, or superseded and removed (the longer one is
+                // rewritten below once the boundary is read again).
+                settled = match (chunk, marks) {
+                    (None, _) => true,
+                    (Some((chunk, etag)), marks) => match erased(chunk, &marks) {
+                        Some(erased) => archive.put_over(&key, &etag, encode(&erased)?).await?,
+                        None => true,
+                    },
+                };
+            }
+            if !settled {
+                return Err(ChatError::Throttled);
             }
             let now = self.archived_through(id).await?;
             if now == through {
@@ -732,17 +757,26 @@ impl ChatStore {
     ) -> Result<(), ChatError> {
         #[cfg(feature = "archive")]
         {
-            let mut missing = seqs.iter().filter(|s| !messages.contains_key(s));
-            let (Some(archive), Some(&from)) = (self.archive.as_ref(), missing.next()) else {
+            let Some(archive) = self.archive.as_ref() else {
                 return Ok(());
             };
-            let to = missing.next_back().copied().unwrap_or(from);
-            for m in self
-                .archived_messages(archive, id, from..=to, archived_through)
-                .await?
-            {
-                if seqs.contains(&m.seq) {
-                    messages.entry(m.seq).or_insert(m);
+            // One read per chunk the page's own seqs fall in, never the chunks between them
+            // (a page may hold seq 1 and seq 900,000): the missing seqs grouped by chunk.
+            let mut by_chunk: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+            for &s in seqs.iter().filter(|s| !messages.contains_key(s)) {
+                let range = by_chunk
+                    .entry(super::archive::chunk_of(s))
+                    .or_insert((s, s));
+                range.1 = s;
+            }
+            for (from, to) in by_chunk.into_values() {
+                for m in self
+                    .archived_messages(archive, id, from..=to, archived_through)
+                    .await?
+                {
+                    if seqs.contains(&m.seq) {
+                        messages.entry(m.seq).or_insert(m);
+                    }
                 }
             }
         }

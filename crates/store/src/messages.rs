@@ -294,12 +294,18 @@ impl ChatStore {
 }
 
 /// The seqs whose counts a page needs: the page's window as `lastSeq` (as read) puts it, and,
-/// paging from the newest, every message committed since.
+/// paging from the newest (or from a `beforeSeq` beyond `lastSeq`), every message committed
+/// since. A `beforeSeq` far above `lastSeq` pages from the newest message, so its window starts
+/// `limit` below `lastSeq`, not below `beforeSeq`.
 fn counts_range(q: HistoryQuery, last_seq: u64) -> (u64, u64) {
     let limit = u64::from(q.limit);
+    let from_top = |top: u64| (top + 1).saturating_sub(limit).max(1);
     match q.cursor {
-        HistoryCursor::Newest => ((last_seq + 1).saturating_sub(limit).max(1), u64::MAX),
-        HistoryCursor::Before(b) => (b.saturating_sub(limit).max(1), b.saturating_sub(1)),
+        HistoryCursor::Newest => (from_top(last_seq), u64::MAX),
+        HistoryCursor::Before(b) => {
+            let top = b.saturating_sub(1);
+            (from_top(top.min(last_seq)), top)
+        }
         HistoryCursor::After(a) => (a.saturating_add(1), a.saturating_add(limit + 1)),
     }
 }

@@ -1,17 +1,20 @@
 //! What operators see (README "Deploy", "Operating it"): logs as the Lambda runtime's default
 //! subscriber writes them (so `AWS_LAMBDA_LOG_FORMAT=JSON` and `AWS_LAMBDA_LOG_LEVEL` work), but
-//! never a raw event or SDK payload even at TRACE (`payload_free`), one line per REST request, and
+//! never a raw event or SDK payload even at TRACE (`payload_free`), a line per REST request (errors,
+//! throttles and slow ones always, one in `CHAT_LOG_EVERY` of the rest: `request_line_due`), and
 //! metrics in CloudWatch's embedded metric format (EMF): JSON lines on stdout that CloudWatch
 //! turns into metrics, with no API call and no extra latency.
 
 use std::cell::Cell;
 use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use aws_sdk_dynamodb::config::http::HttpRequest;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
+use chat_domain::log_sampling::LogSampling;
 use tracing::Level;
 use tracing_subscriber::filter::{filter_fn, EnvFilter, LevelFilter};
 use tracing_subscriber::fmt;
@@ -63,6 +66,57 @@ where
         }
     });
     let _ = METRICS.set(metrics.then(|| function.unwrap_or_else(|| "local".into())));
+}
+
+/// Which routine lines are written (`chat_domain::log_sampling`): `CHAT_LOG_EVERY` and
+/// `CHAT_LOG_SLOW_MS`, read once; a value that does not parse writes every line (and says so).
+static SAMPLING: Mutex<Option<LogSampling>> = Mutex::new(None);
+/// Routine lines of each kind so far in this instance: REST requests, stream consumers' batches.
+static REQUEST_LINES: AtomicU64 = AtomicU64::new(0);
+static BATCH_LINES: AtomicU64 = AtomicU64::new(0);
+
+fn sampling() -> LogSampling {
+    let mut s = SAMPLING.lock().unwrap_or_else(|p| p.into_inner());
+    *s.get_or_insert_with(|| {
+        let every = std::env::var("CHAT_LOG_EVERY").ok();
+        let slow = std::env::var("CHAT_LOG_SLOW_MS").ok();
+        LogSampling::parse(every.as_deref(), slow.as_deref()).unwrap_or_else(|e| {
+            eprintln!("{e}: every line is logged");
+            LogSampling {
+                every: 1,
+                ..LogSampling::DEFAULT
+            }
+        })
+    })
+}
+
+/// Replaces the sampling read from the environment and starts the counts over (tests, the bench).
+pub fn set_log_sampling(s: LogSampling) {
+    *SAMPLING.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+    REQUEST_LINES.store(0, Ordering::Relaxed);
+    BATCH_LINES.store(0, Ordering::Relaxed);
+}
+
+/// Whether a REST request's `request` line is written: its status is 400 or above, it was slow,
+/// or it is the one in `CHAT_LOG_EVERY` ordinary requests of this instance.
+pub fn request_line_due(status: u16, latency_ms: u64) -> bool {
+    let s = sampling();
+    s.keeps_request(
+        status,
+        latency_ms,
+        REQUEST_LINES.fetch_add(1, Ordering::Relaxed),
+    )
+}
+
+/// Whether a stream consumer's per-batch line is written (`abnormal`: a retry, a failure, a
+/// record given up): as `request_line_due`.
+pub fn batch_line_due(abnormal: bool, latency_ms: u64) -> bool {
+    let s = sampling();
+    s.keeps(
+        abnormal,
+        latency_ms,
+        BATCH_LINES.fetch_add(1, Ordering::Relaxed),
+    )
 }
 
 /// `level` (default INFO) for everything, refined by `directives` (the `RUST_LOG` syntax): the

@@ -374,7 +374,13 @@ impl Fanout {
                 chat_store::telemetry::count(name, n);
             }
         }
-        // The per-invocation figures (one line, the metrics to chart).
+        // The per-invocation figures (the metrics above count them all): always when a push was
+        // retried, given up or failed, or a read failed; else one batch in CHAT_LOG_EVERY.
+        let ms = started.elapsed().as_millis() as u64;
+        let abnormal = d(1) + d(2) + d(5) + read_failures + push_failures > 0;
+        if !chat_store::telemetry::batch_line_due(abnormal, ms) {
+            return;
+        }
         tracing::info!(
             records,
             conversations,
@@ -387,7 +393,7 @@ impl Fanout {
             already_delivered = d(6),
             read_failures,
             push_failures,
-            ms = started.elapsed().as_millis() as u64,
+            ms,
             "fanout batch"
         );
     }

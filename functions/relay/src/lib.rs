@@ -157,14 +157,20 @@ impl Relay {
             // Records Lambda will deliver again, from the earliest reported one.
             chat_store::telemetry::count("RelayRecordsFailed", (records.len() - i) as u64);
         }
-        tracing::info!(
-            records = records.len(),
-            kinesis_records = put,
-            retries,
-            failed = broken.len(),
-            ms = started.elapsed().as_millis() as u64,
-            "relay batch"
-        );
+        // Always when something was retried or failed, else one batch in CHAT_LOG_EVERY (the
+        // metrics above count them all).
+        let ms = started.elapsed().as_millis() as u64;
+        let abnormal = retries > 0 || !broken.is_empty() || failures.earliest().is_some();
+        if chat_store::telemetry::batch_line_due(abnormal, ms) {
+            tracing::info!(
+                records = records.len(),
+                kinesis_records = put,
+                retries,
+                failed = broken.len(),
+                ms,
+                "relay batch"
+            );
+        }
 
         batch_response(records, failures.earliest())
     }

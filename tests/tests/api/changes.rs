@@ -441,3 +441,26 @@ async fn concurrent_changes_number_exactly_one_to_n() {
         .sum();
     assert_eq!(total, 32, "the counts are exact");
 }
+
+/// A `beforeSeq` far above `lastSeq` pages from the newest message: its page carries the same
+/// reaction counts and deleted marks as the page without a cursor (the counts' Query once read
+/// the window below `beforeSeq`, where no message is).
+#[tokio::test]
+async fn a_before_seq_beyond_the_last_keeps_counts_and_deleted_marks() {
+    let (t, a, b, c) = chat(false, &[(By::A, "one"), (By::B, "two"), (By::A, "three")]).await;
+    assert_eq!(t.react(&c, 2, &a, THUMBS, true).await.status, 200);
+    assert_eq!(t.delete_message(&c, 3, &a, &new_uuid()).await.status, 200);
+    let newest = history(&t, &c, &b).await;
+    assert_eq!(newest[1]["reactions"][0]["count"], 1, "{newest:?}");
+    assert_eq!(newest[2]["deleted"], true, "{newest:?}");
+    for before in [4, 5, 1_000_000] {
+        let path = format!("/conversations/{c}/messages?beforeSeq={before}");
+        let r = t.get(&path, &b).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(
+            r.body["messages"],
+            Value::from(newest.clone()),
+            "beforeSeq={before}"
+        );
+    }
+}

@@ -555,6 +555,41 @@ describe("live delivery", () => {
     assert.equal(server.historyRequests()[0]!.query.get("afterSeq"), "0");
   });
 
+  it("with lightFetch watched, fetches light payloads only for a watched conversation, a burst in one request", async () => {
+    const { server, client, messages } = setup({ gapFillDelayMs: 30, lightFetch: "watched" });
+    const id = server.createConversation(["alice", "bob"]);
+    const other = server.createConversation(["alice", "carol"]);
+    await client.getConversation(id);
+    await client.getConversation(other);
+    await client.connect();
+    const light = (c: string, seq: number) => server.push("alice", { type: "message.new", conversationId: c, seq });
+    const ms = [1, 2].map(() => server.addMessage(id, "bob"));
+    for (const m of ms) light(id, m.seq);
+    await sleep(80);
+    assert.equal(server.historyRequests().length, 0, "not on screen: nothing fetched");
+    assert.deepEqual(messages, []);
+
+    client.watch(id);
+    await until("the two messages", () => messages.length === 2);
+    assert.deepEqual(messages, ms, "fetched once watched, in order");
+    assert.equal(server.historyRequests().length, 1);
+
+    // On screen: a burst of light payloads is one request.
+    const burst = [3, 4, 5].map(() => server.addMessage(id, "bob"));
+    for (const m of burst) light(id, m.seq);
+    await until("the burst", () => messages.length === 5);
+    assert.equal(server.historyRequests().length, 2);
+
+    // Another conversation with full pushes is delivered as before; a light one elsewhere waits.
+    const full = server.addMessage(other, "carol");
+    server.push("alice", { type: "message.new", ...full });
+    await until("the full push", () => messages.length === 6);
+    client.unwatch(id);
+    light(id, server.addMessage(id, "bob").seq);
+    await sleep(80);
+    assert.equal(server.historyRequests().length, 2, "unwatched again: no fetch");
+  });
+
   it("delivers the sender's own message once, whether the answer or the push comes first", async () => {
     const { server, client, messages } = setup();
     const id = server.createConversation(["alice", "bob"]);

@@ -226,6 +226,11 @@ pub fn object_key(conversation: &ConversationId, attachment_id: &str) -> String 
     format!("a/{}/{attachment_id}", conversation.as_str())
 }
 
+/// The object key of an image attachment's thumbnail (its longest side 320 px, JPEG).
+pub fn thumbnail_key(conversation: &ConversationId, attachment_id: &str) -> String {
+    format!("t/{}/{attachment_id}", conversation.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use super::attrs::{s, Item};
 use super::items::{from_item, to_item};
 use super::{keys, sdk_error, ChatStore};
 use chat_domain::attachments::{
-    object_key, unknown_attachment, Attachment, AttachmentPolicy, AttachmentRecord,
+    object_key, thumbnail_key, unknown_attachment, Attachment, AttachmentPolicy, AttachmentRecord,
     CreateAttachment,
 };
 use chat_domain::error::ChatError;
@@ -286,6 +286,64 @@ impl ChatStore {
                 )
             })
             .collect()
+    }
+}
+
+impl ChatStore {
+    /// A deletion's removal of its message's attachment records, in the deletion's own
+    /// transaction: the stable link answers 404 from then on.
+    pub(crate) fn attachment_erasure_parts(
+        &self,
+        message: &Message,
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        message
+            .attachments
+            .iter()
+            .map(|a| {
+                super::tx::delete_unconditionally(&self.table, attachment_key(&a.attachment_id))
+            })
+            .collect()
+    }
+
+    /// Deletes a deleted message's attachments' objects and their thumbnails, once the deletion
+    /// committed. S3: 1 DeleteObjects.
+    pub(crate) async fn delete_attachment_objects(
+        &self,
+        message: &Message,
+    ) -> Result<(), ChatError> {
+        if message.attachments.is_empty() {
+            return Ok(());
+        }
+        let a = self.attachments()?;
+        let mut objects = Vec::new();
+        for att in &message.attachments {
+            for key in [
+                object_key(&message.conversation_id, &att.attachment_id),
+                thumbnail_key(&message.conversation_id, &att.attachment_id),
+            ] {
+                let id = aws_sdk_s3::types::ObjectIdentifier::builder()
+                    .key(key)
+                    .build();
+                objects.push(id.map_err(ChatError::internal)?);
+            }
+        }
+        let delete = aws_sdk_s3::types::Delete::builder()
+            .set_objects(Some(objects))
+            .quiet(true)
+            .build()
+            .map_err(ChatError::internal)?;
+        a.s3.delete_objects()
+            .bucket(&a.bucket)
+            .delete(delete)
+            .send()
+            .await
+            .map_err(|e| {
+                ChatError::internal(format!(
+                    "DeleteObjects: {}",
+                    aws_sdk_s3::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        Ok(())
     }
 }
 

@@ -603,6 +603,20 @@ impl ChatStore {
         Ok(Vec::new())
     }
 
+    pub(crate) fn attachment_erasure_parts(
+        &self,
+        _message: &chat_domain::model::Message,
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        Ok(Vec::new())
+    }
+
+    pub(crate) async fn delete_attachment_objects(
+        &self,
+        _message: &chat_domain::model::Message,
+    ) -> Result<(), ChatError> {
+        Ok(())
+    }
+
     pub async fn sign_attachments<'m>(
         &self,
         _messages: impl IntoIterator<Item = &'m mut chat_domain::model::Message>,

@@ -76,7 +76,9 @@ struct Commit<'a> {
     messages: Vec<Message>,
 }
 
-/// Where a step of a queued send leaves its request.
+/// Where a step of a queued send leaves its request (one at a time, on the stack: its size does
+/// not matter).
+#[allow(clippy::large_enum_variant)]
 enum Flow {
     /// Look again after this long.
     Wait(Duration),

@@ -306,7 +306,8 @@ impl ChatStore {
     }
 
     /// Deletes a deleted message's attachments' objects and their thumbnails, once the deletion
-    /// committed. S3: 1 DeleteObjects.
+    /// committed. S3: 1 DeleteObject per object, at once (one per key, as IAM grants them by
+    /// prefix; a missing thumbnail is no error).
     pub(crate) async fn delete_attachment_objects(
         &self,
         message: &Message,
@@ -315,34 +316,27 @@ impl ChatStore {
             return Ok(());
         }
         let a = self.attachments()?;
-        let mut objects = Vec::new();
-        for att in &message.attachments {
-            for key in [
+        let keys = message.attachments.iter().flat_map(|att| {
+            [
                 object_key(&message.conversation_id, &att.attachment_id),
                 thumbnail_key(&message.conversation_id, &att.attachment_id),
-            ] {
-                let id = aws_sdk_s3::types::ObjectIdentifier::builder()
-                    .key(key)
-                    .build();
-                objects.push(id.map_err(ChatError::internal)?);
-            }
-        }
-        let delete = aws_sdk_s3::types::Delete::builder()
-            .set_objects(Some(objects))
-            .quiet(true)
-            .build()
-            .map_err(ChatError::internal)?;
-        a.s3.delete_objects()
-            .bucket(&a.bucket)
-            .delete(delete)
-            .send()
-            .await
-            .map_err(|e| {
-                ChatError::internal(format!(
-                    "DeleteObjects: {}",
-                    aws_sdk_s3::error::DisplayErrorContext(&e)
-                ))
-            })?;
+            ]
+        });
+        let deletes = keys.map(|key| async move {
+            a.s3.delete_object()
+                .bucket(&a.bucket)
+                .key(key)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    ChatError::internal(format!(
+                        "DeleteObject: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(&e)
+                    ))
+                })
+        });
+        futures::future::try_join_all(deletes).await?;
         Ok(())
     }
 }

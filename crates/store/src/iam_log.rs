@@ -172,7 +172,8 @@ pub fn s3_needs(method: &str, uri: &str) -> Vec<Need> {
     }]
 }
 
-/// Whether a signed request is for S3 (its SigV4 credential scope names the service).
+/// Whether a signed request is for S3 (its SigV4 credential scope names the service; a presigned
+/// one has it in its query, `X-Amz-Credential=…%2Fs3%2Faws4_request`).
 fn signed_for_s3(authorization: &str) -> bool {
     authorization.contains("/s3/aws4_request")
 }
@@ -244,8 +245,20 @@ impl ReadBeforeTransmit for IamNeeds {
         let needs = match target.split_once('.') {
             Some(("DynamoDB_20120810", op)) => dynamodb_needs(op, &body),
             Some(("Kinesis_20131202", op)) => kinesis_needs(op, &body),
-            _ if signed_for_s3(req.headers().get("authorization").unwrap_or_default()) => {
-                s3_needs(req.method(), req.uri())
+            // Sent signed, or presigned for a client to send (the signer's grants authorize it).
+            _ if signed_for_s3(req.headers().get("authorization").unwrap_or_default())
+                || req.uri().contains("%2Fs3%2Faws4_request") =>
+            {
+                let mut needs = s3_needs(req.method(), req.uri());
+                // An object put with tags needs PutObjectTagging too.
+                if req.method() == "PUT" && req.headers().get("x-amz-tagging").is_some() {
+                    let tagging = Need {
+                        action: "s3:PutObjectTagging".into(),
+                        ..needs[0].clone()
+                    };
+                    needs.push(tagging);
+                }
+                needs
             }
             // The Management API is REST: POST/GET/DELETE /@connections/{id}.
             _ if req.uri().contains("/@connections/") => vec![Need {

@@ -112,6 +112,16 @@ async fn an_upload_is_sent_read_and_linked() {
         (200, bytes.clone())
     );
 
+    // In the change log, once the message changed (its caption edited).
+    assert_eq!(t.edit(&c, 1, &a, &new_uuid(), "caption").await.status, 200);
+    let changes = t.get(&format!("/conversations/{c}/changes"), &b).await;
+    let att = &changes.body["changes"][0]["message"]["attachments"][0];
+    assert_eq!(att["attachmentId"], json!(id), "{changes:?}");
+    assert_eq!(
+        download(att["url"].as_str().unwrap()).await,
+        (200, bytes.clone())
+    );
+
     // The stable link: 302 to a fresh URL, for members only.
     let link = format!("/conversations/{c}/attachments/{id}");
     let r = t.get(&link, &b).await;

@@ -79,6 +79,9 @@ pub struct Config {
     pub archive: crate::ArchiveSettings,
     /// The attachments bucket (`CHAT_ATTACHMENTS_BUCKET`; None: attachments are off).
     pub attachments_bucket: Option<String>,
+    /// Its S3 endpoint, when not `s3_endpoint` (`CHAT_ATTACHMENTS_S3_ENDPOINT`; locally the S3
+    /// gate, infra/s3-gate, which clients reach with the presigned URLs signed for it).
+    pub attachments_s3_endpoint: Option<String>,
     /// What uploads may be (`CHAT_MAX_ATTACHMENT_BYTES`, `CHAT_ATTACHMENT_CONTENT_TYPES`:
     /// template parameters `MaxAttachmentBytes`, `AttachmentContentTypes`).
     pub attachment_policy: chat_domain::attachments::AttachmentPolicy,
@@ -209,6 +212,7 @@ impl Config {
             s3_endpoint: var("S3_ENDPOINT"),
             archive: archive_settings()?,
             attachments_bucket: var("CHAT_ATTACHMENTS_BUCKET"),
+            attachments_s3_endpoint: var("CHAT_ATTACHMENTS_S3_ENDPOINT"),
             attachment_policy: attachment_policy()?,
         })
     }
@@ -295,8 +299,13 @@ impl Config {
 
     #[cfg(any(feature = "archive", feature = "attachments"))]
     pub fn s3_client(&self, sdk: &SdkConfig) -> aws_sdk_s3::Client {
+        self.s3_client_at(sdk, self.s3_endpoint.as_ref())
+    }
+
+    #[cfg(any(feature = "archive", feature = "attachments"))]
+    fn s3_client_at(&self, sdk: &SdkConfig, endpoint: Option<&String>) -> aws_sdk_s3::Client {
         let mut b = aws_sdk_s3::config::Builder::from(sdk);
-        if let Some(url) = &self.s3_endpoint {
+        if let Some(url) = endpoint {
             // A local stand-in (moto) serves buckets by path, not by host name.
             b = b.endpoint_url(url).force_path_style(true);
         }
@@ -320,8 +329,9 @@ impl Config {
     #[cfg(feature = "attachments")]
     pub fn attachments(&self, sdk: &SdkConfig) -> Option<crate::attachments::Attachments> {
         let bucket = self.attachments_bucket.as_ref()?;
+        let endpoint = self.attachments_s3_endpoint.as_ref();
         Some(crate::attachments::Attachments::new(
-            self.s3_client(sdk),
+            self.s3_client_at(sdk, endpoint.or(self.s3_endpoint.as_ref())),
             bucket.clone(),
             self.attachment_policy.clone(),
         ))

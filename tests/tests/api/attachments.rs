@@ -283,3 +283,68 @@ async fn attachments_cost_a_send_no_extra_dynamodb_round_trip() {
     assert_eq!(plain.len(), with.len(), "{plain:?} vs {with:?}");
     assert_eq!(with, ["BatchGetItem", "TransactWriteItems"]);
 }
+
+/// Never-attached uploads: their record expires (TTL) 24 h after creation and their object
+/// carries `chat-unattached=1`, which the bucket's lifecycle rule (template.yaml) expires after
+/// a day; a send removes both, so what was sent stays.
+#[tokio::test]
+async fn an_upload_never_sent_expires_and_a_sent_one_stays() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let t = TestApp::new().await;
+    let (a, _, c) = t.new_direct().await;
+    let kept = uploaded(&t, &c, &a, b"sent").await;
+    let left = uploaded(&t, &c, &a, b"never sent").await;
+    assert_eq!(
+        send_with(&t, &c, &a, &new_uuid(), &[&kept]).await.status,
+        201
+    );
+
+    let record = |id: String| {
+        let db = t.db.clone();
+        let table = t.table.clone();
+        async move {
+            let key = [("pk", format!("A#{id}")), ("sk", "A".to_owned())]
+                .map(|(k, v)| (k.to_owned(), AttributeValue::S(v)));
+            let out = db
+                .get_item()
+                .table_name(table)
+                .set_key(Some(key.into()))
+                .send()
+                .await;
+            out.unwrap().item.unwrap()
+        }
+    };
+    let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+    let expires: i64 = record(left.clone()).await["expiresAt"]
+        .as_n()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((now + 24 * 3600 - expires).abs() < 60, "{expires} vs {now}");
+    assert!(!record(kept.clone()).await.contains_key("expiresAt"));
+
+    let sdk = chat_tests::config().sdk_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .endpoint_url(chat_tests::server::kinesis_endpoint())
+            .force_path_style(true)
+            .build(),
+    );
+    let tags = |id: &str| {
+        let key = format!("a/{c}/{id}");
+        let s3 = s3.clone();
+        async move {
+            let out = s3
+                .get_object_tagging()
+                .bucket(chat_tests::ATTACHMENTS_BUCKET)
+                .key(key);
+            let tags = out.send().await.unwrap();
+            tags.tag_set()
+                .iter()
+                .map(|t| format!("{}={}", t.key(), t.value()))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(tags(&left).await, ["chat-unattached=1"]);
+    assert!(tags(&kept).await.is_empty());
+}

@@ -27,6 +27,7 @@ MANAGEMENT_PORT="${CHAT_MANAGEMENT_PORT:-9002}"
 EMULATOR_PORT="${CHAT_EMULATOR_PORT:-4566}"
 DYNAMODB_PORT="${CHAT_DYNAMODB_PORT:-8000}"
 STRICT_PORT="${CHAT_STRICT_PORT:-8001}"
+S3_GATE_PORT="${CHAT_S3_GATE_PORT:-9004}"
 DYNAMODB_BACKEND="${CHAT_DYNAMODB:-local}"
 
 bash infra/setup.sh
@@ -110,6 +111,16 @@ if [[ "${CHAT_STRICT:-on}" != off ]]; then
 fi
 export DYNAMODB_ENDPOINT="$dynamodb"
 
+# Attachments: browsers and curl upload and download with presigned URLs signed for the S3 gate
+# (infra/s3-gate), which checks them as S3 does (moto does not) and forwards to moto's S3.
+export CHAT_ATTACHMENTS_BUCKET="${CHAT_ATTACHMENTS_BUCKET:-attachmentsbucket}"
+gate_log="$repo/.local/s3-gate-$S3_GATE_PORT.log"
+AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}" \
+  "$bin/s3-gate" --listen "127.0.0.1:$S3_GATE_PORT" --s3 "$S3_ENDPOINT" >"$gate_log" 2>&1 &
+pids+=($!)
+wait_for_line "$gate_log" '^READY' "${pids[-1]}" 100 0.1 "run-local: s3-gate"
+export CHAT_ATTACHMENTS_S3_ENDPOINT="http://127.0.0.1:$S3_GATE_PORT"
+
 # The gateway also serves the REST API on $REST_PORT, in front of the functions.
 CHAT_REST_PORT="$REST_PORT" CHAT_REST_UPSTREAM="http://127.0.0.1:$FUNCTIONS_PORT" "$bin/local-gateway" &
 pids+=($!)
@@ -151,6 +162,7 @@ Chat backend running locally
   Management API   $WS_MANAGEMENT_ENDPOINT
   DynamoDB         $DYNAMODB_ENDPOINT  ($dynamodb_what$strict_what; tables $CHAT_TABLE, $CONNECTIONS_TABLE)
   Kinesis          $KINESIS_ENDPOINT  (stream $EVENT_STREAM)
+  Attachments (S3) $CHAT_ATTACHMENTS_S3_ENDPOINT  (bucket $CHAT_ATTACHMENTS_BUCKET; the S3 gate in front of $S3_ENDPOINT)
   Archive (S3)     $S3_ENDPOINT  (bucket $CHAT_ARCHIVE_BUCKET; messages older than ${CHAT_ARCHIVE_AFTER_SECONDS:-7776000} s move there, checked every $archive_every s)
 Mint a token:      TOKEN=\$(python3 infra/mint_token.py u1)
 Try:               curl -s http://127.0.0.1:$REST_PORT/inbox -H "Authorization: Bearer \$TOKEN"

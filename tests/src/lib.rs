@@ -184,20 +184,24 @@ impl Intercept for Counter {
 
 /// The tests' archive bucket on moto (once per binary; creating it again is harmless).
 async fn create_archive_bucket(sdk: &aws_config::SdkConfig) {
+    create_bucket(sdk, ARCHIVE_BUCKET).await
+}
+
+async fn create_bucket(sdk: &aws_config::SdkConfig, bucket: &str) {
     let s3 = aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(sdk)
             .endpoint_url(server::kinesis_endpoint())
             .force_path_style(true)
             .build(),
     );
-    if let Err(e) = s3.create_bucket().bucket(ARCHIVE_BUCKET).send().await {
+    if let Err(e) = s3.create_bucket().bucket(bucket).send().await {
         let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&e);
         assert!(
             matches!(
                 code,
                 Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
             ),
-            "create the archive bucket: {}",
+            "create the bucket {bucket}: {}",
             aws_sdk_s3::error::DisplayErrorContext(&e)
         );
     }
@@ -316,6 +320,7 @@ pub enum Function {
     ReadStates,
     Inbox,
     MessageChanges,
+    Attachments,
 }
 
 /// The inbox indexer's function (`TestApp::index`).
@@ -325,9 +330,11 @@ const ARCHIVER: &str = "archiver";
 /// The archive bucket the tests create on moto: the template's logical id, in lower case as S3
 /// names must be (infra/test_iam.py compares it so).
 pub const ARCHIVE_BUCKET: &str = "archivebucket";
+/// The attachments bucket the tests create on moto (reached through the S3 gate).
+pub const ATTACHMENTS_BUCKET: &str = "attachmentsbucket";
 
 impl Function {
-    pub const ALL: [&'static str; 7] = [
+    pub const ALL: [&'static str; 8] = [
         "conversations",
         "send-message",
         "history",
@@ -335,6 +342,7 @@ impl Function {
         "read-states",
         "inbox",
         "message-changes",
+        "attachments",
     ];
 
     pub fn by_name(name: &str) -> Option<Function> {
@@ -346,6 +354,7 @@ impl Function {
             "read-states" => Function::ReadStates,
             "inbox" => Function::Inbox,
             "message-changes" => Function::MessageChanges,
+            "attachments" => Function::Attachments,
             _ => return None,
         })
     }
@@ -360,6 +369,7 @@ impl Function {
             Function::ReadStates => "read-states",
             Function::Inbox => "inbox",
             Function::MessageChanges => "message-changes",
+            Function::Attachments => "attachments",
         }
     }
 }
@@ -541,14 +551,32 @@ impl TestApp {
             }
             aws_sdk_s3::Client::from_conf(conf.build())
         };
+        create_bucket(&sdk, ATTACHMENTS_BUCKET).await;
+        // Attachments through the S3 gate, which checks presigned requests as S3 does.
+        let gated_s3 = |function: Option<&str>| {
+            let mut conf = aws_sdk_s3::config::Builder::from(&sdk)
+                .endpoint_url(server::s3_gate_endpoint())
+                .force_path_style(true)
+                .interceptor(Counter(calls.clone()));
+            if let Some(r) = function.and_then(|f| config.for_function(f).iam_recorder()) {
+                conf = conf.interceptor(r);
+            }
+            aws_sdk_s3::Client::from_conf(conf.build())
+        };
         let store_of = |function: Option<&str>| {
+            let attachments = chat_store::attachments::Attachments::new(
+                gated_s3(function),
+                ATTACHMENTS_BUCKET,
+                chat_domain::attachments::AttachmentPolicy::default(),
+            );
             // A suspension state stays known for the whole test run: a user's first request reads
             // it, the next ones (which the round-trip budgets count) do not, however slow the
             // test; a suspension served in this process takes effect at once anyway.
             let store = ChatStore::new(client(function), config.chat_table.clone())
                 .with_archived_keys_table(config.archived_keys_table.clone())
                 .with_budget(budget)
-                .with_suspension_ttl(Duration::from_secs(3600));
+                .with_suspension_ttl(Duration::from_secs(3600))
+                .with_attachments(Some(attachments));
             match archive {
                 Some(settings) => {
                     store.with_archive(Some(Archive::new(s3(function), ARCHIVE_BUCKET)), settings)
@@ -814,6 +842,7 @@ impl TestApp {
             Some(Function::ReadStates) => http::handle(app, req, read_states::handle).await,
             Some(Function::Inbox) => http::handle(app, req, inbox::handle).await,
             Some(Function::MessageChanges) => http::handle(app, req, message_changes::handle).await,
+            Some(Function::Attachments) => http::handle(app, req, attachments::handle).await,
             // What the router answers for an unknown route.
             None => {
                 return Resp {
@@ -1021,4 +1050,32 @@ impl TestApp {
             .filter_map(|i| i.get("clientMsgKey")?.as_s().ok().cloned())
             .collect()
     }
+}
+
+/// One plain HTTP/1.1 request (a browser's or curl's, e.g. to a presigned S3 URL): its status,
+/// headers and body.
+pub async fn raw_http(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, HashMap<String, String>, Vec<u8>) {
+    use http_body_util::{BodyExt, Full};
+    let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let mut req = hyper::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(bytes::Bytes::from(body))).unwrap();
+    let resp = client.request(req).await.expect("an HTTP answer");
+    let (parts, body) = resp.into_parts();
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    let bytes = body.collect().await.unwrap().to_bytes().to_vec();
+    (parts.status.as_u16(), headers, bytes)
 }

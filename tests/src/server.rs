@@ -290,6 +290,28 @@ pub fn kinesis_endpoint() -> String {
     services().kinesis.clone()
 }
 
+static S3_GATE: OnceLock<String> = OnceLock::new();
+
+/// The attachments' S3 endpoint: the S3 gate (infra/s3-gate: presigned requests checked as S3
+/// checks them, which moto does not) in front of moto's S3, once per test binary. Upload events
+/// go nowhere here (the tests run the thumbnailer themselves).
+pub fn s3_gate_endpoint() -> String {
+    S3_GATE
+        .get_or_init(|| {
+            let config = s3_gate::GateConfig {
+                listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                s3: kinesis_endpoint(),
+                secret: "local".into(),
+                notify: None,
+            };
+            on_own_runtime("s3-gate", || async move {
+                let running = s3_gate::start(config).await.expect("the S3 gate starts");
+                (running.url(), running)
+            })
+        })
+        .clone()
+}
+
 /// What serves DynamoDB in this test binary.
 pub fn dynamodb_kind() -> DynamoDb {
     services().dynamodb_kind

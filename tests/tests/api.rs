@@ -1,5 +1,7 @@
 //! The REST API end to end: real handlers, real DynamoDB-API server (one per test binary).
 
+#[path = "api/attachments.rs"]
+mod attachments;
 #[path = "api/auth.rs"]
 mod auth;
 #[path = "api/changes.rs"]

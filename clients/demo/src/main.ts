@@ -361,13 +361,28 @@ function messageItem(m: Message): HTMLLIElement {
       actions.append(b);
     }
   }
-  li.append(meta, el("div", "body"), el("div", "reactions"), actions);
+  li.append(meta, el("div", "body"), el("div", "reactions"), actions, el("div", "files"));
   return li;
 }
 
 /** Shows a message's current state in its item: body or tombstone, "edited", reaction counts. */
 function fillItem(li: HTMLLIElement, m: Message): void {
-  const [meta, body, reactions, actions] = li.children as unknown as HTMLElement[];
+  const [meta, body, reactions, actions, files] = li.children as unknown as HTMLElement[];
+  // Images as their thumbnail (else the image), a click opens the full one; other files as links.
+  files!.replaceChildren(
+    ...(m.deleted ? [] : (m.attachments ?? [])).map((f) => {
+      const a = el("a", "file", f.contentType.startsWith("image/") ? "" : f.fileName);
+      a.href = f.url;
+      a.target = "_blank";
+      if (f.contentType.startsWith("image/")) {
+        const img = el("img", "thumb");
+        img.src = f.thumbnailUrl ?? f.url;
+        img.alt = f.fileName;
+        a.append(img);
+      }
+      return a;
+    }),
+  );
   li.classList.toggle("deleted", m.deleted === true);
   body!.textContent = m.deleted ? "message deleted" : m.body;
   meta!.querySelector<HTMLElement>(".edited")!.hidden = !m.editedAt || m.deleted === true;
@@ -651,6 +666,18 @@ $("composer").addEventListener("submit", (ev) => {
 });
 $("body").addEventListener("input", () => {
   if (client && open && editing === null && $<HTMLTextAreaElement>("body").value !== "") client.typing(open.id);
+});
+$("file").addEventListener("change", () => {
+  const input = $<HTMLInputElement>("file");
+  const file = input.files?.[0];
+  input.value = "";
+  if (!client || !open || !file) return;
+  // Straight to S3 with the presigned request, then a message that carries it.
+  const id = open.id;
+  client
+    .uploadAttachment(id, file)
+    .then((attachment) => client!.send(id, "", { attachments: [attachment] }))
+    .catch(report);
 });
 $("body").addEventListener("keydown", (ev) => {
   if (ev.key === "Escape" && editing !== null) {

@@ -20,6 +20,7 @@ import type {
   ChangesPage,
   ConnectionState,
   Conversation,
+  CreatedAttachment,
   CreateGroupInput,
   HistoryOptions,
   HistoryPage,
@@ -333,18 +334,54 @@ export class ChatClient {
    * up with a `SendError` carrying the `clientMsgId`: pass it back as `options.clientMsgId` to try
    * again later, just as safely.
    */
-  async send(conversationId: string, body: string, options: { clientMsgId?: string } = {}): Promise<Message> {
+  async send(
+    conversationId: string,
+    body: string,
+    options: { clientMsgId?: string; attachments?: string[] } = {},
+  ): Promise<Message> {
     const clientMsgId = options.clientMsgId ?? randomUUID();
     const path = `${conversationPath(conversationId)}/messages`;
+    const request: Record<string, unknown> = { clientMsgId, body };
+    if (options.attachments?.length) request.attachments = options.attachments;
     let message: Message;
     try {
-      message = await this.withRetries(() => this.call<Message>("POST", path, { clientMsgId, body }));
+      message = await this.withRetries(() => this.call<Message>("POST", path, request));
     } catch (e) {
       throw new SendError(conversationId, clientMsgId, e);
     }
     // The sender's own message is news like any other: deliver it now (once; its push is then a repeat).
     this.handleEvent({ type: "message.new", ...message });
     return message;
+  }
+
+  /**
+   * `POST /conversations/{id}/attachments`, then the bytes straight to S3 with the presigned
+   * request it answers (never through the API). Resolves with the attachment id to pass to
+   * `send(…, { attachments: [id] })`. `onProgress(sent, total)` reports the upload (in a browser
+   * as it goes; elsewhere once done). S3's refusal becomes a ChatApiError (`upload_failed`, its
+   * status); a network failure rejects.
+   */
+  async uploadAttachment(
+    conversationId: string,
+    file: Blob | Uint8Array | ArrayBuffer,
+    options: { fileName?: string; contentType?: string; onProgress?: (sent: number, total: number) => void } = {},
+  ): Promise<string> {
+    const data = file instanceof Blob ? file : new Blob([file as BlobPart]);
+    const size = data.size;
+    const created = await this.withRetries(() =>
+      this.call<CreatedAttachment>("POST", `${conversationPath(conversationId)}/attachments`, {
+        fileName: options.fileName ?? (file as File).name ?? "file",
+        // None known: "" (a 415: octet streams are not on the allowlist either).
+        contentType: options.contentType || data.type,
+        size,
+      }),
+    );
+    const { method, url, headers = {} } = created.upload;
+    // Content-Length is set by the sender itself (as signed: the body is exactly `size` bytes).
+    delete headers["content-length"];
+    const status = await putBytes(this.doFetch, method, url, headers, data, (n) => options.onProgress?.(n, size));
+    if (status < 200 || status > 299) throw new ChatApiError(status, "upload_failed", "S3");
+    return created.attachmentId;
   }
 
   /**
@@ -1029,6 +1066,28 @@ export class ChatClient {
       }
     }
   }
+}
+
+/** Sends `data` with a presigned request: XMLHttpRequest where there is one (upload progress), else fetch. */
+function putBytes(
+  doFetch: typeof fetch,
+  method: string,
+  url: string,
+  headers: Record<string, string>,
+  data: Blob,
+  progress: (sent: number) => void,
+): Promise<number> {
+  const X = (globalThis as { XMLHttpRequest?: new () => XMLHttpRequest }).XMLHttpRequest;
+  if (!X) return doFetch(url, { method, headers, body: data }).then((r) => (progress(data.size), r.status));
+  return new Promise((resolve) => {
+    const xhr = new X();
+    xhr.open(method, url);
+    for (const k in headers) xhr.setRequestHeader(k, headers[k]!);
+    xhr.upload.onprogress = (e) => progress(e.loaded);
+    xhr.onload = () => resolve(xhr.status);
+    xhr.onerror = () => resolve(0);
+    xhr.send(data);
+  });
 }
 
 const CODE_BY_STATUS: Record<number, string> = {

@@ -38,6 +38,27 @@ export interface Message {
   deleted?: boolean;
   /** Counts per reaction; absent when none. */
   reactions?: ReactionCount[];
+  /** Files sent with it (docs/api.md §34); absent when none. */
+  attachments?: Attachment[];
+}
+
+/** A file of a message. `url` is presigned afresh on every read: store `attachmentLink` instead. */
+export interface Attachment {
+  attachmentId: string;
+  fileName: string;
+  contentType: string;
+  size: number;
+  url: string;
+  urlExpiresAt: string;
+  width?: number;
+  height?: number;
+  thumbnailUrl?: string;
+}
+
+/** `createAttachment`'s answer: the presigned request that carries the bytes straight to S3. */
+export interface CreatedAttachment {
+  attachmentId: string;
+  upload: { method: string; url: string; headers?: Record<string, string>; fields?: Record<string, string>; expiresAt: string };
 }
 
 export type ChangeType = "message.edited" | "message.deleted" | "reaction.added" | "reaction.removed";

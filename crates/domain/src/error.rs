@@ -26,6 +26,9 @@ pub enum ChatError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// An attachment's content type outside the allowlist (docs/api.md §34).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// Contention or DynamoDB throttling that did not clear within the request's deadline.
     #[error("too many concurrent requests, retry later")]
     Throttled,
@@ -58,6 +61,7 @@ impl ChatError {
             ChatError::NotFound | ChatError::MessageNotFound => 404,
             ChatError::Conflict(_) => 409,
             ChatError::PayloadTooLarge(_) => 413,
+            ChatError::UnsupportedMediaType(_) => 415,
             ChatError::Throttled => 429,
             ChatError::Internal(_) => 500,
             ChatError::Unavailable => 503,
@@ -74,6 +78,7 @@ impl ChatError {
             ChatError::NotFound | ChatError::MessageNotFound => "not_found",
             ChatError::Conflict(_) => "conflict",
             ChatError::PayloadTooLarge(_) => "payload_too_large",
+            ChatError::UnsupportedMediaType(_) => "unsupported_media_type",
             ChatError::Throttled => "throttled",
             ChatError::Unavailable => "unavailable",
             ChatError::Internal(_) => "internal",
@@ -118,6 +123,11 @@ mod tests {
                 ChatError::PayloadTooLarge("x".into()),
                 413,
                 "payload_too_large",
+            ),
+            (
+                ChatError::UnsupportedMediaType("x".into()),
+                415,
+                "unsupported_media_type",
             ),
             (ChatError::Throttled, 429, "throttled"),
             (ChatError::Unavailable, 503, "unavailable"),

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `ids`, `conversation`, `message`, `read_state`, `inbox`, `model` | the rules and the API's objects |
 //! | `safety` | blocking, reports, moderators and suspensions (docs/api.md §27–§30) |
+//! | `attachments` | uploads' size and type allowlist, which attachments a send may use (docs/api.md §34–§36) |
 //! | `changes` | edits, deletions and reactions: their requests and rules (`changeSeq`, docs/data-model.md §8) |
 //! | `send` | the decisions of a send: alone, queued, group commit |
 //! | `requests` | request bodies and parameters, parsed and validated into the types above |
@@ -17,6 +18,7 @@
 //! | `error`, `retry`, `time` | the one error type, backoff with jitter, wall-clock formats |
 //! | `log_sampling` | which routine log lines are written (errors and slow ones always) |
 
+pub mod attachments;
 pub mod changes;
 pub mod conversation;
 pub mod error;

@@ -31,6 +31,15 @@ pub fn message_fingerprint(sender: &UserId, body: &str) -> String {
     hex_digest(&["message", sender.as_str(), body])
 }
 
+/// A send's fingerprint: its attachment ids count too (none: `message_fingerprint`, as before).
+pub fn send_fingerprint(sender: &UserId, body: &str, attachments: &[String]) -> String {
+    if attachments.is_empty() {
+        return message_fingerprint(sender, body);
+    }
+    let ids = attachments.join(",");
+    hex_digest(&["message+attachments", sender.as_str(), body, &ids])
+}
+
 /// The name of a send's idempotency key once its message is archived (docs/data-model.md §2.4c):
 /// 128 bits of SHA-256 over the conversation and the lower-case `clientMsgId`, in base64url (22
 /// characters, against 36 + the conversation's id for the key it replaces).

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::attachments::Attachment;
 use super::changes::ChangeKind;
 use super::conversation::ConversationType;
 use super::ids::{ConversationId, UserId};
@@ -45,6 +46,9 @@ pub struct Message {
     /// its item: filled in when the message is read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reactions: Vec<ReactionCount>,
+    /// Files sent with it (docs/api.md §34), absent when none; their URLs are signed on read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 fn first_version() -> u64 {
@@ -72,6 +76,7 @@ impl Message {
             edited_at: None,
             deleted: false,
             reactions: Vec::new(),
+            attachments: Vec::new(),
         }
     }
 
@@ -82,6 +87,7 @@ impl Message {
             version: self.version + 1,
             deleted: true,
             reactions: Vec::new(),
+            attachments: Vec::new(),
             ..self.clone()
         }
     }

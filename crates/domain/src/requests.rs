@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
+use crate::attachments::parse_attachment_ids;
 use crate::conversation::{check_member_bound, check_title};
 use crate::error::ChatError;
 use crate::message::check_body;
@@ -79,6 +80,18 @@ impl Fields {
             None => Err(invalid(format!("missing field `{name}`"))),
             Some(Value::Bool(b)) => Ok(*b),
             Some(_) => Err(invalid(format!("field `{name}` must be true or false"))),
+        }
+    }
+
+    /// An optional array of strings (absent: empty).
+    pub fn optional_strings(&self, name: &str) -> Result<Vec<&str>, ChatError> {
+        let must = || invalid(format!("field `{name}` must be an array of strings"));
+        match self.get(name) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => {
+                items.iter().map(|v| v.as_str().ok_or_else(must)).collect()
+            }
+            Some(_) => Err(must()),
         }
     }
 
@@ -194,6 +207,8 @@ pub struct SendMessage {
     /// Lower-case form: the idempotency key.
     pub client_msg_key: String,
     pub body: String,
+    /// Attachment ids (lower case, distinct, at most 10; docs/api.md §34).
+    pub attachments: Vec<String>,
 }
 
 impl SendMessage {
@@ -201,12 +216,20 @@ impl SendMessage {
         let f = Fields::parse(body)?;
         let client_msg_id = f.required_str("clientMsgId")?;
         let client_msg_key = parse_uuid("clientMsgId", client_msg_id)?;
-        let text = f.required_str("body")?;
-        check_body(text)?;
+        let attachments = parse_attachment_ids(&f)?;
+        // With attachments the body may be empty (or absent).
+        let text = match f.optional_str("body")? {
+            None | Some("") if !attachments.is_empty() => "",
+            _ => f.required_str("body")?,
+        };
+        if !text.is_empty() || attachments.is_empty() {
+            check_body(text)?;
+        }
         Ok(SendMessage {
             client_msg_id: client_msg_id.to_owned(),
             client_msg_key,
             body: text.to_owned(),
+            attachments,
         })
     }
 }

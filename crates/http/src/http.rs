@@ -170,6 +170,16 @@ pub fn json<T: Serialize>(status: u16, value: &T) -> Result<Response<Body>, Chat
         .map_err(ChatError::internal)
 }
 
+/// `302 Found` to `location` (a fresh presigned URL: the link itself stays stable).
+pub fn redirect(location: &str) -> Result<Response<Body>, ChatError> {
+    Response::builder()
+        .status(StatusCode::FOUND)
+        .header(header::LOCATION, location)
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(Body::Empty)
+        .map_err(ChatError::internal)
+}
+
 pub fn no_content() -> Result<Response<Body>, ChatError> {
     Response::builder()
         .status(StatusCode::NO_CONTENT)

@@ -36,6 +36,8 @@ pub enum Operation {
     UnsuspendUser,
     Presence,
     SetPresenceVisibility,
+    CreateAttachment,
+    GetAttachment,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -70,7 +72,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 26] = [
+pub const ROUTES: [Route; 28] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -97,6 +99,8 @@ pub const ROUTES: [Route; 26] = [
     route(UnsuspendUser, "unsuspendUser", "DELETE", "/moderation/suspensions/{userId}", "conversations"),
     route(Presence, "presence", "POST", "/presence", "conversations"),
     route(SetPresenceVisibility, "setPresenceVisibility", "PUT", "/me/presence", "conversations"),
+    route(CreateAttachment, "createAttachment", "POST", "/conversations/{conversationId}/attachments", "attachments"),
+    route(GetAttachment, "getAttachment", "GET", "/conversations/{conversationId}/attachments/{attachmentId}", "attachments"),
 ];
 
 impl Operation {

@@ -490,10 +490,15 @@ impl ChatStore {
                 Some((change.change_seq, change.at.as_str())),
                 None,
             )?);
+            parts.extend(self.attachment_erasure_parts(&message)?);
             if self.commit_change(parts).await? {
                 // Archived, or archived since it was read (the archiver's own erasure covers
                 // an advance after this looks).
                 self.erase_after_deletion(id, seq).await?;
+                // Its files go with it (their records went in the transaction).
+                self.delete_attachment_objects(&message)
+                    .await
+                    .map_err(|_| ChatError::Unavailable)?;
                 return Ok(tomb);
             }
         }

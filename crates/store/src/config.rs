@@ -77,6 +77,32 @@ pub struct Config {
     /// The archive age and work-list buckets (`ARCHIVE_AFTER_DAYS`, default 90; locally
     /// `CHAT_ARCHIVE_AFTER_SECONDS`, which also makes the buckets 5 s wide).
     pub archive: crate::ArchiveSettings,
+    /// The attachments bucket (`CHAT_ATTACHMENTS_BUCKET`; None: attachments are off).
+    pub attachments_bucket: Option<String>,
+    /// Its S3 endpoint, when not `s3_endpoint` (`CHAT_ATTACHMENTS_S3_ENDPOINT`; locally the S3
+    /// gate, infra/s3-gate, which clients reach with the presigned URLs signed for it).
+    pub attachments_s3_endpoint: Option<String>,
+    /// What uploads may be (`CHAT_MAX_ATTACHMENT_BYTES`, `CHAT_ATTACHMENT_CONTENT_TYPES`:
+    /// template parameters `MaxAttachmentBytes`, `AttachmentContentTypes`).
+    pub attachment_policy: chat_domain::attachments::AttachmentPolicy,
+}
+
+fn attachment_policy() -> Result<chat_domain::attachments::AttachmentPolicy, String> {
+    use chat_domain::attachments::{
+        AttachmentPolicy, DEFAULT_CONTENT_TYPES, DEFAULT_MAX_ATTACHMENT_BYTES,
+    };
+    let max = match var("CHAT_MAX_ATTACHMENT_BYTES") {
+        None => DEFAULT_MAX_ATTACHMENT_BYTES,
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("CHAT_MAX_ATTACHMENT_BYTES must be a number, not {v:?}"))?,
+    };
+    let types = var("CHAT_ATTACHMENT_CONTENT_TYPES");
+    Ok(AttachmentPolicy::new(
+        max,
+        types.as_deref().unwrap_or(DEFAULT_CONTENT_TYPES),
+    ))
 }
 
 fn millis(name: &str, default: Duration) -> Result<Duration, String> {
@@ -185,6 +211,9 @@ impl Config {
             archive_bucket: var("CHAT_ARCHIVE_BUCKET"),
             s3_endpoint: var("S3_ENDPOINT"),
             archive: archive_settings()?,
+            attachments_bucket: var("CHAT_ATTACHMENTS_BUCKET"),
+            attachments_s3_endpoint: var("CHAT_ATTACHMENTS_S3_ENDPOINT"),
+            attachment_policy: attachment_policy()?,
         })
     }
 
@@ -263,13 +292,20 @@ impl Config {
         let store = store.with_archive(self.archive(sdk), self.archive);
         #[cfg(not(feature = "archive"))]
         let store = store.with_archive_tier(self.archive_bucket.is_some(), self.archive);
+        #[cfg(feature = "attachments")]
+        let store = store.with_attachments(self.attachments(sdk));
         store
     }
 
-    #[cfg(feature = "archive")]
+    #[cfg(any(feature = "archive", feature = "attachments"))]
     pub fn s3_client(&self, sdk: &SdkConfig) -> aws_sdk_s3::Client {
+        self.s3_client_at(sdk, self.s3_endpoint.as_ref())
+    }
+
+    #[cfg(any(feature = "archive", feature = "attachments"))]
+    fn s3_client_at(&self, sdk: &SdkConfig, endpoint: Option<&String>) -> aws_sdk_s3::Client {
         let mut b = aws_sdk_s3::config::Builder::from(sdk);
-        if let Some(url) = &self.s3_endpoint {
+        if let Some(url) = endpoint {
             // A local stand-in (moto) serves buckets by path, not by host name.
             b = b.endpoint_url(url).force_path_style(true);
         }
@@ -286,6 +322,18 @@ impl Config {
         Some(crate::archive::Archive::new(
             self.s3_client(sdk),
             bucket.clone(),
+        ))
+    }
+
+    /// The attachments bucket, when one is configured.
+    #[cfg(feature = "attachments")]
+    pub fn attachments(&self, sdk: &SdkConfig) -> Option<crate::attachments::Attachments> {
+        let bucket = self.attachments_bucket.as_ref()?;
+        let endpoint = self.attachments_s3_endpoint.as_ref();
+        Some(crate::attachments::Attachments::new(
+            self.s3_client_at(sdk, endpoint.or(self.s3_endpoint.as_ref())),
+            bucket.clone(),
+            self.attachment_policy.clone(),
         ))
     }
 

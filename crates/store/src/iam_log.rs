@@ -131,16 +131,29 @@ pub fn kinesis_needs(operation: &str, body: &Value) -> Vec<Need> {
     }]
 }
 
-/// What an S3 request needs: its object action on the bucket's objects (`bucket/<name>/*`).
-/// Path-style (`/<bucket>/<key>`, the local stand-in) or virtual-hosted (`<bucket>.s3.…`).
+/// What an S3 request needs: its object action on the objects under the key's first segment
+/// (`bucket/<name>/<prefix>/*`; a key without one: `bucket/<name>/*`), so that grants by prefix
+/// are proven too. Path-style (`/<bucket>/<key>`, the local stand-in) or virtual-hosted
+/// (`<bucket>.s3.…`).
 pub fn s3_needs(method: &str, uri: &str) -> Vec<Need> {
     let rest = uri.split_once("://").map_or(uri, |(_, r)| r);
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let bucket = match host.split_once(".s3.") {
-        Some((bucket, _)) => bucket,
-        None => path.split('/').next().unwrap_or("?"),
+    let (bucket, key) = match host.split_once(".s3.") {
+        Some((bucket, _)) => (bucket, path),
+        None => path.split_once('/').unwrap_or((path, "")),
     };
+    let prefix = match key.split_once('/') {
+        Some((first, _)) => format!("bucket/{bucket}/{first}/*"),
+        None => format!("bucket/{bucket}/*"),
+    };
+    let tagging = query
+        .split('&')
+        .any(|p| p == "tagging" || p.starts_with("tagging="));
     let action = match method {
+        "GET" | "HEAD" if tagging => "s3:GetObjectTagging",
+        "PUT" if tagging => "s3:PutObjectTagging",
+        "DELETE" if tagging => "s3:DeleteObjectTagging",
         "GET" | "HEAD" => "s3:GetObject",
         "PUT" => "s3:PutObject",
         "DELETE" => "s3:DeleteObject",
@@ -154,12 +167,13 @@ pub fn s3_needs(method: &str, uri: &str) -> Vec<Need> {
     };
     vec![Need {
         action: action.into(),
-        resource: format!("bucket/{bucket}/*"),
+        resource: prefix,
         leading_key: None,
     }]
 }
 
-/// Whether a signed request is for S3 (its SigV4 credential scope names the service).
+/// Whether a signed request is for S3 (its SigV4 credential scope names the service; a presigned
+/// one has it in its query, `X-Amz-Credential=…%2Fs3%2Faws4_request`).
 fn signed_for_s3(authorization: &str) -> bool {
     authorization.contains("/s3/aws4_request")
 }
@@ -231,8 +245,20 @@ impl ReadBeforeTransmit for IamNeeds {
         let needs = match target.split_once('.') {
             Some(("DynamoDB_20120810", op)) => dynamodb_needs(op, &body),
             Some(("Kinesis_20131202", op)) => kinesis_needs(op, &body),
-            _ if signed_for_s3(req.headers().get("authorization").unwrap_or_default()) => {
-                s3_needs(req.method(), req.uri())
+            // Sent signed, or presigned for a client to send (the signer's grants authorize it).
+            _ if signed_for_s3(req.headers().get("authorization").unwrap_or_default())
+                || req.uri().contains("%2Fs3%2Faws4_request") =>
+            {
+                let mut needs = s3_needs(req.method(), req.uri());
+                // An object put with tags needs PutObjectTagging too.
+                if req.method() == "PUT" && req.headers().get("x-amz-tagging").is_some() {
+                    let tagging = Need {
+                        action: "s3:PutObjectTagging".into(),
+                        ..needs[0].clone()
+                    };
+                    needs.push(tagging);
+                }
+                needs
             }
             // The Management API is REST: POST/GET/DELETE /@connections/{id}.
             _ if req.uri().contains("/@connections/") => vec![Need {
@@ -311,14 +337,25 @@ mod tests {
     fn s3_needs_name_the_object_action_and_the_bucket() {
         assert_eq!(
             s3_needs("GET", "http://127.0.0.1:4566/archivebucket/d-1/a.jsonl.gz"),
-            vec![need("s3:GetObject", "bucket/archivebucket/*", None)]
+            vec![need("s3:GetObject", "bucket/archivebucket/d-1/*", None)]
         );
         assert_eq!(
             s3_needs(
                 "PUT",
                 "https://chat-archive-1.s3.us-east-1.amazonaws.com/d-1/a?x-id=PutObject"
             ),
-            vec![need("s3:PutObject", "bucket/chat-archive-1/*", None)]
+            vec![need("s3:PutObject", "bucket/chat-archive-1/d-1/*", None)]
+        );
+        assert_eq!(
+            s3_needs(
+                "DELETE",
+                "http://127.0.0.1:1/attachmentsbucket/a/d-1/x?tagging"
+            ),
+            vec![need(
+                "s3:DeleteObjectTagging",
+                "bucket/attachmentsbucket/a/*",
+                None
+            )]
         );
         assert_eq!(
             s3_needs("DELETE", "http://localhost:4566/b/k")[0].action,

@@ -564,6 +564,9 @@ pub struct QueuedItem {
     /// its message (a 429, a crash) never has it committed weeks after. Absent: expired.
     #[serde(default)]
     pub expires_at: u64,
+    /// Its attachments (claimed before it was queued), as its message carries them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<chat_domain::attachments::Attachment>,
 }
 
 /// `sk = P!`: the last group commit of a conversation, which sends it committed and at which

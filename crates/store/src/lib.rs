@@ -19,6 +19,8 @@ pub mod archive;
 // Without feature `archive` only its settings and work list are compiled (archiving is not).
 #[cfg_attr(not(feature = "archive"), allow(dead_code, unused_imports))]
 pub mod archiver;
+#[cfg(feature = "attachments")]
+pub mod attachments;
 mod attrs;
 mod changes;
 pub mod config;
@@ -88,6 +90,9 @@ pub struct ChatStore {
     listed_from: Arc<std::sync::atomic::AtomicU64>,
     /// How long a user's suspension state read stays true in this instance (`is_suspended`).
     suspension_ttl: Duration,
+    /// The attachments bucket (None: attachments are off; a send with some is refused).
+    #[cfg(feature = "attachments")]
+    attachments: Option<attachments::Attachments>,
 }
 
 /// What an instance remembers of the conversations it served, to skip reads:
@@ -258,6 +263,8 @@ impl ChatStore {
             archive_settings: archiver::ArchiveSettings::AWS,
             listed_from: Arc::new(u64::MAX.into()),
             suspension_ttl: safety::SUSPENSION_TTL,
+            #[cfg(feature = "attachments")]
+            attachments: None,
         }
     }
 
@@ -265,6 +272,15 @@ impl ChatStore {
     pub fn with_suspension_ttl(self, ttl: Duration) -> Self {
         ChatStore {
             suspension_ttl: ttl,
+            ..self
+        }
+    }
+
+    /// This store with attachments in a bucket (docs/api.md §34).
+    #[cfg(feature = "attachments")]
+    pub fn with_attachments(self, attachments: Option<attachments::Attachments>) -> Self {
+        ChatStore {
+            attachments,
             ..self
         }
     }
@@ -574,6 +590,57 @@ impl ChatStore {
 
     async fn batch_get(&self, keys: Vec<Item>, consistent: bool) -> Result<Vec<Item>, ChatError> {
         batch_get(&self.db, &self.table, keys, consistent, self.deadline()).await
+    }
+}
+
+/// A function built without feature `attachments` serves no attachments: a send with some is
+/// refused, and messages have no URLs to sign.
+#[cfg(not(feature = "attachments"))]
+impl ChatStore {
+    pub(crate) async fn attachments_for_send(
+        &self,
+        _ids: &[String],
+        _found: Vec<Item>,
+        _id: &ConversationId,
+        _sender: &chat_domain::UserId,
+        _key: &str,
+    ) -> Result<Vec<chat_domain::attachments::Attachment>, ChatError> {
+        Err(ChatError::invalid(
+            "attachments are not enabled on this deployment",
+        ))
+    }
+
+    pub(crate) fn attachment_keys(_ids: &[String]) -> Vec<Item> {
+        Vec::new()
+    }
+
+    pub(crate) fn claim_items(
+        &self,
+        _ids: &[String],
+        _key: &str,
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        Ok(Vec::new())
+    }
+
+    pub(crate) fn attachment_erasure_parts(
+        &self,
+        _message: &chat_domain::model::Message,
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        Ok(Vec::new())
+    }
+
+    pub(crate) async fn delete_attachment_objects(
+        &self,
+        _message: &chat_domain::model::Message,
+    ) -> Result<(), ChatError> {
+        Ok(())
+    }
+
+    pub async fn sign_attachments<'m>(
+        &self,
+        _messages: impl IntoIterator<Item = &'m mut chat_domain::model::Message>,
+    ) -> Result<(), ChatError> {
+        Ok(())
     }
 }
 

@@ -18,8 +18,9 @@ use super::items::{
 use super::{keys, sdk_error, tx, CancelReason, ChatStore, TxOutcome};
 use crate::retry::Deadline;
 use crate::telemetry;
+use chat_domain::attachments::Attachment;
 use chat_domain::error::ChatError;
-use chat_domain::message::message_fingerprint;
+use chat_domain::message::send_fingerprint;
 use chat_domain::model::Message;
 use chat_domain::requests::SendMessage;
 use chat_domain::retry::jitter;
@@ -38,6 +39,8 @@ struct SendRequest<'a> {
     request: &'a SendMessage,
     fingerprint: String,
     request_id: String,
+    /// Its attachments as checked (`attachments_for_send`), in the request's order.
+    attachments: Vec<Attachment>,
 }
 
 /// How a send alone ended.
@@ -73,7 +76,9 @@ struct Commit<'a> {
     messages: Vec<Message>,
 }
 
-/// Where a step of a queued send leaves its request.
+/// Where a step of a queued send leaves its request (one at a time, on the stack: its size does
+/// not matter).
+#[allow(clippy::large_enum_variant)]
 enum Flow {
     /// Look again after this long.
     Wait(Duration),
@@ -137,19 +142,24 @@ impl ChatStore {
         id: &ConversationId,
         request: &SendMessage,
     ) -> Result<(Message, bool), ChatError> {
-        let send = SendRequest {
+        let mut send = SendRequest {
             id,
             caller,
             request,
-            fingerprint: message_fingerprint(caller, &request.body),
+            fingerprint: send_fingerprint(caller, &request.body, &request.attachments),
             request_id: uuid::Uuid::new_v4().to_string(),
+            attachments: Vec::new(),
         };
-        // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
-        if self.seen.busy(id, now_ms()) {
-            self.require_member(&send).await?;
-            return self.send_queued(&send).await;
-        }
-        let head = self.head(id).await?.ok_or(ChatError::NotFound)?;
+        let head = if request.attachments.is_empty() {
+            // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
+            if self.seen.busy(id, now_ms()) {
+                self.require_member(&send).await?;
+                return self.send_queued(&send).await;
+            }
+            self.head(id).await?.ok_or(ChatError::NotFound)?
+        } else {
+            self.head_with_attachments(&mut send).await?
+        };
         // Read after the head: the commit's condition on `keyMoves` then proves no key moved
         // out since this read found none (docs/data-model.md §4.2).
         if head.keys_moved() {
@@ -185,11 +195,21 @@ impl ChatStore {
     /// still dropped at commit (its watermark's condition). DynamoDB: 1 strongly consistent
     /// GetItem.
     async fn require_member(&self, send: &SendRequest<'_>) -> Result<(), ChatError> {
+        self.require_member_of(send.id, send.caller).await
+    }
+
+    /// Whether `user` is a member of `id` (else `NotFound`). DynamoDB: 1 strongly consistent
+    /// GetItem.
+    pub(crate) async fn require_member_of(
+        &self,
+        id: &ConversationId,
+        user: &UserId,
+    ) -> Result<(), ChatError> {
         let out = self
             .db
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(keys::member_key(send.id, send.caller)))
+            .set_key(Some(keys::member_key(id, user)))
             .consistent_read(true)
             .projection_expression("pk, blocked")
             .send()
@@ -234,14 +254,59 @@ impl ChatStore {
         Ok(head)
     }
 
-    /// The send in one transaction of its own (`group_commit::alone`). DynamoDB: 1
-    /// TransactWriteItems.
+    /// The head and, in the same read, the send's attachment records, checked: the read a send
+    /// without attachments makes (1 GetItem) becomes 1 BatchGetItem, so attachments add no round
+    /// trip to DynamoDB (+ S3: `attachments_for_send`). A bad attachment is answered only to a
+    /// member (membership first, as every send): + 1 GetItem then.
+    async fn head_with_attachments(&self, send: &mut SendRequest<'_>) -> Result<Head, ChatError> {
+        let ids = &send.request.attachments;
+        let mut wanted = vec![keys::conversation_key(send.id)];
+        wanted.extend(ChatStore::attachment_keys(ids));
+        let found = self.batch_get(wanted, true).await?;
+        let is_head = |i: &Item| get_s(i, keys::SK) == Some(keys::CONVERSATION_SK);
+        let head = found.iter().find(|i| is_head(i)).and_then(head_of);
+        let head = head.ok_or(ChatError::NotFound)?;
+        self.seen.saw_busy(send.id, head.busy_until);
+        let key = &send.request.client_msg_key;
+        match self
+            .attachments_for_send(ids, found, send.id, send.caller, key)
+            .await
+        {
+            Ok(attachments) => send.attachments = attachments,
+            Err(e) => {
+                self.require_member(send).await?;
+                return Err(e);
+            }
+        }
+        Ok(head)
+    }
+
+    /// A queued send's claim of its attachments, before it is enqueued (a group commit does not
+    /// carry them). DynamoDB: 1 TransactWriteItems, none without attachments.
+    async fn claim_for_queue(&self, send: &SendRequest<'_>) -> Result<(), ChatError> {
+        let ids = &send.request.attachments;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let claims = self.claim_items(ids, &send.request.client_msg_key)?;
+        match self.transact(claims).await? {
+            TxOutcome::Committed => Ok(()),
+            TxOutcome::Conflict => Err(ChatError::Throttled),
+            TxOutcome::Cancelled(reasons) => Err(claim_refused(ids, &reasons)),
+        }
+    }
+
+    /// The send in one transaction of its own (`group_commit::alone`), with its attachments'
+    /// claims after the layout's parts. DynamoDB: 1 TransactWriteItems.
     async fn send_alone(&self, send: &SendRequest<'_>, head: &Head) -> Result<Alone, ChatError> {
         let layout = group_commit::alone(head, send.caller, chat_domain::time::now());
         // Never queued: no queue times.
         let content = send.content(0, 0);
         let mut commit = Commit::new(send.id, &layout, vec![&content]);
-        let reasons = match self.transact(self.transact_items(&commit)?).await? {
+        let mut actions = self.transact_items(&commit)?;
+        let ids = &send.request.attachments;
+        actions.extend(self.claim_items(ids, &send.request.client_msg_key)?);
+        let mut reasons = match self.transact(actions).await? {
             TxOutcome::Committed => {
                 committed_metrics(1);
                 return Ok(Alone::Done(commit.messages.remove(0), true));
@@ -256,6 +321,11 @@ impl ChatStore {
             }
             TxOutcome::Cancelled(reasons) => reasons,
         };
+        let claims = reasons.split_off(layout.parts.len().min(reasons.len()));
+        // Another message took an attachment meanwhile (its record said unused).
+        if claims.iter().any(CancelReason::failed_condition) {
+            return Err(claim_refused(ids, &claims));
+        }
         let old_item = |part: usize| reasons.get(part).and_then(|r| r.item.clone());
         match layout.alone_cancelled(&failed(&reasons)) {
             AloneCancelled::NotMember => Err(ChatError::NotFound),
@@ -337,6 +407,7 @@ impl ChatStore {
     /// PutItem, then `await_commit`'s calls (+ `withdraw`'s when it ends without its message).
     async fn send_queued(&self, send: &SendRequest<'_>) -> Result<(Message, bool), ChatError> {
         let deadline = self.deadline();
+        self.claim_for_queue(send).await?;
         let enqueued = self.enqueue(send, deadline).await?;
         let key = &send.request.client_msg_key;
         let mut queued = QueuedSend::new(key, &send.request_id, enqueued);
@@ -780,6 +851,7 @@ impl SendRequest<'_> {
             request_id: self.request_id.clone(),
             enqueued_at,
             expires_at,
+            attachments: self.attachments.clone(),
         }
     }
 
@@ -789,14 +861,16 @@ impl SendRequest<'_> {
 
     /// Its message, committed at `seq` at `created_at`.
     fn message(&self, seq: u64, created_at: String) -> Message {
-        Message::new(
+        let mut m = Message::new(
             self.id.clone(),
             seq,
             self.request.client_msg_id.clone(),
             self.caller.clone(),
             self.request.body.clone(),
             created_at,
-        )
+        );
+        m.attachments = self.attachments.clone();
+        m
     }
 }
 
@@ -806,14 +880,16 @@ impl<'a> Commit<'a> {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                Message::new(
+                let mut m = Message::new(
                     id.clone(),
                     layout.seq(i),
                     p.client_msg_id.clone(),
                     p.sender_id.clone(),
                     p.body.clone(),
                     layout.created_at.clone(),
-                )
+                );
+                m.attachments = p.attachments.clone();
+                m
             })
             .collect();
         Commit {
@@ -1000,16 +1076,25 @@ fn answer(key: SendKeyItem, send: &SendRequest<'_>) -> Result<(Message, bool), C
     let Verdict::Same { created } = send.sent().against(&original) else {
         return Err(conflict());
     };
-    Ok((
-        Message::new(
-            key.conversation_id,
-            key.seq,
-            key.client_msg_id,
-            key.sender_id,
-            send.request.body.clone(),
-            key.created_at,
-        ),
-        created,
+    let mut message = Message::new(
+        key.conversation_id,
+        key.seq,
+        key.client_msg_id,
+        key.sender_id,
+        send.request.body.clone(),
+        key.created_at,
+    );
+    // The same ids as the original (its fingerprint says so), as checked for this request.
+    message.attachments = send.attachments.clone();
+    Ok((message, created))
+}
+
+/// The 400 of a claim refused: the first attachment another message used meanwhile.
+fn claim_refused(ids: &[String], reasons: &[CancelReason]) -> ChatError {
+    let i = reasons.iter().position(CancelReason::failed_condition);
+    let id = i.and_then(|i| ids.get(i)).map_or("?", String::as_str);
+    ChatError::invalid(format!(
+        "attachment `{id}` is already used by another message"
     ))
 }
 

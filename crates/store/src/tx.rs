@@ -48,6 +48,25 @@ pub fn update(
     condition: Option<&str>,
     v: Values,
 ) -> Result<TransactWriteItem, ChatError> {
+    update_named(table, key, expression, condition, v, &[])
+}
+
+/// `update` whose expressions name attributes by placeholder (`#name`, for reserved words such
+/// as the table's TTL attribute `ttl`).
+pub fn update_named(
+    table: &str,
+    key: Item,
+    expression: &str,
+    condition: Option<&str>,
+    v: Values,
+    names: &[(&str, &str)],
+) -> Result<TransactWriteItem, ChatError> {
+    let names = (!names.is_empty()).then(|| {
+        names
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    });
     let u = built(
         Update::builder()
             .table_name(table)
@@ -55,6 +74,7 @@ pub fn update(
             .update_expression(expression)
             .set_condition_expression(condition.map(str::to_owned))
             .set_expression_attribute_values(values(v))
+            .set_expression_attribute_names(names)
             .return_values_on_condition_check_failure(OnFail::AllOld)
             .build(),
     )?;

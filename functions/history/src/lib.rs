@@ -10,5 +10,7 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
     let caller = app.caller(&req)?;
     let id = conversation_id_param(http::path_param(&req, "conversationId").as_deref())?;
     let query = HistoryQuery::parse(&Query::of(&req))?;
-    http::json(200, &app.store.history(&caller, &id, query).await?)
+    let mut page = app.store.history(&caller, &id, query).await?;
+    app.store.sign_attachments(&mut page.messages).await?;
+    http::json(200, &page)
 }

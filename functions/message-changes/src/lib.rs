@@ -23,7 +23,10 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
     let id = conversation_id_param(http::path_param(&req, "conversationId").as_deref())?;
     if operation == Operation::Changes {
         let q = ChangesQuery::parse(&Query::of(&req))?;
-        return http::json(200, &app.store.changes(&caller, &id, q).await?);
+        let mut page = app.store.changes(&caller, &id, q).await?;
+        let messages: Vec<_> = page.changes.iter_mut().map(message_of).collect();
+        app.store.sign_attachments(messages).await?;
+        return http::json(200, &page);
     }
     let seq = message_seq_param(http::path_param(&req, "seq").as_deref())?;
     let reaction = || {
@@ -59,4 +62,8 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
         }
         _ => Err(ChatError::NotFound),
     }
+}
+
+fn message_of(c: &mut chat_domain::model::ChangeEntry) -> &mut chat_domain::model::Message {
+    &mut c.message
 }

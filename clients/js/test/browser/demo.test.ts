@@ -284,4 +284,29 @@ describe("demo page, two users in Chromium", () => {
       await a.waitForSelector("#conversations li .dot:not(.online)", { timeout: 30_000 });
     }),
   );
+  it("an image sent from one page shows on the other, a click away from the full image", { timeout: 120_000 }, (t) =>
+    withTwoPages(t, "image-", async (a, b, alice, bob) => {
+      await a.fill("#peer", bob);
+      await a.click("#new-direct button");
+      await a.waitForSelector("#composer:not([hidden])");
+      // A 2×2 PNG: uploaded straight to S3 (the S3 gate) by the page, then sent.
+      const png = Buffer.from(
+        "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAAABJRU5ErkJggg==",
+        "base64",
+      );
+      await a.setInputFiles("#file", { name: "dot.png", mimeType: "image/png", buffer: png });
+      await a.waitForSelector('#messages li[data-seq="1"] img.thumb', { timeout: 30_000 });
+      await b.locator("#conversations li", { hasText: alice }).click({ timeout: 30_000 });
+      // Bob's page shows the image itself (loaded from its presigned URL), linked to the full one.
+      await b.waitForFunction(
+        () => (document.querySelector('#messages li[data-seq="1"] img.thumb') as HTMLImageElement | null)?.naturalWidth === 2,
+        null,
+        { timeout: 30_000 },
+      );
+      const href = await b.getAttribute('#messages li[data-seq="1"] a.file', "href");
+      const full = await fetch(href!);
+      assert.equal(full.status, 200);
+      assert.deepEqual(Buffer.from(await full.arrayBuffer()), png);
+    }),
+  );
 });

@@ -179,8 +179,13 @@ impl Event {
         }
     }
 
-    /// `message.new` with the message's content.
+    /// `message.new` with the message's content; light for a message with attachments: their
+    /// URLs are presigned per read, so the client fetches it (`afterSeq`), never a shared push
+    /// that carries none (docs/api.md §34).
     pub fn message_new(m: &Message) -> Event {
+        if !m.attachments.is_empty() {
+            return Event::light(&m.conversation_id, m.seq);
+        }
         Event::MessageNew {
             conversation_id: m.conversation_id.clone(),
             seq: m.seq,
@@ -331,6 +336,27 @@ pub mod fixtures {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_message_with_attachments_is_pushed_light() {
+        let id = ConversationId::parse(&format!("d-{}", "1".repeat(32))).unwrap();
+        let sender = UserId::parse("alice").unwrap();
+        let mut m = Message::new(id, 4, "c".into(), sender, String::new(), "t".into());
+        assert!(!Event::message_new(&m).is_light());
+        m.attachments.push(crate::attachments::Attachment {
+            attachment_id: "a".into(),
+            file_name: "f".into(),
+            content_type: "image/png".into(),
+            size: 1,
+            url: None,
+            url_expires_at: None,
+            width: None,
+            height: None,
+            thumbnail_url: None,
+        });
+        assert!(Event::message_new(&m).is_light());
+    }
+
     use super::fixtures::*;
     use super::*;
 

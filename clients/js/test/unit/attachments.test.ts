@@ -1,0 +1,59 @@
+// uploadAttachment and send with attachments, against a stub API and a stub S3 (fake fetch): the
+// bytes go to the presigned URL with its signed headers, never to the API, and the send names the id.
+
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { ChatApiError, ChatClient } from "../../src/index.js";
+
+function stub(s3Status = 200) {
+  const seen: { url: string; method: string; headers: Record<string, string>; body: unknown }[] = [];
+  const fetch = (async (input: string | URL, init: RequestInit = {}) => {
+    const url = String(input);
+    const headers = (init.headers ?? {}) as Record<string, string>;
+    const body = init.body instanceof Blob ? new Uint8Array(await init.body.arrayBuffer()) : init.body ? JSON.parse(String(init.body)) : undefined;
+    seen.push({ url, method: init.method ?? "GET", headers, body });
+    if (url.startsWith("http://s3.test/")) return new Response(null, { status: s3Status });
+    if (url.endsWith("/attachments")) {
+      const upload = { method: "PUT", url: "http://s3.test/b/a/c/att-1?X-Amz-Signature=x", expiresAt: "t",
+        headers: { "content-type": "image/png", "content-length": "3", "x-amz-tagging": "chat-unattached=1" } };
+      return new Response(JSON.stringify({ attachmentId: "att-1", upload }), { status: 201 });
+    }
+    const sent = JSON.parse(String(init.body));
+    const message = { conversationId: "c", seq: 1, clientMsgId: sent.clientMsgId, senderId: "alice", body: sent.body,
+      createdAt: "t", version: 1, attachments: sent.attachments?.map((attachmentId: string) => ({ attachmentId })) };
+    return new Response(JSON.stringify(message), { status: 201 });
+  }) as typeof globalThis.fetch;
+  const client = new ChatClient({ apiUrl: "http://api.test", wsUrl: "ws://ws.test", token: "alice", fetch, sendRetry: { baseDelayMs: 1 } });
+  return { client, seen };
+}
+
+describe("attachments", () => {
+  it("uploads straight to the presigned URL with its signed headers, then sends the id", async () => {
+    const { client, seen } = stub();
+    const progress: number[] = [];
+    const id = await client.uploadAttachment("c", new Blob([new Uint8Array([1, 2, 3])], { type: "image/png" }), {
+      fileName: "a.png",
+      onProgress: (sent) => progress.push(sent),
+    });
+    assert.equal(id, "att-1");
+    assert.deepEqual(seen[0]!.body, { fileName: "a.png", contentType: "image/png", size: 3 });
+    const put = seen[1]!;
+    assert.equal(put.method, "PUT");
+    assert.ok(put.url.startsWith("http://s3.test/"), put.url);
+    assert.equal(put.headers["content-type"], "image/png");
+    assert.equal(put.headers["x-amz-tagging"], "chat-unattached=1");
+    assert.deepEqual(put.body, new Uint8Array([1, 2, 3]));
+    assert.equal(progress.at(-1), 3);
+    const m = await client.send("c", "", { attachments: [id] });
+    assert.deepEqual((seen[2]!.body as { attachments: string[] }).attachments, ["att-1"]);
+    assert.equal(m.attachments?.[0]?.attachmentId, "att-1");
+    client.close();
+  });
+
+  it("turns S3's refusal into a ChatApiError", async () => {
+    const { client } = stub(403);
+    await assert.rejects(client.uploadAttachment("c", new Uint8Array([1]), { contentType: "image/png" }), (e) =>
+      e instanceof ChatApiError && e.status === 403 && e.code === "upload_failed");
+    client.close();
+  });
+});

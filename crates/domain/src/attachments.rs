@@ -1,0 +1,347 @@
+//! Attachments (docs/api.md §34–§36): what an upload may be, and when a send may use one. The
+//! bytes go straight to S3 with a presigned request; these rules decide what that request fixes
+//! (its size and content type) and which uploaded attachments a message may carry.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ChatError;
+use crate::requests::Fields;
+use crate::{ConversationId, UserId};
+
+/// The default `MaxAttachmentBytes` (template parameter): 25 MiB.
+pub const DEFAULT_MAX_ATTACHMENT_BYTES: u64 = 25 * 1024 * 1024;
+/// At most this many attachments on one message.
+pub const MAX_ATTACHMENTS_PER_MESSAGE: usize = 10;
+pub const MAX_FILE_NAME_CHARS: usize = 255;
+/// The default content-type allowlist (template parameter `AttachmentContentTypes`): `type/*`
+/// admits every subtype.
+pub const DEFAULT_CONTENT_TYPES: &str =
+    "image/*,video/*,audio/*,application/pdf,text/plain,application/zip";
+
+/// What uploads are allowed: a size limit and a content-type allowlist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachmentPolicy {
+    pub max_bytes: u64,
+    allowed: Vec<String>,
+}
+
+impl Default for AttachmentPolicy {
+    fn default() -> Self {
+        AttachmentPolicy::new(DEFAULT_MAX_ATTACHMENT_BYTES, DEFAULT_CONTENT_TYPES)
+    }
+}
+
+impl AttachmentPolicy {
+    /// `allowed`: comma-separated content types, `type/*` for a whole type.
+    pub fn new(max_bytes: u64, allowed: &str) -> Self {
+        let allowed = allowed
+            .split(',')
+            .map(|t| t.trim().to_ascii_lowercase())
+            .filter(|t| !t.is_empty())
+            .collect();
+        AttachmentPolicy { max_bytes, allowed }
+    }
+
+    /// Whether `content_type` (a bare `type/subtype`, compared case-insensitively) is allowed.
+    pub fn allows(&self, content_type: &str) -> bool {
+        let t = content_type.to_ascii_lowercase();
+        let Some((kind, sub)) = t.split_once('/') else {
+            return false;
+        };
+        // A token each: parameters (`; charset=`) or spaces would make the signed header
+        // differ from what the rule checked.
+        let token = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+        };
+        if !token(kind) || !token(sub) {
+            return false;
+        }
+        self.allowed
+            .iter()
+            .any(|a| *a == t || a.strip_suffix("/*") == Some(kind))
+    }
+}
+
+/// A `createAttachment` request, checked against the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateAttachment {
+    pub file_name: String,
+    /// Lower case, as signed into the upload and served back.
+    pub content_type: String,
+    pub size: u64,
+}
+
+impl CreateAttachment {
+    pub fn parse(body: &[u8], policy: &AttachmentPolicy) -> Result<Self, ChatError> {
+        let f = Fields::parse(body)?;
+        let file_name = f.required_str("fileName")?;
+        let chars = file_name.chars().count();
+        if chars == 0 || chars > MAX_FILE_NAME_CHARS || file_name.chars().any(char::is_control) {
+            return Err(ChatError::invalid(format!(
+                "field `fileName` must be 1 to {MAX_FILE_NAME_CHARS} characters, without control characters"
+            )));
+        }
+        let size = f.required_seq("size")?;
+        if size == 0 {
+            return Err(ChatError::invalid("field `size` must be at least 1"));
+        }
+        let content_type = f.required_str("contentType")?;
+        if !policy.allows(content_type) {
+            return Err(ChatError::UnsupportedMediaType(format!(
+                "field `contentType`: `{content_type}` is not an allowed content type"
+            )));
+        }
+        if size > policy.max_bytes {
+            return Err(ChatError::PayloadTooLarge(format!(
+                "field `size`: attachments are limited to {} bytes",
+                policy.max_bytes
+            )));
+        }
+        Ok(CreateAttachment {
+            file_name: file_name.to_owned(),
+            content_type: content_type.to_ascii_lowercase(),
+            size,
+        })
+    }
+}
+
+/// The `attachments` of a send: at most 10 attachment ids, no repeats, order kept.
+pub fn parse_attachment_ids(f: &Fields) -> Result<Vec<String>, ChatError> {
+    let ids = f.optional_strings("attachments")?;
+    if ids.len() > MAX_ATTACHMENTS_PER_MESSAGE {
+        return Err(ChatError::invalid(format!(
+            "field `attachments` holds at most {MAX_ATTACHMENTS_PER_MESSAGE} attachment ids"
+        )));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(ids.len());
+    for id in ids {
+        let key = attachment_id(id).ok_or_else(|| unusable(id, "is not an attachment id"))?;
+        if out.contains(&key) {
+            return Err(unusable(id, "is listed twice"));
+        }
+        out.push(key);
+    }
+    Ok(out)
+}
+
+/// An attachment id as this service hands them out (a UUID), lower case; None: not one.
+pub fn attachment_id(raw: &str) -> Option<String> {
+    (raw.len() == 36 && uuid::Uuid::try_parse(raw).is_ok()).then(|| raw.to_ascii_lowercase())
+}
+
+fn unusable(id: &str, why: &str) -> ChatError {
+    ChatError::invalid(format!("attachment `{id}` {why}"))
+}
+
+/// An attachment as its record keeps it (docs/data-model.md §10): whose, where, what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentRecord {
+    pub attachment_id: String,
+    pub conversation_id: ConversationId,
+    pub owner_id: UserId,
+    pub file_name: String,
+    pub content_type: String,
+    pub size: u64,
+    pub created_at: String,
+    /// The `clientMsgId` key of the send that used it (absent: never used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_by: Option<String>,
+}
+
+impl AttachmentRecord {
+    /// Whether the send of `client_msg_key` by `sender` in `conversation` may carry it, given
+    /// whether its object is in the bucket (`uploaded`, as S3 says). Its own replay may: the same
+    /// key used it.
+    pub fn check_use(
+        &self,
+        conversation: &ConversationId,
+        sender: &UserId,
+        client_msg_key: &str,
+        uploaded: bool,
+    ) -> Result<(), ChatError> {
+        let id = &self.attachment_id;
+        if &self.conversation_id != conversation {
+            return Err(unusable(id, "belongs to another conversation"));
+        }
+        if &self.owner_id != sender {
+            return Err(unusable(id, "was uploaded by another user"));
+        }
+        if self.used_by.as_deref().is_some_and(|k| k != client_msg_key) {
+            return Err(unusable(id, "is already used by another message"));
+        }
+        if !uploaded {
+            return Err(unusable(id, "is not uploaded yet"));
+        }
+        Ok(())
+    }
+
+    /// As a message carries it (no URL yet: those are signed on every read).
+    pub fn attachment(&self) -> Attachment {
+        Attachment {
+            attachment_id: self.attachment_id.clone(),
+            file_name: self.file_name.clone(),
+            content_type: self.content_type.clone(),
+            size: self.size,
+            url: None,
+            url_expires_at: None,
+            width: None,
+            height: None,
+            thumbnail_url: None,
+        }
+    }
+}
+
+/// The error of an id that names no attachment record.
+pub fn unknown_attachment(id: &str) -> ChatError {
+    unusable(id, "is unknown")
+}
+
+/// An attachment of a message (docs/api.md §5). Stored in the message without its URLs, which
+/// are presigned afresh on every read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    pub attachment_id: String,
+    pub file_name: String,
+    pub content_type: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thumbnail_url: Option<String>,
+}
+
+/// The object key of an attachment's bytes: under `a/`, by conversation, so that a policy can
+/// name the prefix and a deletion finds them.
+pub fn object_key(conversation: &ConversationId, attachment_id: &str) -> String {
+    format!("a/{}/{attachment_id}", conversation.as_str())
+}
+
+/// The object key of an image attachment's thumbnail (its longest side 320 px, JPEG).
+pub fn thumbnail_key(conversation: &ConversationId, attachment_id: &str) -> String {
+    format!("t/{}/{attachment_id}", conversation.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<CreateAttachment, ChatError> {
+        CreateAttachment::parse(body.as_bytes(), &AttachmentPolicy::default())
+    }
+
+    #[test]
+    fn the_default_allowlist() {
+        let p = AttachmentPolicy::default();
+        for ok in [
+            "image/png",
+            "IMAGE/JPEG",
+            "video/mp4",
+            "audio/ogg",
+            "application/pdf",
+            "text/plain",
+            "application/zip",
+        ] {
+            assert!(p.allows(ok), "{ok}");
+        }
+        for no in [
+            "text/html",
+            "application/x-msdownload",
+            "image/",
+            "image",
+            "image/png; charset=x",
+            "image/*",
+            "",
+        ] {
+            assert!(!p.allows(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn create_checks_name_type_and_size() {
+        let ok = parse(r#"{"fileName":"a.png","contentType":"Image/PNG","size":10}"#).unwrap();
+        assert_eq!(ok.content_type, "image/png");
+        let status = |b: &str| parse(b).unwrap_err().status();
+        assert_eq!(
+            status(r#"{"fileName":"","contentType":"image/png","size":1}"#),
+            400
+        );
+        let long = "x".repeat(256);
+        let body = format!(r#"{{"fileName":"{long}","contentType":"image/png","size":1}}"#);
+        assert_eq!(status(&body), 400);
+        let name255 = "é".repeat(255);
+        let body = format!(r#"{{"fileName":"{name255}","contentType":"image/png","size":1}}"#);
+        assert!(parse(&body).is_ok());
+        assert_eq!(
+            status(r#"{"fileName":"a","contentType":"text/html","size":1}"#),
+            415
+        );
+        let e = parse(r#"{"fileName":"a","contentType":"text/html","size":1}"#).unwrap_err();
+        assert_eq!(e.code(), "unsupported_media_type");
+        let over = DEFAULT_MAX_ATTACHMENT_BYTES + 1;
+        let body = format!(r#"{{"fileName":"a","contentType":"image/png","size":{over}}}"#);
+        assert_eq!(status(&body), 413);
+        let at = DEFAULT_MAX_ATTACHMENT_BYTES;
+        let body = format!(r#"{{"fileName":"a","contentType":"image/png","size":{at}}}"#);
+        assert!(parse(&body).is_ok());
+        assert_eq!(
+            status(r#"{"fileName":"a","contentType":"image/png","size":0}"#),
+            400
+        );
+        assert_eq!(status(r#"{"fileName":"a","contentType":"image/png"}"#), 400);
+    }
+
+    #[test]
+    fn attachment_ids_are_bounded_and_distinct() {
+        let id = || uuid::Uuid::new_v4().to_string();
+        let ids = |v: Vec<String>| {
+            let body = serde_json::json!({ "attachments": v }).to_string();
+            parse_attachment_ids(&Fields::parse(body.as_bytes()).unwrap())
+        };
+        assert_eq!(ids((0..10).map(|_| id()).collect()).unwrap().len(), 10);
+        assert!(ids((0..11).map(|_| id()).collect()).is_err());
+        let one = id();
+        let e = ids(vec![one.clone(), one.clone()]).unwrap_err();
+        assert!(e.to_string().contains(&one), "{e}");
+        let e = ids(vec!["nope".into()]).unwrap_err();
+        assert!(e.to_string().contains("`nope`"), "{e}");
+    }
+
+    #[test]
+    fn a_send_may_use_only_its_own_uploaded_unused_attachment() {
+        let conv = ConversationId::parse(&format!("d-{}", "1".repeat(32))).unwrap();
+        let alice = UserId::parse("alice").unwrap();
+        let record = AttachmentRecord {
+            attachment_id: "id1".into(),
+            conversation_id: conv.clone(),
+            owner_id: alice.clone(),
+            file_name: "a.png".into(),
+            content_type: "image/png".into(),
+            size: 3,
+            created_at: "t".into(),
+            used_by: None,
+        };
+        assert!(record.check_use(&conv, &alice, "k1", true).is_ok());
+        assert!(record.check_use(&conv, &alice, "k1", false).is_err());
+        let other = ConversationId::parse(&format!("d-{}", "2".repeat(32))).unwrap();
+        assert!(record.check_use(&other, &alice, "k1", true).is_err());
+        let bob = UserId::parse("bob").unwrap();
+        assert!(record.check_use(&conv, &bob, "k1", true).is_err());
+        let used = AttachmentRecord {
+            used_by: Some("k1".into()),
+            ..record
+        };
+        assert!(used.check_use(&conv, &alice, "k1", true).is_ok());
+        let e = used.check_use(&conv, &alice, "k2", true).unwrap_err();
+        assert!(e.to_string().contains("id1"), "{e}");
+    }
+}

@@ -1,0 +1,359 @@
+//! Attachments (docs/api.md §34–§36, docs/data-model.md §10): a record per upload in the chat
+//! table (`pk = A#<attachmentId>, sk = A`, TTL'd until a message uses it) and the bytes in the
+//! attachments bucket under `a/<conversationId>/<attachmentId>`. The bytes never pass through a
+//! function: uploads and downloads are presigned S3 requests (feature `attachments`).
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::Client;
+use serde::Serialize;
+
+use super::attrs::{s, Item};
+use super::items::{from_item, to_item};
+use super::{keys, sdk_error, ChatStore};
+use chat_domain::attachments::{
+    object_key, thumbnail_key, unknown_attachment, Attachment, AttachmentPolicy, AttachmentRecord,
+    CreateAttachment,
+};
+use chat_domain::error::ChatError;
+use chat_domain::model::Message;
+use chat_domain::time::{now, rfc3339, unix_seconds};
+use chat_domain::{ConversationId, UserId};
+
+/// How long an upload's presigned request is valid.
+const UPLOAD_TTL: Duration = Duration::from_secs(15 * 60);
+/// How long a download URL is valid (SPEC §14: at least 15 minutes; fresh on every read).
+const DOWNLOAD_TTL: Duration = Duration::from_secs(60 * 60);
+/// A record never used by a message expires (TTL) after this long; its object is tagged
+/// `UNATTACHED_TAG` by the upload itself, which the bucket's lifecycle rule expires after 1 day.
+const UNUSED_TTL_SECS: i64 = 24 * 3600;
+/// The tag every upload carries until a message uses it (template.yaml's lifecycle rule).
+pub const UNATTACHED_TAG: &str = "chat-unattached=1";
+
+/// The attachments bucket and what uploads may be.
+#[derive(Clone, Debug)]
+pub struct Attachments {
+    s3: Client,
+    bucket: String,
+    policy: AttachmentPolicy,
+}
+
+impl Attachments {
+    pub fn new(s3: Client, bucket: impl Into<String>, policy: AttachmentPolicy) -> Self {
+        Attachments {
+            s3,
+            bucket: bucket.into(),
+            policy,
+        }
+    }
+}
+
+/// `createAttachment`'s answer.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedAttachment {
+    pub attachment_id: String,
+    pub upload: Upload,
+}
+
+/// A presigned request the client sends the bytes with.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Upload {
+    pub method: String,
+    pub url: String,
+    /// The headers it was signed with: the client sends exactly these.
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub expires_at: String,
+}
+
+fn attachment_key(attachment_id: &str) -> Item {
+    keys::key(format!("A#{attachment_id}"), "A")
+}
+
+fn presign_config(ttl: Duration) -> Result<PresigningConfig, ChatError> {
+    PresigningConfig::expires_in(ttl).map_err(ChatError::internal)
+}
+
+fn expires_at(ttl: Duration) -> String {
+    rfc3339(now() + ttl)
+}
+
+impl ChatStore {
+    /// The attachments bucket (None: attachments are not configured: 400).
+    fn attachments(&self) -> Result<&Attachments, ChatError> {
+        self.attachments
+            .as_ref()
+            .ok_or_else(|| ChatError::invalid("attachments are not enabled on this deployment"))
+    }
+
+    /// What uploads may be (template parameters `MaxAttachmentBytes`, `AttachmentContentTypes`).
+    pub fn attachment_policy(&self) -> Result<&AttachmentPolicy, ChatError> {
+        Ok(&self.attachments()?.policy)
+    }
+
+    /// `createAttachment`: a record of the upload, and the presigned PUT that fixes its size,
+    /// content type and tag. DynamoDB: 1 GetItem (membership) + 1 PutItem.
+    pub async fn create_attachment(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        request: &CreateAttachment,
+    ) -> Result<CreatedAttachment, ChatError> {
+        let a = self.attachments()?;
+        self.require_member_of(id, caller).await?;
+        let created = now();
+        let record = AttachmentRecord {
+            attachment_id: uuid::Uuid::new_v4().to_string(),
+            conversation_id: id.clone(),
+            owner_id: caller.clone(),
+            file_name: request.file_name.clone(),
+            content_type: request.content_type.clone(),
+            size: request.size,
+            created_at: rfc3339(created),
+            used_by: None,
+        };
+        let key = attachment_key(&record.attachment_id);
+        let (pk, sk) = (s_of(&key, keys::PK), s_of(&key, keys::SK));
+        let mut item = to_item(&record, pk, sk)?;
+        let ttl = unix_seconds(created) + UNUSED_TTL_SECS;
+        item.insert("ttl".into(), AttributeValue::N(ttl.to_string()));
+        self.db
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| sdk_error("PutItem", e))?;
+        let presigned =
+            a.s3.put_object()
+                .bucket(&a.bucket)
+                .key(object_key(id, &record.attachment_id))
+                .content_type(&record.content_type)
+                .content_length(record.size as i64)
+                .tagging(UNATTACHED_TAG)
+                .presigned(presign_config(UPLOAD_TTL)?)
+                .await
+                .map_err(|e| ChatError::internal(format!("presign PUT: {e}")))?;
+        let mut headers: std::collections::BTreeMap<String, String> = presigned
+            .headers()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        // What the signature covers, said explicitly (S3 refuses another value of either).
+        headers.insert("content-type".into(), record.content_type.clone());
+        headers.insert("content-length".into(), record.size.to_string());
+        Ok(CreatedAttachment {
+            attachment_id: record.attachment_id,
+            upload: Upload {
+                method: presigned.method().to_owned(),
+                url: presigned.uri().to_owned(),
+                headers,
+                expires_at: expires_at(UPLOAD_TTL),
+            },
+        })
+    }
+
+    /// `getAttachment`: a fresh presigned GET of an attachment of this conversation, for a
+    /// member. DynamoDB: 1 BatchGetItem (the member item and the record).
+    pub async fn attachment_url(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        attachment_id: &str,
+    ) -> Result<String, ChatError> {
+        let a = self.attachments()?;
+        let wanted = vec![keys::member_key(id, caller), attachment_key(attachment_id)];
+        let found = self.batch_get(wanted, true).await?;
+        let member = found
+            .iter()
+            .any(|i| i.get(keys::PK) != Some(&s(format!("A#{attachment_id}"))));
+        let record = records(found)?.into_iter().next();
+        match record {
+            Some(r) if member && &r.conversation_id == id => {
+                Ok(self.sign_get(a, id, &r.attachment_id).await?.0)
+            }
+            _ => Err(ChatError::NotFound),
+        }
+    }
+
+    async fn sign_get(
+        &self,
+        a: &Attachments,
+        id: &ConversationId,
+        attachment_id: &str,
+    ) -> Result<(String, String), ChatError> {
+        let presigned =
+            a.s3.get_object()
+                .bucket(&a.bucket)
+                .key(object_key(id, attachment_id))
+                .presigned(presign_config(DOWNLOAD_TTL)?)
+                .await
+                .map_err(|e| ChatError::internal(format!("presign GET: {e}")))?;
+        Ok((presigned.uri().to_owned(), expires_at(DOWNLOAD_TTL)))
+    }
+
+    /// Fills in every attachment's fresh `url` (signing is local: no request).
+    pub async fn sign_attachments<'m>(
+        &self,
+        messages: impl IntoIterator<Item = &'m mut Message>,
+    ) -> Result<(), ChatError> {
+        let Some(a) = self.attachments.as_ref() else {
+            return Ok(());
+        };
+        for m in messages {
+            for att in m.attachments.iter_mut() {
+                let (url, expires) = self
+                    .sign_get(a, &m.conversation_id, &att.attachment_id)
+                    .await?;
+                att.url = Some(url);
+                att.url_expires_at = Some(expires);
+            }
+        }
+        Ok(())
+    }
+
+    /// The attachments of a send, checked (`AttachmentRecord::check_use`) from their records
+    /// in `found` and their objects in S3: each object's unattached tag is removed, which is
+    /// also the proof that it was uploaded (no object: not uploaded). S3: 1 DeleteObjectTagging
+    /// per attachment, at once.
+    pub(crate) async fn attachments_for_send(
+        &self,
+        ids: &[String],
+        found: Vec<Item>,
+        id: &ConversationId,
+        sender: &UserId,
+        client_msg_key: &str,
+    ) -> Result<Vec<Attachment>, ChatError> {
+        let a = self.attachments()?;
+        let records = records(found)?;
+        let mut ordered = Vec::with_capacity(ids.len());
+        for want in ids {
+            let r = records
+                .iter()
+                .find(|r| &r.attachment_id == want)
+                .ok_or_else(|| unknown_attachment(want))?;
+            r.check_use(id, sender, client_msg_key, true)?;
+            ordered.push(r);
+        }
+        let untag = ordered.iter().map(|r| async move {
+            let out =
+                a.s3.delete_object_tagging()
+                    .bucket(&a.bucket)
+                    .key(object_key(id, &r.attachment_id))
+                    .send()
+                    .await;
+            match out {
+                Ok(_) => Ok(()),
+                Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => {
+                    r.check_use(id, sender, client_msg_key, false)
+                }
+                Err(e) => Err(ChatError::internal(format!(
+                    "DeleteObjectTagging: {}",
+                    aws_sdk_s3::error::DisplayErrorContext(&e)
+                ))),
+            }
+        });
+        futures::future::try_join_all(untag).await?;
+        Ok(ordered.iter().map(|r| r.attachment()).collect())
+    }
+
+    /// The keys of a send's attachment records (read with its conversation head).
+    pub(crate) fn attachment_keys(ids: &[String]) -> Vec<Item> {
+        ids.iter().map(|i| attachment_key(i)).collect()
+    }
+
+    /// A send's claim of its attachments, one action each: used by its `clientMsgId` key (or
+    /// already by it: a replay), its TTL removed. In the send's own transaction when alone; in
+    /// one of their own before a queued send is enqueued.
+    pub(crate) fn claim_items(
+        &self,
+        ids: &[String],
+        client_msg_key: &str,
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        ids.iter()
+            .map(|i| {
+                let values = [(":key", s(client_msg_key.to_owned()))];
+                super::tx::update_named(
+                    &self.table,
+                    attachment_key(i),
+                    "SET usedBy = :key REMOVE #ttl",
+                    Some(
+                        "attribute_exists(pk) AND (attribute_not_exists(usedBy) OR usedBy = :key)",
+                    ),
+                    &values,
+                    &[("#ttl", "ttl")],
+                )
+            })
+            .collect()
+    }
+}
+
+impl ChatStore {
+    /// A deletion's removal of its message's attachment records, in the deletion's own
+    /// transaction: the stable link answers 404 from then on.
+    pub(crate) fn attachment_erasure_parts(
+        &self,
+        message: &Message,
+    ) -> Result<Vec<TransactWriteItem>, ChatError> {
+        message
+            .attachments
+            .iter()
+            .map(|a| {
+                super::tx::delete_unconditionally(&self.table, attachment_key(&a.attachment_id))
+            })
+            .collect()
+    }
+
+    /// Deletes a deleted message's attachments' objects and their thumbnails, once the deletion
+    /// committed. S3: 1 DeleteObject per object, at once (one per key, as IAM grants them by
+    /// prefix; a missing thumbnail is no error).
+    pub(crate) async fn delete_attachment_objects(
+        &self,
+        message: &Message,
+    ) -> Result<(), ChatError> {
+        if message.attachments.is_empty() {
+            return Ok(());
+        }
+        let a = self.attachments()?;
+        let keys = message.attachments.iter().flat_map(|att| {
+            [
+                object_key(&message.conversation_id, &att.attachment_id),
+                thumbnail_key(&message.conversation_id, &att.attachment_id),
+            ]
+        });
+        let deletes = keys.map(|key| async move {
+            a.s3.delete_object()
+                .bucket(&a.bucket)
+                .key(key)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    ChatError::internal(format!(
+                        "DeleteObject: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(&e)
+                    ))
+                })
+        });
+        futures::future::try_join_all(deletes).await?;
+        Ok(())
+    }
+}
+
+fn s_of(key: &Item, name: &str) -> String {
+    match key.get(name) {
+        Some(AttributeValue::S(v)) => v.clone(),
+        _ => String::new(),
+    }
+}
+
+/// The attachment records among `items`.
+fn records(items: Vec<Item>) -> Result<Vec<AttachmentRecord>, ChatError> {
+    items
+        .into_iter()
+        .filter(|i| matches!(i.get(keys::PK), Some(AttributeValue::S(pk)) if pk.starts_with("A#")))
+        .map(from_item)
+        .collect()
+}

@@ -1,0 +1,432 @@
+//! The local stack's S3 gate: an HTTP proxy in front of moto's S3 (path-style URLs) that does what
+//! moto does not (TOOLING.md: moto accepts a presigned PUT with another `Content-Type` or length):
+//!
+//! - a presigned request (`X-Amz-Signature` in its query) is checked as S3 checks it: AWS SigV4
+//!   over its method, path, query and every signed header *as sent* (so another `Content-Type` or
+//!   `Content-Length` than the one signed breaks the signature), with the secret key the local
+//!   stack's functions sign with, and not after `X-Amz-Date` + `X-Amz-Expires`; otherwise 403 with
+//!   S3's error XML (`SignatureDoesNotMatch`, `AccessDenied`), and nothing reaches moto;
+//! - a request with neither a presigned query nor an `Authorization` header is refused 403
+//!   (`AccessDenied`: the bucket blocks public access); SDK calls (`Authorization`) pass through;
+//! - CORS for browsers (a preflight `OPTIONS` is answered here, as a bucket's CORS rule would);
+//! - moto's 500 to a `DeleteObjectTagging` of a missing object becomes S3's 404 `NoSuchKey`;
+//! - after a presigned `PUT` stored an object, the S3 event (`ObjectCreated:Put`, S3's event JSON)
+//!   is POSTed to `notify` when set: the local stand-in of the bucket's event notification.
+
+use bytes::Bytes;
+use hmac::{KeyInit, Mac};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::http::request::Parts;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sha2::{Digest, Sha256};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Where the gate listens, what it guards and whom it tells.
+#[derive(Debug, Clone)]
+pub struct GateConfig {
+    pub listen: SocketAddr,
+    /// moto's S3 endpoint (`http://host:port`).
+    pub s3: String,
+    /// The secret access key presigned requests are signed with (the local stack's: `local`).
+    pub secret: String,
+    /// Where S3 events of uploads are POSTed (None: nowhere).
+    pub notify: Option<String>,
+}
+
+struct State {
+    config: GateConfig,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A running gate; dropping it stops it.
+pub struct Running {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn start(config: GateConfig) -> io::Result<Running> {
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let addr = listener.local_addr()?;
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(HttpConnector::new());
+    let state = Arc::new(State { config, client });
+    let task = tokio::spawn(serve(listener, state));
+    Ok(Running { addr, task })
+}
+
+async fn serve(listener: tokio::net::TcpListener, state: Arc<State>) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                let state = state.clone();
+                conns.spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(state.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn answer(status: StatusCode, headers: &[(&str, String)], body: Bytes) -> Answer {
+    let mut r = Response::builder()
+        .status(status)
+        .header("access-control-allow-origin", "*")
+        .header("access-control-expose-headers", "ETag");
+    for (k, v) in headers {
+        r = r.header(*k, v);
+    }
+    r.body(Full::new(body)).expect("a valid response")
+}
+
+/// S3's error answer.
+fn refuse(status: StatusCode, code: &str, message: &str) -> Answer {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    );
+    answer(
+        status,
+        &[("content-type", "application/xml".into())],
+        Bytes::from(xml),
+    )
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyper::Error> {
+    let (parts, body) = req.into_parts();
+    if parts.method == Method::OPTIONS {
+        let allow = [
+            (
+                "access-control-allow-methods",
+                "GET, HEAD, PUT, POST".into(),
+            ),
+            ("access-control-allow-headers", "*".into()),
+            ("access-control-max-age", "600".into()),
+        ];
+        return Ok(answer(StatusCode::NO_CONTENT, &allow, Bytes::new()));
+    }
+    let query = parts.uri.query().unwrap_or("");
+    let presigned = query_pairs(query)
+        .iter()
+        .any(|(k, _)| k == "X-Amz-Signature");
+    if presigned {
+        if let Err((code, message)) = verify(&parts, &state.config.secret, now_secs()) {
+            return Ok(refuse(StatusCode::FORBIDDEN, code, &message));
+        }
+    } else if !parts.headers.contains_key("authorization") {
+        return Ok(refuse(
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "Access Denied (public access is blocked)",
+        ));
+    }
+    let body = body.collect().await?.to_bytes();
+    let size = body.len();
+    let (status, headers, bytes) = match forward(&state, &parts, body).await {
+        Ok(r) => r,
+        Err(e) => return Ok(refuse(StatusCode::BAD_GATEWAY, "InternalError", &e)),
+    };
+    // moto answers 500 to DeleteObjectTagging of a missing object; S3 answers 404 NoSuchKey
+    // (which the send relies on: no object, not uploaded).
+    if parts.method == Method::DELETE && query.split('&').any(|p| p == "tagging") && status == 500 {
+        return Ok(refuse(
+            StatusCode::NOT_FOUND,
+            "NoSuchKey",
+            "The specified key does not exist.",
+        ));
+    }
+    if presigned && parts.method == Method::PUT && status.is_success() {
+        if let Some(url) = state.config.notify.clone() {
+            let event = s3_event(parts.uri.path(), size);
+            let state = state.clone();
+            tokio::spawn(async move { notify(&state, &url, event).await });
+        }
+    }
+    let mut r = answer(status, &[], bytes);
+    for (k, v) in &headers {
+        if !is_hop(k.as_str()) && !k.as_str().starts_with("access-control-") {
+            r.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    Ok(r)
+}
+
+fn is_hop(h: &str) -> bool {
+    matches!(
+        h,
+        "host" | "content-length" | "connection" | "transfer-encoding" | "keep-alive"
+    )
+}
+
+async fn forward(
+    state: &State,
+    parts: &Parts,
+    body: Bytes,
+) -> Result<(StatusCode, hyper::HeaderMap, Bytes), String> {
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(format!("{}{pq}", state.config.s3.trim_end_matches('/')));
+    for (k, v) in &parts.headers {
+        if !is_hop(k.as_str()) {
+            req = req.header(k, v);
+        }
+    }
+    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+    let resp = state.client.request(req).await.map_err(|e| e.to_string())?;
+    let (p, b) = resp.into_parts();
+    let bytes = b.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((p.status, p.headers, bytes))
+}
+
+/// S3's event notification JSON for an object created at path-style `path` (`/bucket/key`).
+pub fn s3_event(path: &str, size: usize) -> serde_json::Value {
+    let path = path.trim_start_matches('/');
+    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+    serde_json::json!({"Records": [{
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "awsRegion": "us-east-1",
+        "eventName": "ObjectCreated:Put",
+        "s3": {
+            "s3SchemaVersion": "1.0",
+            "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
+            // As S3 sends it: URL-encoded.
+            "object": {"key": key, "size": size},
+        },
+    }]})
+}
+
+async fn notify(state: &State, url: &str, event: serde_json::Value) {
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(event.to_string())));
+    let Ok(req) = req else { return };
+    match state.client.request(req).await {
+        Ok(r) if r.status().is_success() => {}
+        Ok(r) => eprintln!("s3-gate: upload event to {url}: {}", r.status()),
+        Err(e) => eprintln!("s3-gate: upload event to {url}: {e}"),
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The query's pairs, percent-decoded, in their order.
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// SigV4's URI encoding: every byte but the unreserved ones as `%XX`.
+fn uri_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+type Refusal = (&'static str, String);
+
+fn mismatch() -> Refusal {
+    (
+        "SignatureDoesNotMatch",
+        "The request signature we calculated does not match the signature you provided".into(),
+    )
+}
+
+/// Checks a presigned request as S3 does (SigV4 in the query), at `now` (Unix seconds).
+pub fn verify(parts: &Parts, secret: &str, now: u64) -> Result<(), Refusal> {
+    let pairs = query_pairs(parts.uri.query().unwrap_or(""));
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let denied = |m: &str| ("AccessDenied", m.to_owned());
+    if get("X-Amz-Algorithm") != Some("AWS4-HMAC-SHA256") {
+        return Err(denied("X-Amz-Algorithm must be AWS4-HMAC-SHA256"));
+    }
+    let (Some(credential), Some(date), Some(expires), Some(signed), Some(signature)) = (
+        get("X-Amz-Credential"),
+        get("X-Amz-Date"),
+        get("X-Amz-Expires"),
+        get("X-Amz-SignedHeaders"),
+        get("X-Amz-Signature"),
+    ) else {
+        return Err(denied("a presigned request needs every X-Amz-* parameter"));
+    };
+    let scope: Vec<&str> = credential.splitn(2, '/').collect();
+    let scope = scope.get(1).copied().unwrap_or("");
+    let parts_of_scope: Vec<&str> = scope.split('/').collect();
+    let [day, region, service, "aws4_request"] = parts_of_scope[..] else {
+        return Err(denied("X-Amz-Credential is malformed"));
+    };
+    let signed_at = amz_date_secs(date).ok_or_else(|| denied("X-Amz-Date is malformed"))?;
+    let expires: u64 = expires
+        .parse()
+        .map_err(|_| denied("X-Amz-Expires is malformed"))?;
+    if now > signed_at + expires {
+        return Err(denied("Request has expired"));
+    }
+    let names: Vec<&str> = signed.split(';').collect();
+    if !names.contains(&"host") {
+        return Err(denied("the host header must be signed"));
+    }
+    let mut headers = String::new();
+    for name in &names {
+        let values: Vec<String> = parts
+            .headers
+            .get_all(*name)
+            .iter()
+            .map(|v| {
+                let v = String::from_utf8_lossy(v.as_bytes());
+                v.split_whitespace().collect::<Vec<_>>().join(" ")
+            })
+            .collect();
+        if values.is_empty() {
+            // A signed header that was not sent (e.g. another Content-Length framing).
+            return Err(mismatch());
+        }
+        headers.push_str(&format!("{name}:{}\n", values.join(",")));
+    }
+    let mut query: Vec<(String, String)> = pairs
+        .iter()
+        .filter(|(k, _)| k != "X-Amz-Signature")
+        .map(|(k, v)| (uri_encode(k), uri_encode(v)))
+        .collect();
+    query.sort();
+    let query: Vec<String> = query.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let payload = get("X-Amz-Content-Sha256").unwrap_or("UNSIGNED-PAYLOAD");
+    let canonical = format!(
+        "{}\n{}\n{}\n{headers}\n{signed}\n{payload}",
+        parts.method.as_str(),
+        parts.uri.path(),
+        query.join("&"),
+    );
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
+        hex::encode(Sha256::digest(canonical.as_bytes()))
+    );
+    let mut key = hmac(format!("AWS4{secret}").as_bytes(), day.as_bytes());
+    for part in [region, service, "aws4_request"] {
+        key = hmac(&key, part.as_bytes());
+    }
+    let expected = hex::encode(hmac(&key, to_sign.as_bytes()));
+    if expected != signature.to_ascii_lowercase() {
+        return Err(mismatch());
+    }
+    Ok(())
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut m = hmac::Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    m.update(data);
+    m.finalize().into_bytes().to_vec()
+}
+
+/// `20261203T130500Z` → Unix seconds.
+fn amz_date_secs(d: &str) -> Option<u64> {
+    let b = d.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| d.get(r)?.parse::<i64>().ok();
+    let (y, m, day) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (hh, mm, ss) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amz_dates() {
+        assert_eq!(amz_date_secs("19700101T000000Z"), Some(0));
+        assert_eq!(amz_date_secs("20261203T130500Z"), Some(1_796_303_100));
+        assert_eq!(amz_date_secs("2026-12-03"), None);
+    }
+
+    #[test]
+    fn encodings() {
+        assert_eq!(percent_decode("a%2Fb%3D"), "a/b=");
+        assert_eq!(uri_encode("a/b c=~"), "a%2Fb%20c%3D~");
+    }
+}

@@ -1,0 +1,350 @@
+//! Attachments (docs/api.md §34–§36): presigned uploads straight to S3 (through the S3 gate,
+//! which refuses what S3 refuses), sends carrying them, fresh download URLs, the stable link,
+//! deletion with the message, and every bad input answered with nothing changed.
+
+use chat_tests::{new_uuid, raw_http, seqs, unique, Resp, TestApp};
+use serde_json::{json, Value};
+
+/// `createAttachment` of `size` bytes of `content_type`.
+async fn create(t: &TestApp, c: &str, user: &str, content_type: &str, size: usize) -> Resp {
+    let body = json!({"fileName": "photo.png", "contentType": content_type, "size": size});
+    t.post(&format!("/conversations/{c}/attachments"), user, body)
+        .await
+}
+
+/// Sends `bytes` with the upload's presigned request, its headers replaced by `headers` where
+/// given: S3's status.
+async fn upload_with(upload: &Value, bytes: Vec<u8>, headers: &[(&str, &str)]) -> u16 {
+    let mut sent: Vec<(String, String)> = upload["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        // hyper frames the body itself (Content-Length from `bytes`).
+        .filter(|(k, _)| k.as_str() != "content-length")
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect();
+    for (k, v) in headers {
+        sent.retain(|(n, _)| n != k);
+        sent.push(((*k).to_owned(), (*v).to_owned()));
+    }
+    let sent: Vec<(&str, &str)> = sent.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let method = upload["method"].as_str().unwrap();
+    raw_http(method, upload["url"].as_str().unwrap(), &sent, bytes)
+        .await
+        .0
+}
+
+/// A created and uploaded attachment of `bytes` (image/png): its id.
+async fn uploaded(t: &TestApp, c: &str, user: &str, bytes: &[u8]) -> String {
+    let r = create(t, c, user, "image/png", bytes.len()).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(
+        upload_with(&r.body["upload"], bytes.to_vec(), &[]).await,
+        200
+    );
+    r.body["attachmentId"].as_str().unwrap().to_owned()
+}
+
+async fn send_with(t: &TestApp, c: &str, user: &str, id: &str, ids: &[&str]) -> Resp {
+    let body = json!({"clientMsgId": id, "body": "", "attachments": ids});
+    t.post(&format!("/conversations/{c}/messages"), user, body)
+        .await
+}
+
+async fn download(url: &str) -> (u16, Vec<u8>) {
+    let (status, _, body) = raw_http("GET", url, &[], Vec::new()).await;
+    (status, body)
+}
+
+#[tokio::test]
+async fn an_upload_is_sent_read_and_linked() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    let bytes = b"\x89PNG not really an image".to_vec();
+    let created = create(&t, &c, &a, "image/png", bytes.len()).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let upload = &created.body["upload"];
+    assert_eq!(upload["method"], "PUT");
+    assert!(upload["expiresAt"].is_string(), "{upload}");
+    let id = created.body["attachmentId"].as_str().unwrap().to_owned();
+    assert_eq!(upload_with(upload, bytes.clone(), &[]).await, 200);
+
+    let cm = new_uuid();
+    let sent = send_with(&t, &c, &a, &cm, &[&id]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let att = &sent.body["attachments"][0];
+    assert_eq!(
+        (
+            &att["attachmentId"],
+            &att["fileName"],
+            &att["contentType"],
+            &att["size"]
+        ),
+        (
+            &json!(id),
+            &json!("photo.png"),
+            &json!("image/png"),
+            &json!(bytes.len())
+        ),
+        "{att}"
+    );
+    assert_eq!(
+        download(att["url"].as_str().unwrap()).await,
+        (200, bytes.clone())
+    );
+    assert!(att["urlExpiresAt"].is_string());
+
+    // A replay answers the same message, attachments and all, and creates nothing.
+    let replay = send_with(&t, &c, &a, &cm, &[&id]).await;
+    assert_eq!(
+        (replay.status, &replay.body["seq"]),
+        (200, &json!(1)),
+        "{replay:?}"
+    );
+    assert_eq!(replay.body["attachments"][0]["attachmentId"], json!(id));
+
+    // In the peer's history, with a URL of its own.
+    let h = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    let att = &h.body["messages"][0]["attachments"][0];
+    assert_eq!(att["attachmentId"], json!(id), "{h:?}");
+    assert_eq!(
+        download(att["url"].as_str().unwrap()).await,
+        (200, bytes.clone())
+    );
+
+    // In the change log, once the message changed (its caption edited).
+    assert_eq!(t.edit(&c, 1, &a, &new_uuid(), "caption").await.status, 200);
+    let changes = t.get(&format!("/conversations/{c}/changes"), &b).await;
+    let att = &changes.body["changes"][0]["message"]["attachments"][0];
+    assert_eq!(att["attachmentId"], json!(id), "{changes:?}");
+    assert_eq!(
+        download(att["url"].as_str().unwrap()).await,
+        (200, bytes.clone())
+    );
+
+    // The stable link: 302 to a fresh URL, for members only.
+    let link = format!("/conversations/{c}/attachments/{id}");
+    let r = t.get(&link, &b).await;
+    assert_eq!(r.status, 302, "{r:?}");
+    assert_eq!(download(&r.headers["location"]).await, (200, bytes.clone()));
+    assert_eq!(t.get(&link, &unique("carol")).await.status, 404);
+    let unknown = format!("/conversations/{c}/attachments/{}", new_uuid());
+    assert_eq!(t.get(&unknown, &a).await.status, 404);
+}
+
+#[tokio::test]
+async fn s3_refuses_another_size_or_type_and_anonymous_requests() {
+    let t = TestApp::new().await;
+    let (a, _, c) = t.new_direct().await;
+    let created = create(&t, &c, &a, "image/png", 10).await;
+    let upload = &created.body["upload"];
+    let url = upload["url"].as_str().unwrap();
+    let other_type = [("content-type", "text/html")];
+    assert_eq!(upload_with(upload, vec![b'x'; 10], &other_type).await, 403);
+    assert_eq!(upload_with(upload, vec![b'x'; 11], &[]).await, 403);
+    assert_eq!(upload_with(upload, vec![b'x'; 9], &[]).await, 403);
+    // Without its signature: the bucket is not public.
+    let bare = url.split('?').next().unwrap();
+    let png = [("content-type", "image/png")];
+    assert_eq!(raw_http("PUT", bare, &png, vec![b'x'; 10]).await.0, 403);
+    // A signature tampered with.
+    let tampered = url.replace("X-Amz-Signature=", "X-Amz-Signature=0");
+    assert_eq!(
+        raw_http("PUT", &tampered, &png, vec![b'x'; 10]).await.0,
+        403
+    );
+    // Nothing was stored: the send finds it not uploaded.
+    let id = created.body["attachmentId"].as_str().unwrap();
+    let r = send_with(&t, &c, &a, &new_uuid(), &[id]).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(
+        r.body["error"]["message"].as_str().unwrap().contains(id),
+        "{r:?}"
+    );
+    // The request as signed succeeds.
+    assert_eq!(upload_with(upload, vec![b'x'; 10], &[]).await, 200);
+}
+
+#[tokio::test]
+async fn bad_uploads_are_refused() {
+    let t = TestApp::new().await;
+    let (a, _, c) = t.new_direct().await;
+    let over = 25 * 1024 * 1024 + 1;
+    let r = create(&t, &c, &a, "image/png", over).await;
+    assert_eq!((r.status, r.code()), (413, "payload_too_large"), "{r:?}");
+    let r = create(&t, &c, &a, "text/html", 10).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (415, "unsupported_media_type"),
+        "{r:?}"
+    );
+    let path = format!("/conversations/{c}/attachments");
+    for name in [String::new(), "x".repeat(256)] {
+        let body = json!({"fileName": name, "contentType": "image/png", "size": 1});
+        assert_eq!(t.post(&path, &a, body).await.status, 400);
+    }
+    // Not a member: 404, as for every conversation route.
+    let r = create(&t, &c, &unique("carol"), "image/png", 10).await;
+    assert_eq!(r.status, 404, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_send_uses_only_its_own_uploaded_unused_attachments() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_group().await;
+    t.send(&c, &a, "first").await;
+    let mine = uploaded(&t, &c, &a, b"mine").await;
+    let bobs = uploaded(&t, &c, &b, b"bob's").await;
+    let not_uploaded = create(&t, &c, &a, "image/png", 3).await.body["attachmentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let unknown = new_uuid();
+    let others_conv = {
+        let (x, _, o) = t.new_direct().await;
+        (uploaded(&t, &o, &x, b"elsewhere").await, x)
+    };
+
+    let refused = |r: &Resp, id: &str| {
+        assert_eq!(r.status, 400, "{r:?}");
+        assert!(
+            r.body["error"]["message"].as_str().unwrap().contains(id),
+            "{r:?}"
+        );
+    };
+    for id in [&unknown, &not_uploaded, &bobs] {
+        refused(&send_with(&t, &c, &a, &new_uuid(), &[&mine, id]).await, id);
+    }
+    // Another conversation's attachment, even by its own uploader there.
+    let (elsewhere, x) = others_conv;
+    t.add_members(&c, &a, json!([x])).await;
+    refused(
+        &send_with(&t, &c, &x, &new_uuid(), &[&elsewhere]).await,
+        &elsewhere,
+    );
+    // Nothing changed: no message, and `mine` is still free to use.
+    let h = t.get(&format!("/conversations/{c}/messages"), &a).await;
+    assert_eq!(seqs(&h.body), [1]);
+    let r = send_with(&t, &c, &a, &new_uuid(), &[&mine]).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    // Used once: never again, by another message.
+    refused(&send_with(&t, &c, &a, &new_uuid(), &[&mine]).await, &mine);
+    let h = t.get(&format!("/conversations/{c}/messages"), &a).await;
+    assert_eq!(seqs(&h.body), [1, 2]);
+    // More than 10: 400.
+    let many: Vec<String> = (0..11).map(|_| new_uuid()).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert_eq!(send_with(&t, &c, &a, &new_uuid(), &many).await.status, 400);
+}
+
+#[tokio::test]
+async fn deleting_the_message_deletes_its_objects() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    let id = uploaded(&t, &c, &a, b"to be deleted").await;
+    let sent = send_with(&t, &c, &a, &new_uuid(), &[&id]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let url = sent.body["attachments"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(download(&url).await.0, 200);
+    let r = t.delete_message(&c, 1, &a, &new_uuid()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body["message"]["attachments"].is_null(), "{r:?}");
+    assert_eq!(download(&url).await.0, 404, "the object is gone");
+    let link = format!("/conversations/{c}/attachments/{id}");
+    assert_eq!(t.get(&link, &b).await.status, 404);
+}
+
+#[tokio::test]
+async fn attachments_cost_a_send_no_extra_dynamodb_round_trip() {
+    let t = TestApp::new().await;
+    let (a, _, c) = t.new_direct().await;
+    let ids = [
+        uploaded(&t, &c, &a, b"1").await,
+        uploaded(&t, &c, &a, b"2").await,
+        uploaded(&t, &c, &a, b"3").await,
+    ];
+    let dynamodb = |calls: Vec<String>| -> Vec<String> {
+        calls
+            .into_iter()
+            .filter(|c| !c.starts_with("S3:"))
+            .collect()
+    };
+    t.send(&c, &a, "plain").await;
+    t.calls.take();
+    t.send(&c, &a, "plain").await;
+    let plain = dynamodb(t.calls.take());
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let r = send_with(&t, &c, &a, &new_uuid(), &ids).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let with = dynamodb(t.calls.take());
+    assert_eq!(plain.len(), with.len(), "{plain:?} vs {with:?}");
+    assert_eq!(with, ["BatchGetItem", "TransactWriteItems"]);
+}
+
+/// Never-attached uploads: their record expires (TTL) 24 h after creation and their object
+/// carries `chat-unattached=1`, which the bucket's lifecycle rule (template.yaml) expires after
+/// a day; a send removes both, so what was sent stays.
+#[tokio::test]
+async fn an_upload_never_sent_expires_and_a_sent_one_stays() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let t = TestApp::new().await;
+    let (a, _, c) = t.new_direct().await;
+    let kept = uploaded(&t, &c, &a, b"sent").await;
+    let left = uploaded(&t, &c, &a, b"never sent").await;
+    assert_eq!(
+        send_with(&t, &c, &a, &new_uuid(), &[&kept]).await.status,
+        201
+    );
+
+    let record = |id: String| {
+        let db = t.db.clone();
+        let table = t.table.clone();
+        async move {
+            let key = [("pk", format!("A#{id}")), ("sk", "A".to_owned())]
+                .map(|(k, v)| (k.to_owned(), AttributeValue::S(v)));
+            let out = db
+                .get_item()
+                .table_name(table)
+                .set_key(Some(key.into()))
+                .send()
+                .await;
+            out.unwrap().item.unwrap()
+        }
+    };
+    let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+    let expires: i64 = record(left.clone()).await["ttl"]
+        .as_n()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((now + 24 * 3600 - expires).abs() < 60, "{expires} vs {now}");
+    assert!(!record(kept.clone()).await.contains_key("ttl"));
+
+    let sdk = chat_tests::config().sdk_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .endpoint_url(chat_tests::server::kinesis_endpoint())
+            .force_path_style(true)
+            .build(),
+    );
+    let tags = |id: &str| {
+        let key = format!("a/{c}/{id}");
+        let s3 = s3.clone();
+        async move {
+            let out = s3
+                .get_object_tagging()
+                .bucket(chat_tests::ATTACHMENTS_BUCKET)
+                .key(key);
+            let tags = out.send().await.unwrap();
+            tags.tag_set()
+                .iter()
+                .map(|t| format!("{}={}", t.key(), t.value()))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(tags(&left).await, ["chat-unattached=1"]);
+    assert!(tags(&kept).await.is_empty());
+}

@@ -12,6 +12,8 @@ mod faults;
 mod identities;
 #[path = "api/inbox.rs"]
 mod inbox;
+#[path = "api/limits.rs"]
+mod limits;
 #[path = "api/messages.rs"]
 mod messages;
 #[path = "api/non_members.rs"]

@@ -165,8 +165,8 @@ pub fn respond(result: Result<Response<Body>, ChatError>, request_id: &str) -> R
     let mut builder = Response::builder()
         .status(e.status())
         .header(header::CONTENT_TYPE, "application/json");
-    if matches!(e, ChatError::Throttled | ChatError::Unavailable) {
-        builder = builder.header(header::RETRY_AFTER, "1");
+    if let Some(seconds) = e.retry_after() {
+        builder = builder.header(header::RETRY_AFTER, seconds.to_string());
     }
     builder
         .body(Body::Text(e.to_json().to_string()))
@@ -191,7 +191,17 @@ where
     // past its deadline (and Lambda's timeout); what it was doing may still land: 503.
     let allowed = app.store.time_allowed();
     let bounded = async move {
-        match tokio::time::timeout(allowed, handler(app, req)).await {
+        let limited = async move {
+            // The caller's all-requests limit (docs/api.md §24), before anything else; a request
+            // without a valid caller is the handler's 401.
+            if app.store.limits_requests() {
+                if let Ok(caller) = app.caller(&req) {
+                    app.store.limit_request(&caller).await?;
+                }
+            }
+            handler(app, req).await
+        };
+        match tokio::time::timeout(allowed, limited).await {
             Ok(result) => result,
             Err(_) => Err(ChatError::Unavailable),
         }
@@ -260,6 +270,11 @@ mod tests {
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
         let body: serde_json::Value = serde_json::from_slice(r.body().as_ref()).unwrap();
         assert_eq!(body["error"]["code"], "throttled");
+        let r = respond(Err(ChatError::RateLimited { retry_after: 3 }), "r3");
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "3");
+        let r = respond(Err(ChatError::SlowMode { retry_after: 0 }), "r4");
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
         let r = respond(Err(ChatError::internal("table ChatTable is gone")), "r2");
         assert_eq!(r.status(), 500);
         assert!(!String::from_utf8_lossy(r.body().as_ref()).contains("ChatTable"));

@@ -28,6 +28,7 @@ pub mod iam_log;
 mod inbox;
 pub mod items;
 pub mod keys;
+pub mod limits;
 mod messages;
 mod reads;
 pub mod retry;
@@ -56,6 +57,7 @@ pub use config::{init, Config};
 pub use connections::ConnectionStore;
 pub use inbox::MoveCount;
 pub use items::{ConversationItem, MemberItem};
+pub use limits::RateLimits;
 
 /// The chat table, reached through one DynamoDB client built at init. A request's copy carries
 /// its deadline (`with_deadline`), which every retry inside the store shares.
@@ -79,6 +81,8 @@ pub struct ChatStore {
     archive_tier: bool,
     /// The archive age and work-list layout (used only with `archive`).
     archive_settings: archiver::ArchiveSettings,
+    /// Per-user rate limits (None: off), shared by the instance's requests.
+    limiter: Option<Arc<limits::Limiter>>,
 }
 
 /// What an instance remembers of the conversations it served, to skip reads:
@@ -247,6 +251,7 @@ impl ChatStore {
             archive: None,
             archive_tier: false,
             archive_settings: archiver::ArchiveSettings::AWS,
+            limiter: None,
         }
     }
 

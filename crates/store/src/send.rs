@@ -97,7 +97,9 @@ impl ChatStore {
     /// written, and before anything about the conversation's sends (a `409` for a `clientMsgId`
     /// in use, a replay's `200`) can answer it.
     ///
-    /// DynamoDB, alone: 1 GetItem (+ 1 GetItem of its archived key once keys of the conversation
+    /// DynamoDB, first: the send limit's (`limit_send`: 1 UpdateItem; when it refuses, + 1 or 2
+    /// GetItem of the send's key, live or archived, so that a replay is still answered).
+    /// Alone: 1 GetItem (+ 1 GetItem of its archived key once keys of the conversation
     /// were archived) + 1 TransactWriteItems (a replay too; a replay of an archived message
     /// instead: + 1 GetItem of the caller's member item and `answer_archived`'s). Queued: (+ 1 GetItem of
     /// the caller's member item, unless its send alone has just shown it a member) (+ 1 UpdateItem
@@ -118,6 +120,15 @@ impl ChatStore {
             fingerprint: message_fingerprint(caller, &request.body),
             request_id: uuid::Uuid::new_v4().to_string(),
         };
+        // The sender's rate limit (docs/api.md §24), before anything is written. A retry of a
+        // send already stored (after a 503, say) is not refused: it learns its outcome. That
+        // costs a read only when the limit refuses.
+        if let Err(limited) = self.limit_send(caller).await {
+            let refused = matches!(limited, ChatError::RateLimited { .. });
+            if !refused || self.stored_key(&send).await?.is_none() {
+                return Err(limited);
+            }
+        }
         // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
         if self.seen.busy(id, now_ms()) {
             self.require_member(&send).await?;

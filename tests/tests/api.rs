@@ -20,5 +20,7 @@ mod messages;
 mod non_members;
 #[path = "api/reads.rs"]
 mod reads;
+#[path = "api/roles.rs"]
+mod roles;
 #[path = "api/round_trips.rs"]
 mod round_trips;

@@ -92,6 +92,43 @@ pub fn check_removal(
     }
 }
 
+/// Whether `caller` manages the group: its owner or one of its admins (docs/api.md §26). Managers
+/// remove members, delete others' messages and set slow mode.
+pub fn is_manager(caller: &UserId, owner: Option<&UserId>, admins: &[UserId]) -> bool {
+    owner == Some(caller) || admins.contains(caller)
+}
+
+/// Only the owner names and removes admins.
+pub fn check_owner(caller: &UserId, owner: Option<&UserId>) -> Result<(), ChatError> {
+    if owner == Some(caller) {
+        Ok(())
+    } else {
+        Err(ChatError::Forbidden(
+            "only the group's owner may change its admins".into(),
+        ))
+    }
+}
+
+/// Slow mode is set by the owner or an admin, of a group only, to 0–120 seconds.
+pub fn check_slow_mode_change(
+    caller: &UserId,
+    kind: ConversationType,
+    owner: Option<&UserId>,
+    admins: &[UserId],
+) -> Result<(), ChatError> {
+    if kind == ConversationType::Direct {
+        return Err(ChatError::Conflict(
+            "a direct conversation has no slow mode".into(),
+        ));
+    }
+    if !is_manager(caller, owner, admins) {
+        return Err(ChatError::Forbidden(
+            "only the group's owner or an admin may set slow mode".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// A new member has read everything sent before it joined: its watermark starts at `lastSeq`.
 pub fn joining_watermark(last_seq: u64) -> u64 {
     last_seq
@@ -116,6 +153,25 @@ mod tests {
 
     fn users(n: usize) -> Vec<UserId> {
         (0..n).map(|i| u(&format!("m{i}"))).collect()
+    }
+
+    #[test]
+    fn managers_are_the_owner_and_the_admins() {
+        let (o, a, m) = (u("o"), u("a"), u("m"));
+        let admins = vec![a.clone()];
+        assert!(is_manager(&o, Some(&o), &admins));
+        assert!(is_manager(&a, Some(&o), &admins));
+        assert!(!is_manager(&m, Some(&o), &admins));
+        assert!(!is_manager(&m, None, &[]));
+        assert!(check_owner(&o, Some(&o)).is_ok());
+        assert_eq!(check_owner(&a, Some(&o)).unwrap_err().status(), 403);
+        let group = ConversationType::Group;
+        assert!(check_slow_mode_change(&a, group, Some(&o), &admins).is_ok());
+        let e = check_slow_mode_change(&m, group, Some(&o), &admins).unwrap_err();
+        assert_eq!(e.status(), 403);
+        let direct = ConversationType::Direct;
+        let e = check_slow_mode_change(&o, direct, None, &[]).unwrap_err();
+        assert_eq!(e.status(), 409);
     }
 
     #[test]

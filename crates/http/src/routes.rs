@@ -25,6 +25,9 @@ pub enum Operation {
     RemoveReaction,
     Reactions,
     Changes,
+    UpdateConversation,
+    AddAdmin,
+    RemoveAdmin,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -59,7 +62,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 15] = [
+pub const ROUTES: [Route; 18] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -75,6 +78,9 @@ pub const ROUTES: [Route; 15] = [
     route(RemoveReaction, "removeReaction", "DELETE", "/conversations/{conversationId}/messages/{seq}/reactions/{reaction}", "message-changes"),
     route(Reactions, "reactions", "GET", "/conversations/{conversationId}/messages/{seq}/reactions", "message-changes"),
     route(Changes, "changes", "GET", "/conversations/{conversationId}/changes", "message-changes"),
+    route(UpdateConversation, "updateConversation", "PATCH", "/conversations/{conversationId}", "conversations"),
+    route(AddAdmin, "addAdmin", "PUT", "/conversations/{conversationId}/admins/{userId}", "conversations"),
+    route(RemoveAdmin, "removeAdmin", "DELETE", "/conversations/{conversationId}/admins/{userId}", "conversations"),
 ];
 
 impl Operation {

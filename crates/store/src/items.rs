@@ -80,6 +80,14 @@ pub struct ConversationItem {
     pub deleted_seqs: Vec<u64>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deleted_change: u64,
+    /// A group's admins (docs/api.md §26): with the owner, its managers
+    /// (`chat_domain::conversation::is_manager`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_ids: Vec<UserId>,
+    /// A group's slow mode (docs/api.md §25): members other than the managers send at most once
+    /// per this many seconds (0, absent: off).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slow_mode_seconds: u64,
 }
 
 /// How many deleted seqs a conversation item remembers for the fanout: an event waits in the
@@ -124,6 +132,8 @@ impl ConversationItem {
             archived_through: 0,
             deleted_seqs: vec![],
             deleted_change: 0,
+            admin_ids: vec![],
+            slow_mode_seconds: 0,
         }
     }
 
@@ -163,6 +173,8 @@ impl ConversationItem {
             created_at: self.created_at.clone(),
             last_message_at: self.last_message_at.clone(),
             last_change,
+            admins: self.admin_ids.clone(),
+            slow_mode_seconds: self.slow_mode_seconds,
         }
     }
 
@@ -627,6 +639,8 @@ mod tests {
             archived_through: 0,
             deleted_seqs: vec![],
             deleted_change: 0,
+            admin_ids: vec![],
+            slow_mode_seconds: 0,
         }
     }
 

@@ -32,6 +32,7 @@ pub mod limits;
 mod messages;
 mod reads;
 pub mod retry;
+mod roles;
 mod send;
 pub mod stream;
 pub mod telemetry;
@@ -83,6 +84,8 @@ pub struct ChatStore {
     archive_settings: archiver::ArchiveSettings,
     /// Per-user rate limits (None: off), shared by the instance's requests.
     limiter: Option<Arc<limits::Limiter>>,
+    /// The slow-mode rules of the conversations this instance sent to.
+    slow_rules: Arc<roles::SlowRules>,
 }
 
 /// What an instance remembers of the conversations it served, to skip reads:
@@ -252,6 +255,7 @@ impl ChatStore {
             archive_tier: false,
             archive_settings: archiver::ArchiveSettings::AWS,
             limiter: None,
+            slow_rules: Arc::default(),
         }
     }
 

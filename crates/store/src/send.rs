@@ -130,34 +130,71 @@ impl ChatStore {
             }
         }
         // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
-        if self.seen.busy(id, now_ms()) {
-            self.require_member(&send).await?;
-            return self.send_queued(&send).await;
+        let head = if self.seen.busy(id, now_ms()) {
+            None
+        } else {
+            Some(self.head(id).await?.ok_or(ChatError::NotFound)?)
+        };
+        // Slow mode (docs/api.md §25), by the rules `head` read (or this instance read last):
+        // the sender's slot for this period, given back when the send stores nothing. A retry
+        // of a stored `clientMsgId` is answered, as for the rate limit.
+        let claim = match self.claim_slow_mode(id, caller).await {
+            Ok(claim) => claim,
+            Err(e @ ChatError::SlowMode { .. }) => {
+                if self.stored_key(&send).await?.is_none() {
+                    return Err(e);
+                }
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let sent = self.send_from(&send, head).await;
+        if let Some(claim) = claim {
+            let stored_nothing = match &sent {
+                Ok((_, created)) => !created,
+                Err(e) => *e != ChatError::Unavailable,
+            };
+            if stored_nothing {
+                self.release_slow_mode(id, caller, claim).await;
+            }
         }
-        let head = self.head(id).await?.ok_or(ChatError::NotFound)?;
+        sent
+    }
+
+    /// The send from the conversation's `head` (None: queue up at once).
+    async fn send_from(
+        &self,
+        send: &SendRequest<'_>,
+        head: Option<Head>,
+    ) -> Result<(Message, bool), ChatError> {
+        let (id, request) = (send.id, send.request);
+        let Some(head) = head else {
+            self.require_member(send).await?;
+            return self.send_queued(send).await;
+        };
         // Read after the head: the commit's condition on `keyMoves` then proves no key moved
         // out since this read found none (docs/data-model.md §4.2).
         if head.keys_moved() {
             if let Some(key) = self.archived_key(id, &request.client_msg_key).await? {
-                self.require_member(&send).await?;
-                return self.answer_archived(key, &send).await;
+                self.require_member(send).await?;
+                return self.answer_archived(key, send).await;
             }
         }
         if head.busy(now_ms()) {
-            self.require_member(&send).await?;
-            return self.send_queued(&send).await;
+            self.require_member(send).await?;
+            return self.send_queued(send).await;
         }
-        match self.send_alone(&send, &head).await? {
+        match self.send_alone(send, &head).await? {
             Alone::Done(message, created) => Ok((message, created)),
             Alone::Lost { head, member } => {
                 let before = after_lost(&head, member, now_ms());
                 if before.check_member {
-                    self.require_member(&send).await?;
+                    self.require_member(send).await?;
                 }
                 if before.mark_busy {
                     self.mark_busy(id).await;
                 }
-                self.send_queued(&send).await
+                self.send_queued(send).await
             }
         }
     }
@@ -203,12 +240,15 @@ impl ChatStore {
     }
 
     /// `lastSeq`, `lastMessageAt` and `busyUntil` of a conversation (None: no such
-    /// conversation). DynamoDB: 1 strongly consistent GetItem.
+    /// conversation), and its slow-mode rules, which it remembers (`slow_rules`). DynamoDB: 1 strongly consistent GetItem.
     async fn head(&self, id: &ConversationId) -> Result<Option<Head>, ChatError> {
-        let item = self
-            .conversation_fields(id, Some("lastSeq, lastMessageAt, busyUntil, keyMoves"))
-            .await?;
+        let fields =
+            "lastSeq, lastMessageAt, busyUntil, keyMoves, slowModeSeconds, ownerId, adminIds";
+        let item = self.conversation_fields(id, Some(fields)).await?;
         let head = item.as_ref().and_then(head_of);
+        if let Some(item) = &item {
+            self.slow_rules.saw(id, super::roles::SlowRule::of(item));
+        }
         if let Some(h) = &head {
             self.seen.saw_busy(id, h.busy_until);
         }

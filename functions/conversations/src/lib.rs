@@ -2,12 +2,15 @@
 //! `createConversation` — `POST /conversations`,
 //! `getConversation` — `GET /conversations/{conversationId}`,
 //! `addMembers` — `POST /conversations/{conversationId}/members`,
-//! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`
+//! `removeMember` — `DELETE /conversations/{conversationId}/members/{userId}`,
+//! `updateConversation` — `PATCH /conversations/{conversationId}`,
+//! `addAdmin`, `removeAdmin` — `PUT`, `DELETE /conversations/{conversationId}/admins/{userId}`
 //! (`chat_http::routes`); and, through the catch-all routes, `404` for what the API does
 //! not have.
 
 use chat_domain::requests::{
-    conversation_id_param, parse_add_members, user_id_param, CreateConversation,
+    conversation_id_param, parse_add_members, parse_update_conversation, user_id_param,
+    CreateConversation,
 };
 use chat_domain::ChatError;
 use chat_http::http::{self, App};
@@ -52,6 +55,20 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
             let target = user_id_param(http::path_param(&req, "userId").as_deref())?;
             app.store.remove_member(&caller, &id, &target).await?;
             http::no_content()
+        }
+        Operation::UpdateConversation => {
+            let id = conversation_id()?;
+            let seconds = parse_update_conversation(http::body(&req)?)?;
+            http::json(
+                200,
+                &app.store.update_conversation(&caller, &id, seconds).await?,
+            )
+        }
+        Operation::AddAdmin | Operation::RemoveAdmin => {
+            let id = conversation_id()?;
+            let target = user_id_param(http::path_param(&req, "userId").as_deref())?;
+            let add = operation == Operation::AddAdmin;
+            http::json(200, &app.store.set_admin(&caller, &id, &target, add).await?)
         }
         // Not this function's: the catch-all routes bring every path the API does not have here.
         _ => Err(ChatError::NotFound),

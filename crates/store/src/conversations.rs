@@ -399,24 +399,10 @@ impl ChatStore {
         id: &ConversationId,
         target: &UserId,
     ) -> Result<(), ChatError> {
-        let mut wanted = vec![keys::conversation_key(id), keys::member_key(id, caller)];
-        if target != caller {
-            // BatchGetItem refuses duplicate keys.
-            wanted.push(keys::member_key(id, target));
-        }
-        let found = self.batch_get(wanted, true).await?;
-        let by_sk = |sk: &str| found.iter().find(|i| get_s(i, keys::SK) == Some(sk));
-        let conversation: ConversationItem = by_sk(keys::CONVERSATION_SK)
-            .cloned()
-            .map(from_item)
-            .transpose()?
-            .ok_or(ChatError::NotFound)?;
-        if by_sk(&keys::member_sk(caller)).is_none() {
-            return Err(ChatError::NotFound);
-        }
+        let (conversation, target_is_member) = self.for_member(caller, id, Some(target)).await?;
         check_membership_change(conversation.kind)?;
         check_removal(caller, target, conversation.owner_id.as_ref())?;
-        if by_sk(&keys::member_sk(target)).is_none() {
+        if !target_is_member {
             return Err(ChatError::NotFound);
         }
         let parts = vec![

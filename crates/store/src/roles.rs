@@ -95,7 +95,7 @@ impl ChatStore {
         id: &ConversationId,
         slow_mode_seconds: u64,
     ) -> Result<Conversation, ChatError> {
-        let (conversation, _) = self.managed(caller, id, None).await?;
+        let (conversation, _) = self.for_member(caller, id, None).await?;
         check_slow_mode_change(
             caller,
             conversation.kind,
@@ -121,7 +121,8 @@ impl ChatStore {
         add: bool,
     ) -> Result<Conversation, ChatError> {
         for _ in 0..3 {
-            let (conversation, target_is_member) = self.managed(caller, id, Some(target)).await?;
+            let (conversation, target_is_member) =
+                self.for_member(caller, id, Some(target)).await?;
             if conversation.kind == ConversationType::Direct {
                 return Err(ChatError::Conflict(
                     "a direct conversation has no admins".into(),
@@ -174,14 +175,15 @@ impl ChatStore {
     }
 
     /// The conversation, for a caller that is a member (else `NotFound`), and whether `target`
-    /// is one. DynamoDB: 1 strongly consistent BatchGetItem.
-    async fn managed(
+    /// is one (`removeMember` too). DynamoDB: 1 strongly consistent BatchGetItem.
+    pub(crate) async fn for_member(
         &self,
         caller: &UserId,
         id: &ConversationId,
         target: Option<&UserId>,
     ) -> Result<(ConversationItem, bool), ChatError> {
         let mut wanted = vec![keys::conversation_key(id), keys::member_key(id, caller)];
+        // BatchGetItem refuses duplicate keys.
         if let Some(t) = target.filter(|t| *t != caller) {
             wanted.push(keys::member_key(id, t));
         }

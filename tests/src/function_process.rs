@@ -158,6 +158,9 @@ impl FunctionProcess {
             .env("CHAT_LOCAL_JWT_SECRET", TEST_SECRET)
             .env("DYNAMODB_ENDPOINT", server::dynamodb_endpoint())
             .env("CHAT_TABLE", &config.chat_table)
+            // As the harness's stores: no rate limits (tests/tests/api/limits.rs tests them).
+            .env("CHAT_SEND_RATE", "0")
+            .env("CHAT_REQUEST_RATE", "0")
             .env("RUST_LOG", "info");
         for (k, v) in env {
             cmd.env(k, v);

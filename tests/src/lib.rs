@@ -496,6 +496,18 @@ impl TestApp {
         Self::build(auth, Timeouts::LOCAL.request_budget, None, None).await
     }
 
+    /// Local auth with per-user rate limits on (docs/api.md §24): each function's store keeps
+    /// its own memory of the buckets, as separate instances do; the buckets are shared.
+    pub async fn with_rate_limits(limits: chat_store::RateLimits) -> TestApp {
+        let mut t = TestApp::new().await;
+        let table = config().connections_table;
+        t.app.store = t.app.store.clone().with_rate_limits(limits, &table);
+        for app in t.apps.values_mut() {
+            app.store = app.store.clone().with_rate_limits(limits, &table);
+        }
+        t
+    }
+
     /// With the archive tier (docs/data-model.md §7) on moto's S3: history reads archived
     /// messages, the indexer lists conversations for the archiver (`archiver`), by `settings`.
     pub async fn with_archive(settings: ArchiveSettings) -> TestApp {

@@ -14,12 +14,16 @@ mod faults;
 mod identities;
 #[path = "api/inbox.rs"]
 mod inbox;
+#[path = "api/limits.rs"]
+mod limits;
 #[path = "api/messages.rs"]
 mod messages;
 #[path = "api/non_members.rs"]
 mod non_members;
 #[path = "api/reads.rs"]
 mod reads;
+#[path = "api/roles.rs"]
+mod roles;
 #[path = "api/round_trips.rs"]
 mod round_trips;
 #[path = "api/safety.rs"]

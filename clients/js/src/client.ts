@@ -328,9 +328,28 @@ export class ChatClient {
   }
 
   /**
+   * `PATCH /conversations/{id}`: a group's slow mode, 0–120 seconds (0: off). The owner or an admin.
+   */
+  async updateConversation(conversationId: string, update: { slowModeSeconds: number }): Promise<Conversation> {
+    return this.seen(await this.call<Conversation>("PATCH", conversationPath(conversationId), update));
+  }
+
+  /** `PUT /conversations/{id}/admins/{userId}`: the group's owner names a member an admin. */
+  async addAdmin(conversationId: string, userId: string): Promise<Conversation> {
+    return this.seen(await this.call<Conversation>("PUT", adminPath(conversationId, userId)));
+  }
+
+  /** `DELETE /conversations/{id}/admins/{userId}`: the group's owner no longer names them an admin. */
+  async removeAdmin(conversationId: string, userId: string): Promise<Conversation> {
+    return this.seen(await this.call<Conversation>("DELETE", adminPath(conversationId, userId)));
+  }
+
+  /**
    * `POST /conversations/{id}/messages`. Network errors, timeouts, 429 and 5xx (503: the outcome is
-   * unknown) are retried with the same `clientMsgId` (after `Retry-After` plus jitter when given), so
-   * a retry can never create a second message: the server answers a replay with the original. Gives
+   * unknown) are retried with the same `clientMsgId` (after `Retry-After` plus jitter when given;
+   * a `rate_limited` or `slow_mode` refusal is waited out even past `sendRetry.maxElapsedMs`, up to
+   * 2 minutes: nothing was stored, and the server said when it is admitted), so a retry can never
+   * create a second message: the server answers a replay with the original. Gives
    * up with a `SendError` carrying the `clientMsgId`: pass it back as `options.clientMsgId` to try
    * again later, just as safely.
    */
@@ -1053,7 +1072,7 @@ export class ChatClient {
   }
 
   private async withRetries<T>(request: () => Promise<T>): Promise<T> {
-    const deadline = Date.now() + this.retry.maxElapsedMs;
+    let deadline = Date.now() + this.retry.maxElapsedMs;
     for (let attempt = 1; ; attempt++) {
       try {
         return await request();
@@ -1061,6 +1080,10 @@ export class ChatClient {
         if (!(e instanceof ChatApiError) || !e.retryable || attempt >= this.retry.maxAttempts) throw e;
         // Jittered exponential backoff, and not before the server's Retry-After plus jitter.
         const delay = retryDelay(e, attempt, this.retry.baseDelayMs, 5000);
+        // A rate limit's or slow mode's refusal says when it is admitted: wait that out.
+        if (e.limited && e.retryAfterMs !== undefined && e.retryAfterMs <= LIMITED_WAIT_MAX_MS) {
+          deadline = Math.max(deadline, Date.now() + delay);
+        }
         if (Date.now() + delay > deadline) throw e;
         await sleep(delay);
       }
@@ -1121,6 +1144,13 @@ function errorFromResponse(status: number, text: string, retryAfterMs: number | 
     // not JSON: keep the status's code and the text
   }
   return new ChatApiError(status, code, message, retryAfterMs);
+}
+
+/** The longest `Retry-After` of a rate limit or slow mode a send waits out (slow mode's maximum). */
+const LIMITED_WAIT_MAX_MS = 120_000;
+
+function adminPath(conversationId: string, userId: string): string {
+  return `${conversationPath(conversationId)}/admins/${encodeURIComponent(userId)}`;
 }
 
 function conversationPath(id: string): string {

@@ -16,6 +16,22 @@ export class ChatApiError extends Error {
     this.retryAfterMs = retryAfterMs;
   }
 
+  /**
+   * `Retry-After` in whole seconds (429 `rate_limited`, `slow_mode`, `throttled`; sometimes 503):
+   * when the same request is admitted again (docs/api.md §24, §25).
+   */
+  get retryAfter(): number | undefined {
+    return this.retryAfterMs === undefined ? undefined : Math.ceil(this.retryAfterMs / 1000);
+  }
+
+  /**
+   * A definite refusal by the caller's own rate limit or the group's slow mode: nothing was stored,
+   * and the same request is admitted after `retryAfter`.
+   */
+  get limited(): boolean {
+    return this.status === 429 && (this.code === "rate_limited" || this.code === "slow_mode");
+  }
+
   /** Whether the same request may succeed later: no answer, 429, or a server error. */
   get retryable(): boolean {
     return this.status === 0 || this.status === 429 || this.status >= 500;

@@ -15,6 +15,10 @@ export interface Conversation {
   lastMessageAt: string | null;
   /** The conversation's newest changeSeq, 0 when none. */
   lastChange: number;
+  /** A group's admins (docs/api.md §26); absent when none. */
+  admins?: string[];
+  /** A group's slow mode in seconds (docs/api.md §25); absent when off. */
+  slowModeSeconds?: number;
 }
 
 export interface ReactionCount {

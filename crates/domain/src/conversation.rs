@@ -77,7 +77,8 @@ pub fn members_to_add<'a>(
     Ok(new)
 }
 
-/// Whether `caller` manages the group: its owner or one of its admins.
+/// Whether `caller` manages the group: its owner or one of its admins (docs/api.md §26). Managers
+/// remove members, ban, delete others' messages and set slow mode.
 pub fn is_manager(caller: &UserId, owner: Option<&UserId>, admins: &[UserId]) -> bool {
     owner == Some(caller) || admins.contains(caller)
 }
@@ -122,6 +123,37 @@ pub fn check_ban(
     Ok(())
 }
 
+/// Only the owner names and removes admins.
+pub fn check_owner(caller: &UserId, owner: Option<&UserId>) -> Result<(), ChatError> {
+    if owner == Some(caller) {
+        Ok(())
+    } else {
+        Err(ChatError::Forbidden(
+            "only the group's owner may change its admins".into(),
+        ))
+    }
+}
+
+/// Slow mode is set by the owner or an admin, of a group only, to 0–120 seconds.
+pub fn check_slow_mode_change(
+    caller: &UserId,
+    kind: ConversationType,
+    owner: Option<&UserId>,
+    admins: &[UserId],
+) -> Result<(), ChatError> {
+    if kind == ConversationType::Direct {
+        return Err(ChatError::Conflict(
+            "a direct conversation has no slow mode".into(),
+        ));
+    }
+    if !is_manager(caller, owner, admins) {
+        return Err(ChatError::Forbidden(
+            "only the group's owner or an admin may set slow mode".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// An add that names a banned user is refused whole (`403`): nobody is added.
 pub fn check_not_banned(new: &[&UserId], banned: &[UserId]) -> Result<(), ChatError> {
     match new.iter().find(|u| banned.contains(u)) {
@@ -156,6 +188,25 @@ mod tests {
 
     fn users(n: usize) -> Vec<UserId> {
         (0..n).map(|i| u(&format!("m{i}"))).collect()
+    }
+
+    #[test]
+    fn managers_are_the_owner_and_the_admins() {
+        let (o, a, m) = (u("o"), u("a"), u("m"));
+        let admins = vec![a.clone()];
+        assert!(is_manager(&o, Some(&o), &admins));
+        assert!(is_manager(&a, Some(&o), &admins));
+        assert!(!is_manager(&m, Some(&o), &admins));
+        assert!(!is_manager(&m, None, &[]));
+        assert!(check_owner(&o, Some(&o)).is_ok());
+        assert_eq!(check_owner(&a, Some(&o)).unwrap_err().status(), 403);
+        let group = ConversationType::Group;
+        assert!(check_slow_mode_change(&a, group, Some(&o), &admins).is_ok());
+        let e = check_slow_mode_change(&m, group, Some(&o), &admins).unwrap_err();
+        assert_eq!(e.status(), 403);
+        let direct = ConversationType::Direct;
+        let e = check_slow_mode_change(&o, direct, None, &[]).unwrap_err();
+        assert_eq!(e.status(), 409);
     }
 
     #[test]

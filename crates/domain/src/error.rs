@@ -32,6 +32,14 @@ pub enum ChatError {
     /// Contention or DynamoDB throttling that did not clear within the request's deadline.
     #[error("too many concurrent requests, retry later")]
     Throttled,
+    /// The caller's own rate limit (docs/api.md §24): nothing was done; retry after
+    /// `retry_after` whole seconds.
+    #[error("rate limit exceeded, retry after {retry_after} s")]
+    RateLimited { retry_after: u64 },
+    /// The group's slow mode (docs/api.md §25): this member may send again in `retry_after`
+    /// whole seconds; nothing was stored.
+    #[error("slow mode: you may send again in {retry_after} s")]
+    SlowMode { retry_after: u64 },
     /// A dependency did not answer (in time, or at all): the outcome is unknown, a write may
     /// still land. The client retries with the same `clientMsgId` to learn it (every write is
     /// safe to retry, docs/api.md §2).
@@ -62,7 +70,10 @@ impl ChatError {
             ChatError::Conflict(_) => 409,
             ChatError::PayloadTooLarge(_) => 413,
             ChatError::UnsupportedMediaType(_) => 415,
-            ChatError::Throttled => 429,
+            ChatError::Throttled | ChatError::RateLimited { .. } | ChatError::SlowMode { .. } => {
+                429
+            }
+
             ChatError::Internal(_) => 500,
             ChatError::Unavailable => 503,
         }
@@ -80,8 +91,21 @@ impl ChatError {
             ChatError::PayloadTooLarge(_) => "payload_too_large",
             ChatError::UnsupportedMediaType(_) => "unsupported_media_type",
             ChatError::Throttled => "throttled",
+            ChatError::RateLimited { .. } => "rate_limited",
+            ChatError::SlowMode { .. } => "slow_mode",
             ChatError::Unavailable => "unavailable",
             ChatError::Internal(_) => "internal",
+        }
+    }
+
+    /// `Retry-After` in whole seconds, for the answers that carry one.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ChatError::Throttled | ChatError::Unavailable => Some(1),
+            ChatError::RateLimited { retry_after } | ChatError::SlowMode { retry_after } => {
+                Some((*retry_after).max(1))
+            }
+            _ => None,
         }
     }
 
@@ -130,6 +154,12 @@ mod tests {
                 "unsupported_media_type",
             ),
             (ChatError::Throttled, 429, "throttled"),
+            (
+                ChatError::RateLimited { retry_after: 2 },
+                429,
+                "rate_limited",
+            ),
+            (ChatError::SlowMode { retry_after: 3 }, 429, "slow_mode"),
             (ChatError::Unavailable, 503, "unavailable"),
         ];
         for (e, status, code) in cases {

@@ -15,6 +15,7 @@
 //! | `requests` | request bodies and parameters, parsed and validated into the types above |
 //! | `events` | push events, the relay's and the fanout's planning, redelivery, failure policy |
 //! | `typing` | typing frames and presence: their requests, expiry, throttling and events |
+//! | `rate` | per-user rate limits (a token bucket as one number) and slow mode |
 //! | `error`, `retry`, `time` | the one error type, backoff with jitter, wall-clock formats |
 //! | `log_sampling` | which routine log lines are written (errors and slow ones always) |
 
@@ -28,6 +29,7 @@ pub mod inbox;
 pub mod log_sampling;
 pub mod message;
 pub mod model;
+pub mod rate;
 pub mod read_state;
 pub mod requests;
 pub mod retry;

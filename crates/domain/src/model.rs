@@ -23,6 +23,16 @@ pub struct Conversation {
     pub last_message_at: Option<String>,
     /// The newest `changeSeq` (0: none).
     pub last_change: u64,
+    /// A group's admins (docs/api.md §26; absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admins: Vec<UserId>,
+    /// A group's slow mode in seconds (docs/api.md §25; absent when off).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slow_mode_seconds: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -200,6 +200,20 @@ pub fn parse_add_members(body: &[u8]) -> Result<Vec<UserId>, ChatError> {
     Ok(ids)
 }
 
+/// `updateConversation` (docs/api.md §25): `{"slowModeSeconds": 0-120}`.
+pub fn parse_update_conversation(body: &[u8]) -> Result<u64, ChatError> {
+    let f = Fields::parse(body)?;
+    let max = crate::rate::MAX_SLOW_MODE_SECONDS;
+    match f.get("slowModeSeconds") {
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= max) => {
+            Ok(n.as_u64().unwrap_or_default())
+        }
+        _ => Err(invalid(format!(
+            "field `slowModeSeconds` must be a whole number of seconds, 0-{max}"
+        ))),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendMessage {
     /// As the client wrote it (returned unchanged).
@@ -394,6 +408,29 @@ mod tests {
     fn request_body_limit() {
         let big = format!(r#"{{"seq":1,"pad":"{}"}}"#, "x".repeat(MAX_REQUEST_BYTES));
         assert_eq!(err_msg(parse_mark_read(big.as_bytes())).0, 413);
+    }
+
+    #[test]
+    fn update_conversation_slow_mode_bounds() {
+        assert_eq!(
+            parse_update_conversation(br#"{"slowModeSeconds":0}"#),
+            Ok(0)
+        );
+        assert_eq!(
+            parse_update_conversation(br#"{"slowModeSeconds":120}"#),
+            Ok(120)
+        );
+        for bad in [
+            &br#"{"slowModeSeconds":121}"#[..],
+            br#"{"slowModeSeconds":-1}"#,
+            br#"{"slowModeSeconds":1.5}"#,
+            br#"{"slowModeSeconds":"5"}"#,
+            br#"{}"#,
+        ] {
+            let (status, msg) = err_msg(parse_update_conversation(bad));
+            assert_eq!(status, 400);
+            assert!(msg.contains("slowModeSeconds"), "{msg}");
+        }
     }
 
     #[test]

@@ -211,8 +211,8 @@ pub fn respond(result: Result<Response<Body>, ChatError>, request_id: &str) -> R
     let mut builder = Response::builder()
         .status(e.status())
         .header(header::CONTENT_TYPE, "application/json");
-    if matches!(e, ChatError::Throttled | ChatError::Unavailable) {
-        builder = builder.header(header::RETRY_AFTER, "1");
+    if let Some(seconds) = e.retry_after() {
+        builder = builder.header(header::RETRY_AFTER, seconds.to_string());
     }
     builder
         .body(Body::Text(e.to_json().to_string()))
@@ -237,17 +237,21 @@ where
     // past its deadline (and Lambda's timeout); what it was doing may still land: 503.
     let allowed = app.store.time_allowed();
     let bounded = async move {
-        // A suspended user's every request is refused before its handler runs (docs/api.md §30).
-        // A request without a valid token is left to its handler, which answers 401.
-        if let Ok(user) = app.caller(&req) {
-            match tokio::time::timeout(allowed, app.store.is_suspended(&user)).await {
-                Ok(Ok(false)) => {}
-                Ok(Ok(true)) => return Err(ChatError::Suspended),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(ChatError::Unavailable),
+        let limited = async move {
+            // A suspended user's every request is refused before its handler runs (docs/api.md
+            // §30); then the caller's all-requests limit (§24). A request without a valid token
+            // is left to its handler, which answers 401.
+            if let Ok(caller) = app.caller(&req) {
+                if app.store.is_suspended(&caller).await? {
+                    return Err(ChatError::Suspended);
+                }
+                if app.store.limits_requests() {
+                    app.store.limit_request(&caller).await?;
+                }
             }
-        }
-        match tokio::time::timeout(allowed, handler(app, req)).await {
+            handler(app, req).await
+        };
+        match tokio::time::timeout(allowed, limited).await {
             Ok(result) => result,
             Err(_) => Err(ChatError::Unavailable),
         }
@@ -316,6 +320,11 @@ mod tests {
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
         let body: serde_json::Value = serde_json::from_slice(r.body().as_ref()).unwrap();
         assert_eq!(body["error"]["code"], "throttled");
+        let r = respond(Err(ChatError::RateLimited { retry_after: 3 }), "r3");
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "3");
+        let r = respond(Err(ChatError::SlowMode { retry_after: 0 }), "r4");
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
         let r = respond(Err(ChatError::internal("table ChatTable is gone")), "r2");
         assert_eq!(r.status(), 500);
         assert!(!String::from_utf8_lossy(r.body().as_ref()).contains("ChatTable"));

@@ -38,6 +38,9 @@ pub enum Operation {
     SetPresenceVisibility,
     CreateAttachment,
     GetAttachment,
+    UpdateConversation,
+    AddAdmin,
+    RemoveAdmin,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -72,7 +75,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 28] = [
+pub const ROUTES: [Route; 31] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -101,6 +104,9 @@ pub const ROUTES: [Route; 28] = [
     route(SetPresenceVisibility, "setPresenceVisibility", "PUT", "/me/presence", "conversations"),
     route(CreateAttachment, "createAttachment", "POST", "/conversations/{conversationId}/attachments", "attachments"),
     route(GetAttachment, "getAttachment", "GET", "/conversations/{conversationId}/attachments/{attachmentId}", "attachments"),
+    route(UpdateConversation, "updateConversation", "PATCH", "/conversations/{conversationId}", "conversations"),
+    route(AddAdmin, "addAdmin", "PUT", "/conversations/{conversationId}/admins/{userId}", "conversations"),
+    route(RemoveAdmin, "removeAdmin", "DELETE", "/conversations/{conversationId}/admins/{userId}", "conversations"),
 ];
 
 impl Operation {

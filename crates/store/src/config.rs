@@ -77,6 +77,9 @@ pub struct Config {
     /// The archive age and work-list buckets (`ARCHIVE_AFTER_DAYS`, default 90; locally
     /// `CHAT_ARCHIVE_AFTER_SECONDS`, which also makes the buckets 5 s wide).
     pub archive: crate::ArchiveSettings,
+    /// Per-user rate limits (`CHAT_SEND_RATE`, `CHAT_SEND_BURST`, `CHAT_REQUEST_RATE`,
+    /// `CHAT_REQUEST_BURST`, `CHAT_REQUEST_SAMPLE`; template parameters; 0 turns one off).
+    pub rate_limits: crate::RateLimits,
     /// The attachments bucket (`CHAT_ATTACHMENTS_BUCKET`; None: attachments are off).
     pub attachments_bucket: Option<String>,
     /// Its S3 endpoint, when not `s3_endpoint` (`CHAT_ATTACHMENTS_S3_ENDPOINT`; locally the S3
@@ -114,6 +117,29 @@ fn millis(name: &str, default: Duration) -> Result<Duration, String> {
             .map(Duration::from_millis)
             .map_err(|_| format!("{name} must be a number of milliseconds, not {v:?}")),
     }
+}
+
+/// The rate limits from the environment, each unset one at its default.
+fn rate_limits() -> Result<crate::RateLimits, String> {
+    let number = |name: &str, default: u32| -> Result<u32, String> {
+        var(name).map_or(Ok(default), |v| {
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{name} must be a whole number, not {v:?}"))
+        })
+    };
+    let d = crate::RateLimits::DEFAULT;
+    let bucket = |rate: &str, burst: &str, default: chat_domain::rate::Bucket| {
+        Ok::<_, String>(chat_domain::rate::Bucket {
+            per_second: number(rate, default.per_second)?,
+            burst: number(burst, default.burst)?.max(1),
+        })
+    };
+    Ok(crate::RateLimits {
+        sends: bucket("CHAT_SEND_RATE", "CHAT_SEND_BURST", d.sends)?,
+        requests: bucket("CHAT_REQUEST_RATE", "CHAT_REQUEST_BURST", d.requests)?,
+        sample: number("CHAT_REQUEST_SAMPLE", d.sample)?.max(1),
+    })
 }
 
 /// `ARCHIVE_AFTER_DAYS` (template parameter `ArchiveAfterDays`), or locally
@@ -214,6 +240,7 @@ impl Config {
             attachments_bucket: var("CHAT_ATTACHMENTS_BUCKET"),
             attachments_s3_endpoint: var("CHAT_ATTACHMENTS_S3_ENDPOINT"),
             attachment_policy: attachment_policy()?,
+            rate_limits: rate_limits()?,
         })
     }
 
@@ -287,7 +314,8 @@ impl Config {
     pub fn chat_store(&self, sdk: &SdkConfig) -> crate::ChatStore {
         let store = crate::ChatStore::new(self.dynamodb_client(sdk), self.chat_table.clone())
             .with_archived_keys_table(self.archived_keys_table.clone())
-            .with_budget(self.timeouts.request_budget);
+            .with_budget(self.timeouts.request_budget)
+            .with_rate_limits(self.rate_limits, self.connections_table.clone());
         #[cfg(feature = "archive")]
         let store = store.with_archive(self.archive(sdk), self.archive);
         #[cfg(not(feature = "archive"))]

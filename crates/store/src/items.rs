@@ -92,6 +92,10 @@ pub struct ConversationItem {
     /// bans cancels the add (docs/data-model.md §10.2).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ban_version: u64,
+    /// A group's slow mode (docs/api.md §25): members other than the managers send at most once
+    /// per this many seconds (0, absent: off).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slow_mode_seconds: u64,
 }
 
 /// How many deleted seqs a conversation item remembers for the fanout: an event waits in the
@@ -139,6 +143,7 @@ impl ConversationItem {
             deleted_dropped_at: None,
             admin_ids: vec![],
             ban_version: 0,
+            slow_mode_seconds: 0,
         }
     }
 
@@ -178,6 +183,8 @@ impl ConversationItem {
             created_at: self.created_at.clone(),
             last_message_at: self.last_message_at.clone(),
             last_change,
+            admins: self.admin_ids.clone(),
+            slow_mode_seconds: self.slow_mode_seconds,
         }
     }
 
@@ -698,6 +705,7 @@ mod tests {
             deleted_dropped_at: None,
             admin_ids: vec![],
             ban_version: 0,
+            slow_mode_seconds: 0,
         }
     }
 

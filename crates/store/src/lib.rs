@@ -30,10 +30,12 @@ pub mod iam_log;
 mod inbox;
 pub mod items;
 pub mod keys;
+pub mod limits;
 mod messages;
 pub mod migrate;
 mod reads;
 pub mod retry;
+mod roles;
 mod safety;
 mod send;
 pub mod stream;
@@ -62,6 +64,7 @@ pub use connections::ConnectionStore;
 pub use conversations::PushState;
 pub use inbox::MoveCount;
 pub use items::{ConversationItem, MemberItem};
+pub use limits::RateLimits;
 
 /// The chat table, reached through one DynamoDB client built at init. A request's copy carries
 /// its deadline (`with_deadline`), which every retry inside the store shares.
@@ -93,6 +96,10 @@ pub struct ChatStore {
     /// The attachments bucket (None: attachments are off; a send with some is refused).
     #[cfg(feature = "attachments")]
     attachments: Option<attachments::Attachments>,
+    /// Per-user rate limits (None: off), shared by the instance's requests.
+    limiter: Option<Arc<limits::Limiter>>,
+    /// The slow-mode rules of the conversations this instance sent to.
+    slow_rules: Arc<roles::SlowRules>,
 }
 
 /// What an instance remembers of the conversations it served, to skip reads:
@@ -261,6 +268,8 @@ impl ChatStore {
             archive: None,
             archive_tier: false,
             archive_settings: archiver::ArchiveSettings::AWS,
+            limiter: None,
+            slow_rules: Arc::default(),
             listed_from: Arc::new(u64::MAX.into()),
             suspension_ttl: safety::SUSPENSION_TTL,
             #[cfg(feature = "attachments")]

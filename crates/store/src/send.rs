@@ -102,7 +102,9 @@ impl ChatStore {
     /// written, and before anything about the conversation's sends (a `409` for a `clientMsgId`
     /// in use, a replay's `200`) can answer it.
     ///
-    /// DynamoDB, alone: 1 GetItem (+ 1 GetItem of its archived key once keys of the conversation
+    /// DynamoDB, first: the send limit's (`limit_send`: 1 UpdateItem; when it refuses, + 1 or 2
+    /// GetItem of the send's key, live or archived, so that a replay is still answered).
+    /// Alone: 1 GetItem (+ 1 GetItem of its archived key once keys of the conversation
     /// were archived) + 1 TransactWriteItems (a replay too; a replay of an archived message
     /// instead: + 1 GetItem of the caller's member item and `answer_archived`'s). Queued: (+ 1 GetItem of
     /// the caller's member item, unless its send alone has just shown it a member) (+ 1 UpdateItem
@@ -150,39 +152,84 @@ impl ChatStore {
             request_id: uuid::Uuid::new_v4().to_string(),
             attachments: Vec::new(),
         };
-        let head = if request.attachments.is_empty() {
-            // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
-            if self.seen.busy(id, now_ms()) {
-                self.require_member(&send).await?;
-                return self.send_queued(&send).await;
+        // The sender's rate limit (docs/api.md §24), before anything is written. A retry of a
+        // send already stored (after a 503, say) is not refused: it learns its outcome. That
+        // costs a read only when the limit refuses.
+        if let Err(limited) = self.limit_send(caller).await {
+            let refused = matches!(limited, ChatError::RateLimited { .. });
+            if !refused || self.stored_key(&send).await?.is_none() {
+                return Err(limited);
             }
-            self.head(id).await?.ok_or(ChatError::NotFound)?
+        }
+        let head = if !request.attachments.is_empty() {
+            Some(self.head_with_attachments(&mut send).await?)
+        } else if self.seen.busy(id, now_ms()) {
+            // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
+            None
         } else {
-            self.head_with_attachments(&mut send).await?
+            Some(self.head(id).await?.ok_or(ChatError::NotFound)?)
         };
+        // Slow mode (docs/api.md §25), by the rules `head` read (or this instance read last):
+        // the sender's slot for this period, given back when the send stores nothing. A retry
+        // of a stored `clientMsgId` is answered, as for the rate limit.
+        let claim = match self.claim_slow_mode(id, caller).await {
+            Ok(claim) => claim,
+            Err(e @ ChatError::SlowMode { .. }) => {
+                if self.stored_key(&send).await?.is_none() {
+                    return Err(e);
+                }
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let sent = self.send_from(&send, head).await;
+        if let Some(claim) = claim {
+            let stored_nothing = match &sent {
+                Ok((_, created)) => !created,
+                Err(e) => *e != ChatError::Unavailable,
+            };
+            if stored_nothing {
+                self.release_slow_mode(id, caller, claim).await;
+            }
+        }
+        sent
+    }
+
+    /// The send from the conversation's `head` (None: queue up at once).
+    async fn send_from(
+        &self,
+        send: &SendRequest<'_>,
+        head: Option<Head>,
+    ) -> Result<(Message, bool), ChatError> {
+        let (id, request) = (send.id, send.request);
+        let Some(head) = head else {
+            self.require_member(send).await?;
+            return self.send_queued(send).await;
+        };
+
         // Read after the head: the commit's condition on `keyMoves` then proves no key moved
         // out since this read found none (docs/data-model.md §4.2).
         if head.keys_moved() {
             if let Some(key) = self.archived_key(id, &request.client_msg_key).await? {
-                self.require_member(&send).await?;
-                return self.answer_archived(key, &send).await;
+                self.require_member(send).await?;
+                return self.answer_archived(key, send).await;
             }
         }
         if head.busy(now_ms()) {
-            self.require_member(&send).await?;
-            return self.send_queued(&send).await;
+            self.require_member(send).await?;
+            return self.send_queued(send).await;
         }
-        match self.send_alone(&send, &head).await? {
+        match self.send_alone(send, &head).await? {
             Alone::Done(message, created) => Ok((message, created)),
             Alone::Lost { head, member } => {
                 let before = after_lost(&head, member, now_ms());
                 if before.check_member {
-                    self.require_member(&send).await?;
+                    self.require_member(send).await?;
                 }
                 if before.mark_busy {
                     self.mark_busy(id).await;
                 }
-                self.send_queued(&send).await
+                self.send_queued(send).await
             }
         }
     }
@@ -242,12 +289,15 @@ impl ChatStore {
     }
 
     /// `lastSeq`, `lastMessageAt` and `busyUntil` of a conversation (None: no such
-    /// conversation). DynamoDB: 1 strongly consistent GetItem.
+    /// conversation), and its slow-mode rules, which it remembers (`slow_rules`). DynamoDB: 1 strongly consistent GetItem.
     async fn head(&self, id: &ConversationId) -> Result<Option<Head>, ChatError> {
-        let item = self
-            .conversation_fields(id, Some("lastSeq, lastMessageAt, busyUntil, keyMoves"))
-            .await?;
+        let fields =
+            "lastSeq, lastMessageAt, busyUntil, keyMoves, slowModeSeconds, ownerId, adminIds";
+        let item = self.conversation_fields(id, Some(fields)).await?;
         let head = item.as_ref().and_then(head_of);
+        if let Some(item) = &item {
+            self.slow_rules.saw(id, super::roles::SlowRule::of(item));
+        }
         if let Some(h) = &head {
             self.seen.saw_busy(id, h.busy_until);
         }
@@ -264,8 +314,12 @@ impl ChatStore {
         wanted.extend(ChatStore::attachment_keys(ids));
         let found = self.batch_get(wanted, true).await?;
         let is_head = |i: &Item| get_s(i, keys::SK) == Some(keys::CONVERSATION_SK);
-        let head = found.iter().find(|i| is_head(i)).and_then(head_of);
-        let head = head.ok_or(ChatError::NotFound)?;
+        let item = found.iter().find(|i| is_head(i));
+        if let Some(item) = item {
+            self.slow_rules
+                .saw(send.id, super::roles::SlowRule::of(item));
+        }
+        let head = item.and_then(head_of).ok_or(ChatError::NotFound)?;
         self.seen.saw_busy(send.id, head.busy_until);
         let key = &send.request.client_msg_key;
         match self

@@ -7,13 +7,17 @@
 //! `blockUser` / `unblockUser` — `PUT` / `DELETE /me/blocks/{userId}`, `blocks` — `GET /me/blocks`,
 //! `moderationReports` — `GET /moderation/reports`,
 //! `suspendUser` / `unsuspendUser` — `PUT` / `DELETE /moderation/suspensions/{userId}`,
-//! `presence` — `POST /presence`, `setPresenceVisibility` — `PUT /me/presence` (§38)
+//! `presence` — `POST /presence`, `setPresenceVisibility` — `PUT /me/presence` (§38),
+//! `updateConversation` — `PATCH /conversations/{conversationId}`,
+//! `addAdmin`, `removeAdmin` — `PUT`, `DELETE /conversations/{conversationId}/admins/{userId}`
+
 //! (`chat_http::routes`); and, through the catch-all routes, `404` for what the API does
 //! not have.
 
 use aws_config::SdkConfig;
 use chat_domain::requests::{
-    conversation_id_param, parse_add_members, user_id_param, CreateConversation,
+    conversation_id_param, parse_add_members, parse_update_conversation, user_id_param,
+    CreateConversation,
 };
 use chat_domain::safety::{
     check_block_target, PageQuery, DEFAULT_BLOCKS_LIMIT, DEFAULT_REPORTS_LIMIT,
@@ -97,6 +101,20 @@ pub async fn handle_with(
             app.store.remove_member(&caller, &id, &target).await?;
             http::no_content()
         }
+        Operation::UpdateConversation => {
+            let id = conversation_id()?;
+            let seconds = parse_update_conversation(http::body(&req)?)?;
+            http::json(
+                200,
+                &app.store.update_conversation(&caller, &id, seconds).await?,
+            )
+        }
+        Operation::AddAdmin | Operation::RemoveAdmin => {
+            let id = conversation_id()?;
+            let target = user_id_param(http::path_param(&req, "userId").as_deref())?;
+            let add = operation == Operation::AddAdmin;
+            http::json(200, &app.store.set_admin(&caller, &id, &target, add).await?)
+        }
         Operation::Presence => {
             let users = parse_presence_query(http::body(&req)?)?;
             let now = chat_domain::time::unix_seconds(chat_domain::time::now());
@@ -161,6 +179,7 @@ async fn safety(
             }
             http::no_content()
         }
+
         _ => Err(ChatError::NotFound),
     }
 }

@@ -264,6 +264,53 @@ describe("send", () => {
     assert.ok(waited < 2500, `waited ${waited} ms`);
   });
 
+  it("waits out rate_limited and slow_mode refusals and retries with the same clientMsgId", async () => {
+    const { server, client } = setup({ sendRetry: { maxElapsedMs: 100 } });
+    const id = server.createConversation(["alice", "bob"]);
+    const refuse = (code: string) => ({
+      match: (r: { method: string }) => r.method === "POST",
+      respond: { status: 429, body: { error: { code, message: "wait" } }, headers: { "Retry-After": "1" } },
+    });
+    server.failNext(refuse("rate_limited"));
+    const t0 = Date.now();
+    const m = await client.send(id, "hi");
+    assert.ok(Date.now() - t0 >= 990, "waited Retry-After even past maxElapsedMs");
+    server.failNext(refuse("slow_mode"));
+    await client.send(id, "again");
+    const sends = server.requests.filter((r) => r.method === "POST");
+    assert.equal(sends.length, 4);
+    const ids = sends.map((r) => (r.body as { clientMsgId: string }).clientMsgId);
+    assert.equal(ids[0], ids[1]);
+    assert.equal(ids[2], ids[3]);
+    assert.equal(ids[0], m.clientMsgId);
+    // The error carries retryAfter (seconds) and says it was a limit.
+    const e = new ChatApiError(429, "slow_mode", "wait", 2500);
+    assert.equal(e.retryAfter, 3);
+    assert.ok(e.limited && e.retryable);
+    assert.ok(!new ChatApiError(429, "throttled", "busy", 1000).limited);
+  });
+
+  it("calls updateConversation, addAdmin and removeAdmin", async () => {
+    const { server, client } = setup();
+    const group = { conversationId: "g-1", type: "group", title: "T", memberIds: ["alice", "bob"], memberCount: 2, lastSeq: 0, createdAt: "2026-01-01T00:00:00.000Z", lastMessageAt: null, lastChange: 0 };
+    const answer = (body: unknown) => ({ respond: { status: 200, body } });
+    server.failNext(
+      answer({ ...group, slowModeSeconds: 30 }),
+      answer({ ...group, slowModeSeconds: 30, admins: ["bob"] }),
+      answer({ ...group, slowModeSeconds: 30 }),
+    );
+    assert.equal((await client.updateConversation("g-1", { slowModeSeconds: 30 })).slowModeSeconds, 30);
+    assert.deepEqual((await client.addAdmin("g-1", "bob|x")).admins, ["bob"]);
+    assert.equal((await client.removeAdmin("g-1", "bob|x")).admins, undefined);
+    const calls = server.requests.slice(-3).map((r) => `${r.method} ${r.path}`);
+    assert.deepEqual(calls, [
+      "PATCH /conversations/g-1",
+      "PUT /conversations/g-1/admins/bob%7Cx",
+      "DELETE /conversations/g-1/admins/bob%7Cx",
+    ]);
+    assert.deepEqual(server.requests.at(-3)!.body, { slowModeSeconds: 30 });
+  });
+
   it("adds a random jitter to Retry-After, so clients throttled together do not retry together", async (t) => {
     const { server, client } = setup();
     const id = server.createConversation(["alice", "bob"]);

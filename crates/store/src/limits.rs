@@ -1,0 +1,256 @@
+//! Per-user rate limits across all instances (docs/api.md §24; the rule: `chat_domain::rate`).
+//!
+//! A user's two buckets are one item of the connections table, `pk = U#<userId>, sk = L`
+//! (`sendTat`, `requestTat`: microseconds; `expiresAt`: TTL), next to the user's presence: a table
+//! with no stream, so that a limit's writes never reach the relay or the inbox index. Each bucket
+//! is one number updated by one conditional UpdateItem; the instance remembers the newest value
+//! it saw, which refuses a request over the limit with no call at all (the stored value only ever
+//! grows) and guesses which of the two updates applies (a wrong guess costs one more call).
+//!
+//! - Sends (`Kind::Send`): every send is debited exactly, one write unit each.
+//! - All requests (`Kind::Request`): debited by sampling, one request in `sample` writes
+//!   `sample` tokens, so that a read costs 1/`sample` write unit on average, not one; the shared
+//!   bucket still sees every instance's share, so no instance grants the full rate on its own
+//!   (docs/api.md §24 says how close it keeps to the limit).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+
+use super::attrs::{get_n, n, s};
+use super::{sdk_error, ChatStore};
+use chat_domain::error::ChatError;
+use chat_domain::rate::{Bucket, Take};
+use chat_domain::UserId;
+
+/// The limits an operator sets (template parameters, `CHAT_*_RATE`; README "Configuration").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimits {
+    pub sends: Bucket,
+    pub requests: Bucket,
+    /// One request in this many debits the all-requests bucket (with as many tokens).
+    pub sample: u32,
+}
+
+impl RateLimits {
+    pub const OFF: RateLimits = RateLimits {
+        sends: Bucket::OFF,
+        requests: Bucket::OFF,
+        sample: 1,
+    };
+
+    /// The defaults of SPEC §17: sends 10 a second with a burst of 20; 50 requests a second.
+    pub const DEFAULT: RateLimits = RateLimits {
+        sends: Bucket {
+            per_second: 10,
+            burst: 20,
+        },
+        requests: Bucket {
+            per_second: 50,
+            burst: 50,
+        },
+        sample: 16,
+    };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Send,
+    Request,
+}
+
+impl Kind {
+    fn attribute(self) -> &'static str {
+        match self {
+            Kind::Send => "sendTat",
+            Kind::Request => "requestTat",
+        }
+    }
+}
+
+/// Where the buckets live and what this instance saw of them.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    pub(crate) limits: RateLimits,
+    table: String,
+    /// The newest `tat` seen per user and bucket; forgotten wholesale past 10,000.
+    seen: Mutex<HashMap<(UserId, Kind), u64>>,
+}
+
+impl Limiter {
+    const MAX: usize = 10_000;
+    /// A bucket's item outlives its last use by this long (then its TTL removes it).
+    const KEEP_SECONDS: u64 = 3_600;
+
+    pub(crate) fn new(limits: RateLimits, table: String) -> Arc<Limiter> {
+        Arc::new(Limiter {
+            limits,
+            table,
+            seen: Mutex::default(),
+        })
+    }
+
+    fn bucket(&self, kind: Kind) -> Bucket {
+        match kind {
+            Kind::Send => self.limits.sends,
+            Kind::Request => self.limits.requests,
+        }
+    }
+
+    fn seen(&self, user: &UserId, kind: Kind) -> Option<u64> {
+        let m = self.seen.lock().ok()?;
+        m.get(&(user.clone(), kind)).copied()
+    }
+
+    fn saw(&self, user: &UserId, kind: Kind, tat: u64) {
+        if let Ok(mut m) = self.seen.lock() {
+            if m.len() >= Self::MAX {
+                m.clear();
+            }
+            let e = m.entry((user.clone(), kind)).or_default();
+            *e = (*e).max(tat);
+        }
+    }
+}
+
+fn now_us() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    t.map_or(0, |d| d.as_micros() as u64)
+}
+
+impl ChatStore {
+    /// This store with per-user rate limits kept in `table` (the connections table).
+    pub fn with_rate_limits(self, limits: RateLimits, table: impl Into<String>) -> Self {
+        ChatStore {
+            limiter: Some(Limiter::new(limits, table.into())),
+            ..self
+        }
+    }
+
+    /// Whether the all-requests limit is on (the edge then identifies the caller first).
+    pub fn limits_requests(&self) -> bool {
+        self.limiter
+            .as_ref()
+            .is_some_and(|l| l.limits.requests.is_on())
+    }
+
+    /// The send limit, for `user`'s next send: `RateLimited` when over it. DynamoDB: none when
+    /// off or when this instance already knows the user is over; else 1 conditional UpdateItem
+    /// (+ 1 more when the guess of which update applies was wrong).
+    pub async fn limit_send(&self, user: &UserId) -> Result<(), ChatError> {
+        self.take(user, Kind::Send, 1).await
+    }
+
+    /// The all-requests limit, at the request edge: `RateLimited` when over it. DynamoDB: none
+    /// for `sample − 1` requests in `sample` (and none when known to be over); else as
+    /// `limit_send`, debiting `sample` tokens.
+    pub async fn limit_request(&self, user: &UserId) -> Result<(), ChatError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        let sample = limiter.limits.sample.max(1);
+        let drawn = uuid::Uuid::new_v4()
+            .as_u128()
+            .is_multiple_of(u128::from(sample));
+        if !drawn {
+            return match limiter.seen(user, Kind::Request) {
+                Some(tat) => refused(limiter.limits.requests, tat),
+                None => Ok(()),
+            };
+        }
+        self.take(user, Kind::Request, sample).await
+    }
+
+    /// Debits `weight` tokens from `user`'s bucket `kind`, or refuses.
+    async fn take(&self, user: &UserId, kind: Kind, weight: u32) -> Result<(), ChatError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        let bucket = limiter.bucket(kind);
+        if !bucket.is_on() {
+            return Ok(());
+        }
+        let mut tat = limiter.seen(user, kind);
+        // A guess that meets another instance's write is corrected from the value the failed
+        // condition returns; a user whose every try loses is flooding: refused.
+        for _ in 0..10 {
+            let now = now_us();
+            let (expression, condition, values) = match bucket.take(tat, now, weight) {
+                Take::Over { retry_after } => return Err(ChatError::RateLimited { retry_after }),
+                Take::Fresh { to } => (
+                    "SET #t = :to, expiresAt = :exp",
+                    "attribute_not_exists(#t) OR #t <= :now",
+                    vec![(":to", n(to)), (":now", n(now))],
+                ),
+                Take::Behind { cost, slack } => (
+                    "SET #t = #t + :cost, expiresAt = :exp",
+                    "#t > :now AND #t <= :latest",
+                    vec![
+                        (":cost", n(cost)),
+                        (":now", n(now)),
+                        (":latest", n(now + slack)),
+                    ],
+                ),
+            };
+            let mut update = self
+                .db
+                .update_item()
+                .table_name(&limiter.table)
+                .key("pk", s(format!("U#{user}")))
+                .key("sk", s("L"))
+                .update_expression(expression)
+                .condition_expression(condition)
+                .expression_attribute_names("#t", kind.attribute())
+                .expression_attribute_values(":exp", n(now / 1_000_000 + Limiter::KEEP_SECONDS))
+                .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            for (name, value) in values {
+                update = update.expression_attribute_values(name, value);
+            }
+            match update.send().await {
+                Ok(out) => {
+                    if let Some(t) = out
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| get_n(a, kind.attribute()))
+                    {
+                        limiter.saw(user, kind, t);
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    let old = e
+                        .as_service_error()
+                        .filter(|se| se.is_conditional_check_failed_exception())
+                        .map(|se| match se {
+                            aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => {
+                                c.item().and_then(|i| get_n(i, kind.attribute()))
+                            }
+                            _ => None,
+                        });
+                    match old {
+                        Some(found) => {
+                            if let Some(t) = found {
+                                limiter.saw(user, kind, t);
+                            }
+                            tat = found;
+                        }
+                        None => return Err(sdk_error("UpdateItem", e)),
+                    }
+                }
+            }
+        }
+        Err(ChatError::RateLimited { retry_after: 1 })
+    }
+}
+
+/// Refused by a `tat` this instance saw, or admitted (nothing to write).
+fn refused(bucket: Bucket, seen_tat: u64) -> Result<(), ChatError> {
+    match bucket.refused_by(seen_tat, now_us()) {
+        Some(retry_after) => Err(ChatError::RateLimited { retry_after }),
+        None => Ok(()),
+    }
+}

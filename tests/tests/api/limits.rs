@@ -1,0 +1,175 @@
+//! Per-user rate limits (docs/api.md §24): a flood from one user stores exactly what its bucket
+//! allows, the rest is `429 rate_limited` with `Retry-After` and never stored later; other users
+//! are unaffected; a replay of a stored `clientMsgId` is still answered.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chat_domain::rate::Bucket;
+use chat_store::RateLimits;
+use chat_tests::{at_once, new_uuid, seqs, Resp, TestApp};
+
+const SENDS: Bucket = Bucket {
+    per_second: 10,
+    burst: 20,
+};
+
+fn sends_only() -> RateLimits {
+    RateLimits {
+        sends: SENDS,
+        ..RateLimits::OFF
+    }
+}
+
+/// The most a bucket admits in `elapsed` (its burst, plus its refill, plus one on the edge).
+fn most(b: Bucket, elapsed: Duration) -> usize {
+    b.burst as usize + (elapsed.as_secs_f64() * f64::from(b.per_second)).ceil() as usize + 1
+}
+
+#[track_caller]
+fn assert_limited(r: &Resp) {
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{r:?}");
+    let after: u64 = r.headers["retry-after"].parse().expect("whole seconds");
+    assert!(after >= 1, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_flood_of_sends_stores_exactly_what_the_bucket_allows() {
+    let t = Arc::new(TestApp::with_rate_limits(sends_only()).await);
+    let (a, b, c) = t.new_direct().await;
+    let ids: Vec<String> = (0..1_000).map(|_| new_uuid()).collect();
+    let started = Instant::now();
+    let answers = at_once(ids.iter().cloned().map(|id| {
+        let (t, a, c) = (t.clone(), a.clone(), c.clone());
+        async move { t.send_with_id(&c, &a, &id, "flood").await }
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    let sent: Vec<usize> = (0..answers.len())
+        .filter(|&i| answers[i].status == 201)
+        .collect();
+    // An admitted send may still meet the conversation's contention past its deadline on this
+    // loaded machine: `429 throttled`, also nothing stored (its token is spent).
+    let throttled = answers.iter().filter(|r| r.code() == "throttled").count();
+    for r in answers
+        .iter()
+        .filter(|r| r.status != 201 && r.code() != "throttled")
+    {
+        assert_limited(r);
+    }
+    let admitted = sent.len() + throttled;
+    assert!(
+        admitted >= SENDS.burst as usize && admitted <= most(SENDS, elapsed),
+        "{} sent, {throttled} throttled in {elapsed:?}",
+        sent.len()
+    );
+    // The peer is not limited by the sender's flood.
+    let peer = t.send(&c, &b, "still here").await;
+    assert_eq!(peer.status, 201, "{peer:?}");
+    // Stored: exactly the admitted ones, seq gap-free, and nothing refused shows up later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = sent.len() as u64 + 1;
+    let mut got: Vec<u64> = sent
+        .iter()
+        .map(|&i| answers[i].body["seq"].as_u64().unwrap())
+        .collect();
+    got.push(peer.body["seq"].as_u64().unwrap());
+    got.sort_unstable();
+    assert_eq!(got, (1..=n).collect::<Vec<_>>());
+    let h = t
+        .get(&format!("/conversations/{c}/messages?limit=1"), &b)
+        .await;
+    assert_eq!(
+        (h.body["lastSeq"].as_u64(), seqs(&h.body)),
+        (Some(n), vec![n])
+    );
+    // A refused send was never stored: sent again once the bucket refilled, it is new (201).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refused = (0..ids.len()).find(|i| !sent.contains(i)).unwrap();
+    let again = t.send_with_id(&c, &a, &ids[refused], "flood").await;
+    let next = n + 1;
+    assert_eq!(
+        (again.status, &again.body["seq"]),
+        (201, &next.into()),
+        "{again:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_replay_of_a_stored_send_is_answered_while_over_the_limit() {
+    // A slow bucket, so that this loaded machine's slowness cannot refill it meanwhile.
+    let slow = RateLimits {
+        sends: Bucket {
+            per_second: 1,
+            burst: 3,
+        },
+        ..RateLimits::OFF
+    };
+    let t = Arc::new(TestApp::with_rate_limits(slow).await);
+    let (a, _b, c) = t.new_direct().await;
+    let first = new_uuid();
+    assert_eq!(t.send_with_id(&c, &a, &first, "one").await.status, 201);
+    // More at once than the burst: some are refused.
+    let answers = at_once((0..10).map(|_| {
+        let (t, a, c) = (t.clone(), a.clone(), c.clone());
+        async move { t.send(&c, &a, "more").await }
+    }))
+    .await;
+    assert_limited(answers.iter().find(|r| r.status != 201).expect("a refusal"));
+    let replay = t.send_with_id(&c, &a, &first, "one").await;
+    assert_eq!(
+        (replay.status, &replay.body["seq"]),
+        (200, &1.into()),
+        "{replay:?}"
+    );
+    // Another user's sends are unaffected.
+    let (x, _y, d) = t.new_direct().await;
+    assert_eq!(t.send(&d, &x, "hi").await.status, 201);
+}
+
+#[tokio::test]
+async fn all_requests_are_limited_per_user_across_functions() {
+    let requests = Bucket {
+        per_second: 50,
+        burst: 50,
+    };
+    let limits = RateLimits {
+        requests,
+        // Every request debits the shared bucket (exact), so the count can be checked.
+        sample: 1,
+        ..RateLimits::OFF
+    };
+    let t = Arc::new(TestApp::with_rate_limits(limits).await);
+    let (a, b, c) = t.new_direct().await;
+    // One request of each function, well under the limit.
+    let paths = [
+        format!("/conversations/{c}"),
+        format!("/conversations/{c}/messages"),
+        format!("/conversations/{c}/reads"),
+        format!("/conversations/{c}/changes"),
+        "/inbox".to_owned(),
+    ];
+    for p in &paths {
+        assert_eq!(t.get(p, &b).await.status, 200, "{p}");
+    }
+    assert_eq!(t.send(&c, &b, "x").await.status, 201);
+    assert_eq!(t.mark_read(&c, &b, 1).await.status, 200);
+    let started = Instant::now();
+    let answers = at_once((0..300).map(|i| {
+        let (t, a, path) = (t.clone(), a.clone(), paths[i % paths.len()].clone());
+        async move { t.get(&path, &a).await }
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    let ok = answers.iter().filter(|r| r.status == 200).count();
+    for r in answers.iter().filter(|r| r.status != 200) {
+        assert_limited(r);
+    }
+    // `a`'s earlier requests (creating the conversation) took a few tokens too.
+    assert!(
+        ok >= requests.burst as usize - 5 && ok <= most(requests, elapsed),
+        "{ok} answered in {elapsed:?}"
+    );
+    // Another user is unaffected.
+    assert_eq!(t.get("/inbox", &b).await.status, 200);
+}

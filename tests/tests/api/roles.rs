@@ -1,0 +1,141 @@
+//! A group's admins and slow mode (docs/api.md §25, §26): who may set what, the bounds, and a
+//! slow mode that refuses a member's second send within its period and never stores it later.
+
+use chat_tests::{new_uuid, seqs, unique_users, Resp, TestApp};
+use serde_json::json;
+use std::time::Duration;
+
+async fn set_slow_mode(
+    t: &TestApp,
+    c: &str,
+    user: &str,
+    seconds: impl Into<serde_json::Value>,
+) -> Resp {
+    let body = json!({"slowModeSeconds": seconds.into()}).to_string();
+    t.call(
+        "PATCH",
+        &format!("/conversations/{c}"),
+        Some(user),
+        Some(&body),
+    )
+    .await
+}
+
+async fn admin(t: &TestApp, c: &str, by: &str, user: &str, add: bool) -> Resp {
+    let method = if add { "PUT" } else { "DELETE" };
+    t.call(
+        method,
+        &format!("/conversations/{c}/admins/{user}"),
+        Some(by),
+        None,
+    )
+    .await
+}
+
+#[track_caller]
+fn assert_status(r: &Resp, status: u16, code: &str) {
+    assert_eq!((r.status, r.code()), (status, code), "{r:?}");
+}
+
+#[tokio::test]
+async fn only_the_owner_names_admins_and_managers_set_slow_mode() {
+    let t = TestApp::new().await;
+    let u = unique_users(4);
+    let (owner, m1, m2, stranger) = (&u[0], &u[1], &u[2], &u[3]);
+    let c = t.group(owner, &[m1, m2]).await;
+    // Admins: the owner only; a member to be named; a direct conversation has none.
+    assert_status(&admin(&t, &c, m1, m2, true).await, 403, "forbidden");
+    assert_status(
+        &admin(&t, &c, owner, stranger, true).await,
+        404,
+        "not_found",
+    );
+    assert_status(&admin(&t, &c, stranger, m1, true).await, 404, "not_found");
+    let d = t.direct(owner, m1).await;
+    assert_status(&admin(&t, &d, owner, m1, true).await, 409, "conflict");
+    let named = admin(&t, &c, owner, m2, true).await;
+    assert_eq!(
+        (named.status, &named.body["admins"]),
+        (200, &json!([m2])),
+        "{named:?}"
+    );
+    let again = admin(&t, &c, owner, m2, true).await;
+    assert_eq!(again.body["admins"], json!([m2]), "idempotent");
+    // Slow mode: managers; 0-120; groups only.
+    assert_status(&set_slow_mode(&t, &c, m1, 10).await, 403, "forbidden");
+    assert_status(&set_slow_mode(&t, &c, stranger, 10).await, 404, "not_found");
+    for bad in [json!(121), json!(-1), json!("5"), json!(1.5)] {
+        assert_status(
+            &set_slow_mode(&t, &c, owner, bad).await,
+            400,
+            "invalid_request",
+        );
+    }
+    assert_status(&set_slow_mode(&t, &d, owner, 10).await, 409, "conflict");
+    let set = set_slow_mode(&t, &c, m2, 30).await;
+    assert_eq!(
+        (set.status, &set.body["slowModeSeconds"]),
+        (200, &json!(30)),
+        "{set:?}"
+    );
+    let seen = t.get(&format!("/conversations/{c}"), m1).await;
+    assert_eq!(
+        (&seen.body["slowModeSeconds"], &seen.body["admins"]),
+        (&json!(30), &json!([m2]))
+    );
+    // Removed, the admin may no longer set it.
+    let removed = admin(&t, &c, owner, m2, false).await;
+    assert_eq!(
+        (removed.status, removed.body.get("admins")),
+        (200, None),
+        "{removed:?}"
+    );
+    assert_status(&set_slow_mode(&t, &c, m2, 0).await, 403, "forbidden");
+    let off = set_slow_mode(&t, &c, owner, 0).await;
+    assert_eq!(
+        (off.status, off.body.get("slowModeSeconds")),
+        (200, None),
+        "{off:?}"
+    );
+}
+
+#[tokio::test]
+async fn slow_mode_lets_a_member_send_once_per_period_and_exempts_managers() {
+    let t = TestApp::new().await;
+    let u = unique_users(3);
+    let (owner, member, admin_user) = (&u[0], &u[1], &u[2]);
+    let c = t.group(owner, &[member, admin_user]).await;
+    assert_eq!(admin(&t, &c, owner, admin_user, true).await.status, 200);
+    assert_eq!(set_slow_mode(&t, &c, owner, 2).await.status, 200);
+    let first = new_uuid();
+    assert_eq!(t.send_with_id(&c, member, &first, "one").await.status, 201);
+    let refused_id = new_uuid();
+    let refused = t.send_with_id(&c, member, &refused_id, "two").await;
+    assert_status(&refused, 429, "slow_mode");
+    let after: u64 = refused.headers["retry-after"].parse().unwrap();
+    assert!((1..=2).contains(&after), "{refused:?}");
+    // A retry of the stored send is still answered.
+    let replay = t.send_with_id(&c, member, &first, "one").await;
+    assert_eq!(
+        (replay.status, &replay.body["seq"]),
+        (200, &json!(1)),
+        "{replay:?}"
+    );
+    // The owner and the admin are exempt.
+    for who in [owner, owner, admin_user, admin_user] {
+        assert_eq!(t.send(&c, who, "managers").await.status, 201);
+    }
+    // Next period: the member sends again; the refused send was never stored.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let next = t.send_with_id(&c, member, &refused_id, "two").await;
+    assert_eq!(
+        (next.status, &next.body["seq"]),
+        (201, &json!(6)),
+        "{next:?}"
+    );
+    let h = t.get(&format!("/conversations/{c}/messages"), owner).await;
+    assert_eq!(seqs(&h.body), (1..=6).collect::<Vec<_>>());
+    // Off again: no wait.
+    assert_eq!(set_slow_mode(&t, &c, owner, 0).await.status, 200);
+    assert_eq!(t.send(&c, member, "free").await.status, 201);
+}

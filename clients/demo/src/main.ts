@@ -16,6 +16,8 @@ import {
   type TypingEvent,
   type WebSocketConstructor,
 } from "../../js/src/index.js";
+import { uploadAttachment } from "../../js/src/attachments.js";
+import { presence as presenceOf } from "../../js/src/presence.js";
 
 const params = new URLSearchParams(location.search);
 const host = location.hostname || "127.0.0.1";
@@ -156,7 +158,7 @@ async function refreshPresence(): Promise<void> {
   const c = client;
   const peers = [...new Set(rows.flatMap((r) => (r.peerId ? [r.peerId] : [])))].slice(0, 100);
   if (!c || peers.length === 0) return;
-  const presence = await c.presence(peers);
+  const presence = await presenceOf(c, peers);
   if (client !== c) return;
   for (const p of presence) {
     if (p.online) online.add(p.userId);
@@ -674,8 +676,7 @@ $("file").addEventListener("change", () => {
   if (!client || !open || !file) return;
   // Straight to S3 with the presigned request, then a message that carries it.
   const id = open.id;
-  client
-    .uploadAttachment(id, file)
+  uploadAttachment(client, id, file)
     .then((attachment) => client!.send(id, "", { attachments: [attachment] }))
     .catch(report);
 });

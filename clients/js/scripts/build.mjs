@@ -25,9 +25,18 @@ for (const project of ["tsconfig.json", "tsconfig.build.json"]) {
   }
 }
 
+export const MODULES = ["safety", "attachments", "presence"];
 const sdk = { entryPoints: [join(root, "src", "index.ts")], bundle: true, format: "esm", target: "es2022", logLevel: "warning" };
 await esbuild.build({ ...sdk, outfile: join(root, "dist", "index.js") });
 await esbuild.build({ ...sdk, outfile: join(root, "dist", "index.min.js"), minify: true });
+// The optional modules (`@chat-backend/client/safety`, `/attachments`, `/presence`): each imports the SDK's own
+// entry at run time (one ChatClient and ChatApiError for the app), never a copy of it.
+const core = { name: "core", setup: (b) => b.onResolve({ filter: /^\.\/index\.js$/ }, () => ({ path: "./index.js", external: true })) };
+for (const module of MODULES) {
+  const entry = { ...sdk, entryPoints: [join(root, "src", `${module}.ts`)], plugins: [core] };
+  await esbuild.build({ ...entry, outfile: join(root, "dist", `${module}.js`) });
+  await esbuild.build({ ...entry, outfile: join(root, "dist", `${module}.min.js`), minify: true });
+}
 
 const tests = [];
 const walk = (dir) => {

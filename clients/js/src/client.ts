@@ -15,12 +15,10 @@ import {
   type Step,
 } from "./state.js";
 import type {
-  BlocksPage,
   ChangesOptions,
   ChangesPage,
   ConnectionState,
   Conversation,
-  CreatedAttachment,
   CreateGroupInput,
   HistoryOptions,
   HistoryPage,
@@ -29,7 +27,6 @@ import type {
   MembersEvent,
   Message,
   MessageChange,
-  PageOptions,
   Presence,
   ReactionsResult,
   ReactorsOptions,
@@ -37,9 +34,6 @@ import type {
   ReadResult,
   ReadStates,
   ReadUpdatedEvent,
-  ReportReason,
-  ReportReceipt,
-  ReportsPage,
   ServerEvent,
   PresenceEvent,
   TypingEvent,
@@ -164,7 +158,8 @@ export class ChatClient {
   private readonly wsUrl: string;
   private readonly tokenSource: TokenSource;
   private readonly WS: WebSocketConstructor | undefined;
-  private readonly doFetch: typeof fetch;
+  /** The fetch this client calls with (its option, else the global one). */
+  readonly fetch: typeof globalThis.fetch;
   private readonly requestTimeoutMs: number;
   private readonly retry: { maxAttempts: number; maxElapsedMs: number; baseDelayMs: number };
   private readonly readDebounceMs: number;
@@ -221,7 +216,7 @@ export class ChatClient {
     this.tokenSource = options.token;
     this.WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     // Bound: browsers throw "Illegal invocation" for a detached fetch.
-    this.doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
     this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
     this.retry = {
       maxAttempts: options.sendRetry?.maxAttempts ?? 6,
@@ -271,79 +266,6 @@ export class ChatClient {
     await this.call("DELETE", `${conversationPath(conversationId)}/members/${encodeURIComponent(userId)}`);
   }
 
-  // ---------------------------------------------------------------------------------------------
-  // Safety and moderation (docs/api.md §27–§30). A blocked caller gets ChatApiError code `blocked`
-  // (403), a suspended one `suspended` (403) on every call.
-  // ---------------------------------------------------------------------------------------------
-
-  /** `PUT /me/blocks/{userId}` (blockUser): that user can no longer open or send in your direct conversation, nor add you to a group. */
-  async block(userId: string): Promise<void> {
-    await this.call("PUT", `/me/blocks/${encodeURIComponent(userId)}`);
-  }
-
-  /** `DELETE /me/blocks/{userId}` (unblockUser). */
-  async unblock(userId: string): Promise<void> {
-    await this.call("DELETE", `/me/blocks/${encodeURIComponent(userId)}`);
-  }
-
-  /** `GET /me/blocks` (blocks): the users you block, a page at a time. */
-  async blocks(options: PageOptions = {}): Promise<BlocksPage> {
-    return this.page("/me/blocks", options);
-  }
-
-  /** A page of a list route (`limit`, `cursor`). */
-  private page<T>(path: string, o: PageOptions): Promise<T> {
-    return this.call("GET", path + query({ limit: o.limit, cursor: o.cursor ?? undefined }));
-  }
-
-  /** `POST /conversations/{id}/bans/{userId}` (banMember; owner and admins): removes the user and keeps them out. */
-  async ban(conversationId: string, userId: string): Promise<void> {
-    await this.call("POST", `${conversationPath(conversationId)}/bans/${encodeURIComponent(userId)}`);
-  }
-
-  /** `DELETE /conversations/{id}/bans/{userId}` (unbanMember). */
-  async unban(conversationId: string, userId: string): Promise<void> {
-    await this.call("DELETE", `${conversationPath(conversationId)}/bans/${encodeURIComponent(userId)}`);
-  }
-
-  /** `POST /conversations/{id}/messages/{seq}/reports` (reportMessage): 202, a 30-day snapshot for the moderators. */
-  async report(conversationId: string, seq: number, reason: ReportReason, note?: string): Promise<ReportReceipt> {
-    // JSON drops an undefined `note`.
-    return this.call("POST", `${messagePath(conversationId, seq)}/reports`, { reason, note });
-  }
-
-  /** `GET /moderation/reports` (moderationReports; a moderator's token): open reports, oldest first. */
-  async moderationReports(options: PageOptions = {}): Promise<ReportsPage> {
-    return this.page("/moderation/reports", options);
-  }
-
-  /** `PUT /moderation/suspensions/{userId}` (suspendUser; moderators): every request of the user is then `403 suspended`. */
-  async suspend(userId: string): Promise<void> {
-    await this.call("PUT", `/moderation/suspensions/${encodeURIComponent(userId)}`);
-  }
-
-  /** `DELETE /moderation/suspensions/{userId}` (unsuspendUser; moderators). */
-  async unsuspend(userId: string): Promise<void> {
-    await this.call("DELETE", `/moderation/suspensions/${encodeURIComponent(userId)}`);
-  }
-
-  /**
-   * `PATCH /conversations/{id}`: a group's slow mode, 0–120 seconds (0: off). The owner or an admin.
-   */
-  async updateConversation(conversationId: string, update: { slowModeSeconds: number }): Promise<Conversation> {
-    return this.seen(await this.call<Conversation>("PATCH", conversationPath(conversationId), update));
-  }
-
-  /** `PUT /conversations/{id}/admins/{userId}`: the group's owner names a member an admin. */
-  async addAdmin(conversationId: string, userId: string): Promise<Conversation> {
-    return this.seen(await this.call<Conversation>("PUT", adminPath(conversationId, userId)));
-  }
-
-  /** `DELETE /conversations/{id}/admins/{userId}`: the group's owner no longer names them an admin. */
-  async removeAdmin(conversationId: string, userId: string): Promise<Conversation> {
-    return this.seen(await this.call<Conversation>("DELETE", adminPath(conversationId, userId)));
-  }
-
   /**
    * `POST /conversations/{id}/messages`. Network errors, timeouts, 429 and 5xx (503: the outcome is
    * unknown) are retried with the same `clientMsgId` (after `Retry-After` plus jitter when given;
@@ -373,35 +295,6 @@ export class ChatClient {
     return message;
   }
 
-  /**
-   * `POST /conversations/{id}/attachments`, then the bytes straight to S3 with the presigned
-   * request it answers (never through the API). Resolves with the attachment id to pass to
-   * `send(…, { attachments: [id] })`. `onProgress(sent, total)` reports the upload (in a browser
-   * as it goes; elsewhere once done). S3's refusal becomes a ChatApiError (`upload_failed`, its
-   * status); a network failure rejects.
-   */
-  async uploadAttachment(
-    conversationId: string,
-    file: Blob | Uint8Array | ArrayBuffer,
-    options: { fileName?: string; contentType?: string; onProgress?: (sent: number, total: number) => void } = {},
-  ): Promise<string> {
-    const data = file instanceof Blob ? file : new Blob([file as BlobPart]);
-    const size = data.size;
-    const created = await this.withRetries(() =>
-      this.call<CreatedAttachment>("POST", `${conversationPath(conversationId)}/attachments`, {
-        fileName: options.fileName ?? (file as File).name ?? "file",
-        // None known: "" (a 415: octet streams are not on the allowlist either).
-        contentType: options.contentType || data.type,
-        size,
-      }),
-    );
-    const { method, url, headers = {} } = created.upload;
-    // Content-Length is set by the sender itself (as signed: the body is exactly `size` bytes).
-    delete headers["content-length"];
-    const status = await putBytes(this.doFetch, method, url, headers, data, (n) => options.onProgress?.(n, size));
-    if (status < 200 || status > 299) throw new ChatApiError(status, "upload_failed", "S3");
-    return created.attachmentId;
-  }
 
   /**
    * `PATCH /conversations/{id}/messages/{seq}`: your own message gets a new body. Resolves with the
@@ -613,16 +506,6 @@ export class ChatClient {
   /** The user stopped typing (sent the message, cleared the field): the others see it at once. */
   stopTyping(conversationId: string): void {
     this.sendTyping(conversationId, "stop");
-  }
-
-  /** `POST /presence`: whether these users (1–100) are online, and when they last were. */
-  async presence(userIds: string[]): Promise<Presence[]> {
-    return (await this.call<{ presence: Presence[] }>("POST", "/presence", { userIds })).presence;
-  }
-
-  /** `PUT /me/presence`: `false` shows this user offline to everyone (without `lastActiveAt`). */
-  setPresenceVisible(visible: boolean): Promise<void> {
-    return this.call("PUT", "/me/presence", { visible });
   }
 
   private typer(conversationId: string): Typer {
@@ -1035,6 +918,14 @@ export class ChatClient {
     return typeof this.tokenSource === "function" ? await this.tokenSource() : this.tokenSource;
   }
 
+  /**
+   * One call of the REST API, for the SDK's other modules (`safety`, `attachments`, `presence`):
+   * JSON in and out, failures as ChatApiError; not retried.
+   */
+  request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    return this.call(method, path, body);
+  }
+
   /** One request; any answer but 2xx, and no answer at all, becomes a ChatApiError. */
   private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
     const headers: Record<string, string> = {
@@ -1048,7 +939,7 @@ export class ChatClient {
     let text: string;
     let retryAfter: string | null;
     try {
-      const res = await this.doFetch(this.apiUrl + path, {
+      const res = await this.fetch(this.apiUrl + path, {
         method,
         headers,
         body: body === undefined ? undefined : JSON.stringify(body),
@@ -1091,28 +982,6 @@ export class ChatClient {
   }
 }
 
-/** Sends `data` with a presigned request: XMLHttpRequest where there is one (upload progress), else fetch. */
-function putBytes(
-  doFetch: typeof fetch,
-  method: string,
-  url: string,
-  headers: Record<string, string>,
-  data: Blob,
-  progress: (sent: number) => void,
-): Promise<number> {
-  const X = (globalThis as { XMLHttpRequest?: new () => XMLHttpRequest }).XMLHttpRequest;
-  if (!X) return doFetch(url, { method, headers, body: data }).then((r) => (progress(data.size), r.status));
-  return new Promise((resolve) => {
-    const xhr = new X();
-    xhr.open(method, url);
-    for (const k in headers) xhr.setRequestHeader(k, headers[k]!);
-    xhr.upload.onprogress = (e) => progress(e.loaded);
-    xhr.onload = () => resolve(xhr.status);
-    xhr.onerror = () => resolve(0);
-    xhr.send(data);
-  });
-}
-
 const CODE_BY_STATUS: Record<number, string> = {
   400: "invalid_request",
   401: "unauthorized",
@@ -1148,10 +1017,6 @@ function errorFromResponse(status: number, text: string, retryAfterMs: number | 
 
 /** The longest `Retry-After` of a rate limit or slow mode a send waits out (slow mode's maximum). */
 const LIMITED_WAIT_MAX_MS = 120_000;
-
-function adminPath(conversationId: string, userId: string): string {
-  return `${conversationPath(conversationId)}/admins/${encodeURIComponent(userId)}`;
-}
 
 function conversationPath(id: string): string {
   return `/conversations/${encodeURIComponent(id)}`;

@@ -3,6 +3,7 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { uploadAttachment } from "../../src/attachments.js";
 import { ChatApiError, ChatClient } from "../../src/index.js";
 
 function stub(s3Status = 200) {
@@ -31,7 +32,7 @@ describe("attachments", () => {
   it("uploads straight to the presigned URL with its signed headers, then sends the id", async () => {
     const { client, seen } = stub();
     const progress: number[] = [];
-    const id = await client.uploadAttachment("c", new Blob([new Uint8Array([1, 2, 3])], { type: "image/png" }), {
+    const id = await uploadAttachment(client, "c", new Blob([new Uint8Array([1, 2, 3])], { type: "image/png" }), {
       fileName: "a.png",
       onProgress: (sent) => progress.push(sent),
     });
@@ -52,7 +53,7 @@ describe("attachments", () => {
 
   it("turns S3's refusal into a ChatApiError", async () => {
     const { client } = stub(403);
-    await assert.rejects(client.uploadAttachment("c", new Uint8Array([1]), { contentType: "image/png" }), (e) =>
+    await assert.rejects(uploadAttachment(client, "c", new Uint8Array([1]), { contentType: "image/png" }), (e) =>
       e instanceof ChatApiError && e.status === 403 && e.code === "upload_failed");
     client.close();
   });

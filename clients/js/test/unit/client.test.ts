@@ -16,6 +16,8 @@ import {
   type MessageChange,
   type ReadUpdatedEvent,
 } from "../../src/index.js";
+import * as presence from "../../src/presence.js";
+import * as safety from "../../src/safety.js";
 import { FakeChatServer } from "../helpers/fake-server.js";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -66,24 +68,24 @@ describe("REST", () => {
   it("calls the safety and moderation routes (docs/api.md §27–§30)", async () => {
     const { server, client } = setup();
     const last = () => `${server.requests.at(-1)!.method} ${server.requests.at(-1)!.path}${server.requests.at(-1)!.query.toString() ? "?" + server.requests.at(-1)!.query.toString() : ""}`;
-    await client.block("b|x");
+    await safety.block(client, "b|x");
     assert.equal(last(), "PUT /me/blocks/b%7Cx");
-    await client.unblock("bob");
+    await safety.unblock(client, "bob");
     assert.equal(last(), "DELETE /me/blocks/bob");
-    assert.deepEqual((await client.blocks({ limit: 5 })).blocks, []);
+    assert.deepEqual((await safety.blocks(client, { limit: 5 })).blocks, []);
     assert.equal(last(), "GET /me/blocks?limit=5");
-    await client.ban("g-1", "bob");
+    await safety.ban(client, "g-1", "bob");
     assert.equal(last(), "POST /conversations/g-1/bans/bob");
-    await client.unban("g-1", "bob");
+    await safety.unban(client, "g-1", "bob");
     assert.equal(last(), "DELETE /conversations/g-1/bans/bob");
-    assert.equal((await client.report("g-1", 3, "spam", "why")).reportId, "r1");
+    assert.equal((await safety.report(client, "g-1", 3, "spam", "why")).reportId, "r1");
     assert.equal(last(), "POST /conversations/g-1/messages/3/reports");
     assert.deepEqual(server.requests.at(-1)!.body, { reason: "spam", note: "why" });
-    assert.deepEqual((await client.moderationReports({ cursor: "c1" })).reports, []);
+    assert.deepEqual((await safety.moderationReports(client, { cursor: "c1" })).reports, []);
     assert.equal(last(), "GET /moderation/reports?cursor=c1");
-    await client.suspend("bob");
+    await safety.suspend(client, "bob");
     assert.equal(last(), "PUT /moderation/suspensions/bob");
-    await client.unsuspend("bob");
+    await safety.unsuspend(client, "bob");
     assert.equal(last(), "DELETE /moderation/suspensions/bob");
   });
 
@@ -299,9 +301,9 @@ describe("send", () => {
       answer({ ...group, slowModeSeconds: 30, admins: ["bob"] }),
       answer({ ...group, slowModeSeconds: 30 }),
     );
-    assert.equal((await client.updateConversation("g-1", { slowModeSeconds: 30 })).slowModeSeconds, 30);
-    assert.deepEqual((await client.addAdmin("g-1", "bob|x")).admins, ["bob"]);
-    assert.equal((await client.removeAdmin("g-1", "bob|x")).admins, undefined);
+    assert.equal((await safety.updateConversation(client, "g-1", { slowModeSeconds: 30 })).slowModeSeconds, 30);
+    assert.deepEqual((await safety.addAdmin(client, "g-1", "bob|x")).admins, ["bob"]);
+    assert.equal((await safety.removeAdmin(client, "g-1", "bob|x")).admins, undefined);
     const calls = server.requests.slice(-3).map((r) => `${r.method} ${r.path}`);
     assert.deepEqual(calls, [
       "PATCH /conversations/g-1",
@@ -713,7 +715,7 @@ describe("live delivery", () => {
     const live = server.addMessage(id, "bob");
     let pushedEarly = false;
     const origFetch = server.fetch;
-    (client as unknown as { doFetch: typeof fetch }).doFetch = async (input, init) => {
+    (client as unknown as { fetch: typeof fetch }).fetch = async (input, init) => {
       if (!pushedEarly && String(input).includes("/messages")) {
         pushedEarly = true;
         server.push("alice", { type: "message.new", ...live });
@@ -945,8 +947,8 @@ describe("typing and presence", () => {
       return new Response(JSON.stringify(body), { status: 200, headers: { "content-type": "application/json" } });
     }) as typeof globalThis.fetch;
     const { client } = setup({ fetch });
-    assert.deepEqual(await client.presence(["bob"]), [{ userId: "bob", online: true, lastActiveAt: null }]);
-    await client.setPresenceVisible(false);
+    assert.deepEqual(await presence.presence(client, ["bob"]), [{ userId: "bob", online: true, lastActiveAt: null }]);
+    await presence.setPresenceVisible(client, false);
     assert.deepEqual(
       requests.map((r) => [r.method, r.url, r.body]),
       [

@@ -1,0 +1,68 @@
+// Attachments (docs/api.md §34–§36): the upload, a module of its own
+// (`@chat-backend/client/attachments`), so that an app without files does not ship it. A message
+// carries the ids: `client.send(conversationId, body, { attachments: [id] })`.
+import type { ChatClient } from "./index.js";
+import { ChatApiError } from "./index.js";
+import type { CreatedAttachment } from "./types.js";
+
+/**
+ * `POST /conversations/{id}/attachments`, then the bytes straight to S3 with the presigned request
+ * it answers (never through the API). Resolves with the attachment id. `onProgress(sent, total)`
+ * reports the upload (in browsers as it goes; elsewhere once done). S3's refusal becomes a
+ * ChatApiError (`upload_failed`, its status); a network failure rejects.
+ */
+export async function uploadAttachment(
+  client: ChatClient,
+  conversationId: string,
+  file: Blob | Uint8Array | ArrayBuffer,
+  options: { fileName?: string; contentType?: string; onProgress?: (sent: number, total: number) => void } = {},
+): Promise<string> {
+  const data = file instanceof Blob ? file : new Blob([file as BlobPart]);
+  const size = data.size;
+  const create = () =>
+    client.request<CreatedAttachment>("POST", `/conversations/${encodeURIComponent(conversationId)}/attachments`, {
+      fileName: options.fileName ?? (file as File).name ?? "file",
+      // None known: "" (a 415: octet streams are not on the allowlist either).
+      contentType: options.contentType || data.type,
+      size,
+    });
+  // Retried as a send is (a retry makes another record; the unused one expires in 24 h).
+  let created: CreatedAttachment | undefined;
+  for (let attempt = 1; !created; attempt++) {
+    try {
+      created = await create();
+    } catch (e) {
+      if (!(e instanceof ChatApiError) || !e.retryable || attempt >= 4) throw e;
+      await new Promise((r) => setTimeout(r, e.retryAfterMs ?? 250 * 2 ** attempt));
+    }
+  }
+  const { method, url, headers = {} } = created.upload;
+  // Content-Length is set by the sender itself (as signed: the body is exactly `size` bytes).
+  delete headers["content-length"];
+  const status = await putBytes(client.fetch, method, url, headers, data, (n) => options.onProgress?.(n, size));
+  if (status < 200 || status > 299) throw new ChatApiError(status, "upload_failed", "S3");
+  return created.attachmentId;
+}
+
+/** Sends `data` with a presigned request: XMLHttpRequest where there is one (upload progress), else fetch. */
+function putBytes(
+  doFetch: typeof fetch,
+  method: string,
+  url: string,
+  headers: Record<string, string>,
+  data: Blob,
+  progress: (sent: number) => void,
+): Promise<number> {
+  const X = (globalThis as { XMLHttpRequest?: new () => XMLHttpRequest }).XMLHttpRequest;
+  if (!X) return doFetch(url, { method, headers, body: data }).then((r) => (progress(data.size), r.status));
+  return new Promise((resolve) => {
+    const xhr = new X();
+    xhr.open(method, url);
+    for (const k in headers) xhr.setRequestHeader(k, headers[k]!);
+    xhr.upload.onprogress = (e) => progress(e.loaded);
+    xhr.onload = () => resolve(xhr.status);
+    xhr.onerror = () => resolve(0);
+    xhr.send(data);
+  });
+}
+

@@ -316,6 +316,7 @@ pub enum Function {
     ReadStates,
     Inbox,
     MessageChanges,
+    Devices,
 }
 
 /// The inbox indexer's function (`TestApp::index`).
@@ -327,7 +328,7 @@ const ARCHIVER: &str = "archiver";
 pub const ARCHIVE_BUCKET: &str = "archivebucket";
 
 impl Function {
-    pub const ALL: [&'static str; 7] = [
+    pub const ALL: [&'static str; 8] = [
         "conversations",
         "send-message",
         "history",
@@ -335,6 +336,7 @@ impl Function {
         "read-states",
         "inbox",
         "message-changes",
+        "devices",
     ];
 
     pub fn by_name(name: &str) -> Option<Function> {
@@ -346,6 +348,7 @@ impl Function {
             "read-states" => Function::ReadStates,
             "inbox" => Function::Inbox,
             "message-changes" => Function::MessageChanges,
+            "devices" => Function::Devices,
             _ => return None,
         })
     }
@@ -360,6 +363,7 @@ impl Function {
             Function::ReadStates => "read-states",
             Function::Inbox => "inbox",
             Function::MessageChanges => "message-changes",
+            Function::Devices => "devices",
         }
     }
 }
@@ -753,6 +757,7 @@ impl TestApp {
             Some(Function::ReadStates) => http::handle(app, req, read_states::handle).await,
             Some(Function::Inbox) => http::handle(app, req, inbox::handle).await,
             Some(Function::MessageChanges) => http::handle(app, req, message_changes::handle).await,
+            Some(Function::Devices) => http::handle(app, req, devices::handle).await,
             // What the router answers for an unknown route.
             None => {
                 return Resp {

@@ -24,6 +24,7 @@ pub mod inbox;
 pub mod log_sampling;
 pub mod message;
 pub mod model;
+pub mod notify;
 pub mod read_state;
 pub mod requests;
 pub mod retry;

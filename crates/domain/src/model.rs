@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::changes::ChangeKind;
 use super::conversation::ConversationType;
 use super::ids::{ConversationId, UserId};
+use super::notify::NotificationSettings;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -22,6 +23,10 @@ pub struct Conversation {
     pub last_message_at: Option<String>,
     /// The newest `changeSeq` (0: none).
     pub last_change: u64,
+    /// The caller's notification settings (`getConversation`; absent where the answer is not the
+    /// caller's view, e.g. creation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<NotificationSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,6 +203,8 @@ pub struct InboxEntry {
     pub last_message_at: Option<String>,
     pub last_message: Option<MessagePreview>,
     pub last_change: u64,
+    /// The caller's notification settings of it.
+    pub notifications: NotificationSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -25,6 +25,10 @@ pub enum Operation {
     RemoveReaction,
     Reactions,
     Changes,
+    RegisterDevice,
+    Devices,
+    UnregisterDevice,
+    SetNotifications,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -59,7 +63,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 15] = [
+pub const ROUTES: [Route; 19] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -75,6 +79,10 @@ pub const ROUTES: [Route; 15] = [
     route(RemoveReaction, "removeReaction", "DELETE", "/conversations/{conversationId}/messages/{seq}/reactions/{reaction}", "message-changes"),
     route(Reactions, "reactions", "GET", "/conversations/{conversationId}/messages/{seq}/reactions", "message-changes"),
     route(Changes, "changes", "GET", "/conversations/{conversationId}/changes", "message-changes"),
+    route(RegisterDevice, "registerDevice", "PUT", "/devices/{deviceId}", "devices"),
+    route(Devices, "devices", "GET", "/devices", "devices"),
+    route(UnregisterDevice, "unregisterDevice", "DELETE", "/devices/{deviceId}", "devices"),
+    route(SetNotifications, "setNotifications", "PUT", "/conversations/{conversationId}/notifications", "devices"),
 ];
 
 impl Operation {

@@ -14,6 +14,7 @@ use chat_domain::error::ChatError;
 use chat_domain::inbox::{self, InboxPosition};
 use chat_domain::message::{fingerprint_prefix, preview};
 use chat_domain::model::{Conversation, Message, MessagePreview};
+use chat_domain::notify::{NotificationSettings, Platform};
 use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// A struct as an item with the given key.
@@ -163,6 +164,7 @@ impl ConversationItem {
             created_at: self.created_at.clone(),
             last_message_at: self.last_message_at.clone(),
             last_change,
+            notifications: None,
         }
     }
 
@@ -199,6 +201,9 @@ pub struct MemberItem {
     /// there or further on, never below (an entry below is left from an earlier membership).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inbox_key: Option<String>,
+    /// This member's notification settings of the conversation (`setNotifications`; absent: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<NotificationSettings>,
 }
 
 impl MemberItem {
@@ -218,6 +223,7 @@ impl MemberItem {
             joined_at: Some(now.to_owned()),
             create_fp: None,
             inbox_key: Some(inbox_key.to_owned()),
+            notifications: None,
         }
     }
 
@@ -684,4 +690,37 @@ mod tests {
             500
         );
     }
+}
+
+/// `pk = DEV#<userId>, sk = D#<deviceId>`: one of a user's devices (at most 10), with its SNS
+/// platform endpoint where deployed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceItem {
+    pub user_id: UserId,
+    pub device_id: String,
+    pub platform: Platform,
+    pub token: String,
+    pub registered_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_arn: Option<String>,
+}
+
+impl DeviceItem {
+    pub fn to_item(&self) -> Result<Item, ChatError> {
+        to_item(
+            self,
+            keys::devices_pk(&self.user_id),
+            keys::device_sk(&self.device_id),
+        )
+    }
+}
+
+/// `pk = TOK#<sha256 of platform and token>, sk = T`: which user's device holds a token, so that a
+/// token registered by another user moves to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenOwnerItem {
+    pub user_id: UserId,
+    pub device_id: String,
 }

@@ -29,6 +29,7 @@ mod inbox;
 pub mod items;
 pub mod keys;
 mod messages;
+pub mod notify;
 mod reads;
 pub mod retry;
 mod send;

@@ -224,6 +224,7 @@ mod tests {
             joined_at: None,
             create_fp: None,
             inbox_key: None,
+            notifications: None,
         };
         let (old, read) = (image(&member(1, 0), "M#m"), image(&member(3, 0), "M#m"));
         assert_eq!(

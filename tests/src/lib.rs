@@ -5,6 +5,7 @@
 pub mod capacity;
 pub mod function_process;
 pub mod indexer;
+pub mod notify;
 pub mod push;
 pub mod server;
 
@@ -321,6 +322,8 @@ pub enum Function {
 
 /// The inbox indexer's function (`TestApp::index`).
 const INBOX_INDEX: &str = "inbox-index";
+/// The notifier's function (`notify`).
+const NOTIFIER: &str = "notifier";
 /// The archiver's function (`TestApp::archiver`).
 const ARCHIVER: &str = "archiver";
 /// The archive bucket the tests create on moto: the template's logical id, in lower case as S3
@@ -557,7 +560,7 @@ impl TestApp {
         );
         let apps = Function::ALL
             .iter()
-            .chain([&INBOX_INDEX, &ARCHIVER])
+            .chain([&INBOX_INDEX, &ARCHIVER, &NOTIFIER])
             .map(|name| {
                 let app = App {
                     store: store_of(Some(name)),
@@ -646,6 +649,13 @@ impl TestApp {
                 _ => return out,
             }
         }
+    }
+
+    /// The store of one function, its calls recorded under its name (`CHAT_IAM_LOG`).
+    pub fn store_of_function(&self, name: &str) -> ChatStore {
+        self.apps
+            .get(name)
+            .map_or_else(|| self.app.store.clone(), |a| a.store.clone())
     }
 
     /// The archiver's store (its calls recorded as the archiver's).

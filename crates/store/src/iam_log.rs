@@ -231,6 +231,17 @@ impl ReadBeforeTransmit for IamNeeds {
         let needs = match target.split_once('.') {
             Some(("DynamoDB_20120810", op)) => dynamodb_needs(op, &body),
             Some(("Kinesis_20131202", op)) => kinesis_needs(op, &body),
+            Some(("AmazonSQS", op)) => vec![Need {
+                action: format!("sqs:{op}"),
+                resource: format!(
+                    "queue/{}",
+                    body["QueueUrl"]
+                        .as_str()
+                        .and_then(|u| u.rsplit('/').next())
+                        .unwrap_or("?")
+                ),
+                leading_key: None,
+            }],
             _ if signed_for_s3(req.headers().get("authorization").unwrap_or_default()) => {
                 s3_needs(req.method(), req.uri())
             }

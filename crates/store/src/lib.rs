@@ -30,6 +30,8 @@ pub mod items;
 pub mod keys;
 mod messages;
 pub mod notify;
+#[cfg(feature = "notify")]
+pub mod push;
 mod reads;
 pub mod retry;
 mod send;

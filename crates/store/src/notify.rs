@@ -275,3 +275,71 @@ impl ChatStore {
         }
     }
 }
+
+/// The notification settings of a deployment (`Config::notify`).
+#[derive(Debug, Clone, Default)]
+pub struct NotifySettings {
+    pub queue_url: Option<String>,
+    pub sqs_endpoint: Option<String>,
+    pub delay_seconds: u32,
+    pub content: chat_domain::notify::Content,
+    pub push_sink_url: Option<String>,
+    /// The SNS platform application of each platform (template parameters; empty: that platform's
+    /// devices get nothing).
+    pub platform_arns: PlatformArns,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PlatformArns {
+    pub apns: Option<String>,
+    pub apns_sandbox: Option<String>,
+    pub fcm: Option<String>,
+}
+
+impl PlatformArns {
+    pub fn of(&self, p: chat_domain::notify::Platform) -> Option<&str> {
+        use chat_domain::notify::Platform;
+        match p {
+            Platform::Apns => self.apns.as_deref(),
+            Platform::ApnsSandbox => self.apns_sandbox.as_deref(),
+            Platform::Fcm => self.fcm.as_deref(),
+        }
+    }
+}
+
+/// SQS's longest message delay.
+pub const MAX_DELAY_SECONDS: u32 = 900;
+
+impl NotifySettings {
+    pub fn from_env(var: fn(&str) -> Option<String>) -> Result<Self, String> {
+        let delay_seconds = match var("NOTIFY_DELAY_SECONDS") {
+            None => 15,
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|d| *d <= MAX_DELAY_SECONDS)
+                .ok_or(format!(
+                    "NOTIFY_DELAY_SECONDS must be 0-900 seconds, not {v:?}"
+                ))?,
+        };
+        let content = match var("NOTIFICATION_CONTENT") {
+            None => chat_domain::notify::Content::Full,
+            Some(v) => chat_domain::notify::Content::parse(v.trim()).ok_or(format!(
+                "NOTIFICATION_CONTENT must be full, sender or none, not {v:?}"
+            ))?,
+        };
+        Ok(NotifySettings {
+            queue_url: var("CHAT_NOTIFY_QUEUE_URL"),
+            sqs_endpoint: var("SQS_ENDPOINT"),
+            delay_seconds,
+            content,
+            push_sink_url: var("CHAT_PUSH_SINK_URL"),
+            platform_arns: PlatformArns {
+                apns: var("APNS_PLATFORM_APPLICATION_ARN"),
+                apns_sandbox: var("APNS_SANDBOX_PLATFORM_APPLICATION_ARN"),
+                fcm: var("FCM_PLATFORM_APPLICATION_ARN"),
+            },
+        })
+    }
+}

@@ -23,6 +23,7 @@ mod kinesis;
 mod management;
 mod mapping;
 mod pipeline;
+pub mod push_sink;
 mod registry;
 mod rest_edge;
 mod shutdown;

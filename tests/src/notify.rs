@@ -1,0 +1,165 @@
+//! Offline notifications for the tests (docs/api.md §33): the notifier fed from the delay queue
+//! on moto's SQS (which honours DelaySeconds) by a poller of this binary, as the local gateway
+//! does, delivering to a push sink of its own. `start` once per binary turns it on; from then on
+//! the inbox indexer (`TestApp::index`) opens windows too.
+
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use chat_domain::notify::Content;
+use chat_store::notify::NotifySettings;
+use chat_store::push::{Notifier, Pusher};
+use local_gateway::push_sink::PushSink;
+use notifier::NotifierFunction;
+use serde_json::{json, Value};
+use tokio::sync::OnceCell;
+
+/// The delay of the tests (the local stack's default).
+pub const DELAY: Duration = Duration::from_secs(2);
+
+pub struct Notifications {
+    pub settings: NotifySettings,
+    pub sink: PushSink,
+}
+
+static NOTIFICATIONS: OnceCell<Notifications> = OnceCell::const_new();
+
+/// Starts the sink and the queue's poller once per binary, on a runtime of their own (each test
+/// has its own runtime, which ends with it).
+pub async fn start() -> &'static Notifications {
+    NOTIFICATIONS.get_or_init(spawn).await
+}
+
+async fn spawn() -> Notifications {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("the notifier's runtime");
+        runtime.block_on(async move {
+            let t = crate::TestApp::new().await;
+            let queue = sqs_of("test")
+                .await
+                .get_queue_url()
+                .queue_name("NotifyQueue")
+                .send()
+                .await
+                .expect("the delay queue (template NotifyQueue)")
+                .queue_url
+                .unwrap();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let sink_url = format!("http://{}", listener.local_addr().unwrap());
+            let sink = PushSink::default();
+            sink.spawn(listener);
+            let settings = NotifySettings {
+                queue_url: Some(queue.clone()),
+                delay_seconds: DELAY.as_secs() as u32,
+                content: Content::Full,
+                push_sink_url: Some(sink_url.clone()),
+                ..NotifySettings::default()
+            };
+            let function = NotifierFunction {
+                notifier: Notifier {
+                    store: t.store_of_function("notifier"),
+                    sqs: sqs_of("notifier").await,
+                    settings: settings.clone(),
+                },
+                pusher: Pusher::Sink(sink_url),
+            };
+            let _ = tx.send(Notifications { settings, sink });
+            poll(sqs_of("notifier").await, queue, function).await;
+        });
+    });
+    rx.await.expect("the notifier started")
+}
+
+/// An SQS client on moto, its calls recorded as `function`'s (`CHAT_IAM_LOG`).
+async fn sqs_of(function: &str) -> aws_sdk_sqs::Client {
+    let config = crate::config();
+    let sdk = config.sdk_config().await;
+    let mut b =
+        aws_sdk_sqs::config::Builder::from(&sdk).endpoint_url(crate::server::kinesis_endpoint());
+    if let Some(r) = config.for_function(function).iam_recorder() {
+        b = b.interceptor(r);
+    }
+    aws_sdk_sqs::Client::from_conf(b.build())
+}
+
+/// The inbox indexer's window opener over `store`, once `start` ran in this binary.
+pub async fn notifier_for(store: &chat_store::ChatStore) -> Option<Notifier> {
+    let settings = NOTIFICATIONS.get()?.settings.clone();
+    Some(Notifier {
+        store: store.clone(),
+        sqs: sqs_of("inbox-index").await,
+        settings,
+    })
+}
+
+/// Receives the queue's jobs as Lambda's SQS event source would, hands them to the notifier and
+/// deletes those it did not report failed.
+async fn poll(sqs: aws_sdk_sqs::Client, queue: String, function: NotifierFunction) {
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(&queue)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await;
+        let messages = match got {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        let records: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                json!({"messageId": m.message_id, "receiptHandle": m.receipt_handle,
+                           "body": m.body, "eventSource": "aws:sqs", "attributes": {},
+                           "messageAttributes": {}})
+            })
+            .collect();
+        let event: SqsEvent =
+            serde_json::from_value(json!({ "Records": records })).expect("an SQS event");
+        let response = function.handle(event).await;
+        for m in &messages {
+            let failed = response
+                .batch_item_failures
+                .iter()
+                .any(|f| Some(f.item_identifier.as_str()) == m.message_id.as_deref());
+            if !failed {
+                if let Some(handle) = &m.receipt_handle {
+                    let _ = sqs
+                        .delete_message()
+                        .queue_url(&queue)
+                        .receipt_handle(handle)
+                        .send()
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+impl Notifications {
+    /// What the sink received for `token`.
+    pub fn sent_to(&self, token: &str) -> Vec<Value> {
+        self.sink.sent_to(token)
+    }
+
+    /// Waits up to `within` until `token` has `n` notifications; returns them (fewer at the
+    /// timeout).
+    pub async fn wait_for(&self, token: &str, n: usize, within: Duration) -> Vec<Value> {
+        let until = std::time::Instant::now() + within;
+        loop {
+            let got = self.sent_to(token);
+            if got.len() >= n || std::time::Instant::now() >= until {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

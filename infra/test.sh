@@ -47,7 +47,7 @@ unset CHAT_IAM_LOG
 (cd clients/js && npm test) 2>&1 | tee -a "$log"
 
 # The whole system, as a user runs it, on ports that do not clash with a stack already running.
-export CHAT_REST_PORT=9300 CHAT_WS_PORT=9301 CHAT_MANAGEMENT_PORT=9302 CHAT_DEMO_PORT=9303
+export CHAT_REST_PORT=9300 CHAT_WS_PORT=9301 CHAT_MANAGEMENT_PORT=9302 CHAT_DEMO_PORT=9303 CHAT_PUSH_SINK_PORT=9304
 export CHAT_FUNCTIONS_PORT=9310 CHAT_EMULATOR_PORT=4800 CHAT_DYNAMODB_PORT=8800 CHAT_STRICT_PORT=8801 CHAT_FUNCTIONS_RELOAD=0
 stack_log="$repo/.local/test-stack.log"
 mkdir -p "$repo/.local"

@@ -5,13 +5,12 @@
 
 use std::time::Duration;
 
-use aws_lambda_events::event::sqs::SqsEvent;
 use chat_domain::notify::Content;
 use chat_store::notify::NotifySettings;
 use chat_store::push::{Notifier, Pusher};
 use local_gateway::push_sink::PushSink;
 use notifier::NotifierFunction;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::OnceCell;
 
 /// The delay of the tests (the local stack's default).
@@ -36,15 +35,9 @@ async fn spawn() -> Notifications {
         let runtime = tokio::runtime::Runtime::new().expect("the notifier's runtime");
         runtime.block_on(async move {
             let t = crate::TestApp::new().await;
-            let queue = sqs_of(None)
+            let queue = local_gateway::notify::queue_url(&sqs_of(None).await)
                 .await
-                .get_queue_url()
-                .queue_name("NotifyQueue")
-                .send()
-                .await
-                .expect("the delay queue (template NotifyQueue)")
-                .queue_url
-                .unwrap();
+                .expect("the delay queue (template NotifyQueue)");
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let sink_url = format!("http://{}", listener.local_addr().unwrap());
             let sink = PushSink::default();
@@ -66,7 +59,8 @@ async fn spawn() -> Notifications {
             };
             let _ = tx.send(Notifications { settings, sink });
             // Lambda's event source mapping receives and deletes, not the function's code.
-            poll(sqs_of(None).await, queue, function).await;
+            let never = std::future::pending();
+            local_gateway::notify::poll(sqs_of(None).await, queue, function, never).await;
         });
     });
     rx.await.expect("the notifier started")
@@ -93,57 +87,6 @@ pub async fn notifier_for(store: &chat_store::ChatStore) -> Option<Notifier> {
         sqs: sqs_of(Some("inbox-index")).await,
         settings,
     })
-}
-
-/// Receives the queue's jobs as Lambda's SQS event source would, hands them to the notifier and
-/// deletes those it did not report failed.
-async fn poll(sqs: aws_sdk_sqs::Client, queue: String, function: NotifierFunction) {
-    loop {
-        let got = sqs
-            .receive_message()
-            .queue_url(&queue)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .send()
-            .await;
-        let messages = match got {
-            Ok(out) => out.messages.unwrap_or_default(),
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        if messages.is_empty() {
-            continue;
-        }
-        let records: Vec<Value> = messages
-            .iter()
-            .map(|m| {
-                json!({"messageId": m.message_id, "receiptHandle": m.receipt_handle,
-                           "body": m.body, "eventSource": "aws:sqs", "attributes": {},
-                           "messageAttributes": {}})
-            })
-            .collect();
-        let event: SqsEvent =
-            serde_json::from_value(json!({ "Records": records })).expect("an SQS event");
-        let response = function.handle(event).await;
-        for m in &messages {
-            let failed = response
-                .batch_item_failures
-                .iter()
-                .any(|f| Some(f.item_identifier.as_str()) == m.message_id.as_deref());
-            if !failed {
-                if let Some(handle) = &m.receipt_handle {
-                    let _ = sqs
-                        .delete_message()
-                        .queue_url(&queue)
-                        .receipt_handle(handle)
-                        .send()
-                        .await;
-                }
-            }
-        }
-    }
 }
 
 impl Notifications {

@@ -88,12 +88,17 @@ async fn a_window_coalesces_its_messages_into_one_notification_per_member() {
     for u in &users {
         tokens.push(device(&t, u).await);
     }
+    // Each message reaches the indexer in its own batch (as at 50 messages a second), all within
+    // one window; users[3] read the first one.
+    let gate = chat_tests::indexer::exclusive().await;
     for i in 0..3 {
         t.send(&c, &users[0], &format!("message {i}")).await;
+        if i == 0 {
+            t.mark_read(&c, &users[3], 1).await;
+        }
+        t.index_exclusively(&gate).await;
     }
-    // users[3] read the first one.
-    t.mark_read(&c, &users[3], 1).await;
-    t.index().await;
+    drop(gate);
     for token in &tokens[1..] {
         n.wait_for(token, 1, DELAY + SLACK).await;
     }

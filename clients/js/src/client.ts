@@ -20,6 +20,9 @@ import type {
   ConnectionState,
   Conversation,
   CreateGroupInput,
+  Device,
+  DevicePlatform,
+  NotificationSettings,
   HistoryOptions,
   HistoryPage,
   InboxOptions,
@@ -384,6 +387,35 @@ export class ChatClient {
     const r = await this.call<ReadStates>("GET", `${conversationPath(conversationId)}/reads`);
     this.state = observeReads(this.state, r);
     return r;
+  }
+
+  /**
+   * `PUT /devices/{deviceId}` (registerDevice): this installation gets offline notifications
+   * (docs/api.md §31). At most 10 devices per user; a token moves to whoever registered it last.
+   */
+  async registerDevice(deviceId: string, platform: DevicePlatform, token: string): Promise<Device> {
+    return this.call<Device>("PUT", `/devices/${encodeURIComponent(deviceId)}`, { platform, token });
+  }
+
+  /** `DELETE /devices/{deviceId}` (unregisterDevice): no more notifications to it (idempotent). */
+  async unregisterDevice(deviceId: string): Promise<void> {
+    await this.call<void>("DELETE", `/devices/${encodeURIComponent(deviceId)}`);
+  }
+
+  /** `GET /devices`: the caller's registered devices, least recently registered first. */
+  async devices(): Promise<Device[]> {
+    return (await this.call<{ devices: Device[] }>("GET", "/devices")).devices;
+  }
+
+  /**
+   * `PUT /conversations/{id}/notifications` (setNotifications): mute (`{level: "none"}` or a
+   * `mutedUntil`) or unmute (`{level: "all"}`) a conversation's notifications for the caller.
+   */
+  async setNotifications(
+    conversationId: string,
+    settings: NotificationSettings,
+  ): Promise<{ conversationId: string; notifications: NotificationSettings }> {
+    return this.call("PUT", `${conversationPath(conversationId)}/notifications`, settings);
   }
 
   /** `GET /inbox`: conversations by latest activity, with unread counts. */

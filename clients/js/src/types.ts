@@ -15,6 +15,25 @@ export interface Conversation {
   lastMessageAt: string | null;
   /** The conversation's newest changeSeq, 0 when none. */
   lastChange: number;
+  /** The caller's notification settings (`getConversation` only; docs/api.md §32). */
+  notifications?: NotificationSettings;
+}
+
+/** Offline notifications of one conversation (docs/api.md §32): `none`, or a `mutedUntil` in the future, sends nothing. */
+export interface NotificationSettings {
+  level: "all" | "none";
+  /** RFC 3339; nothing is sent before it. */
+  mutedUntil?: string;
+}
+
+export type DevicePlatform = "apns" | "apns_sandbox" | "fcm";
+
+/** A device registered for offline notifications (docs/api.md §31). */
+export interface Device {
+  deviceId: string;
+  platform: DevicePlatform;
+  token: string;
+  registeredAt: string;
 }
 
 export interface ReactionCount {
@@ -172,6 +191,8 @@ export interface InboxEntry {
   lastMessage?: InboxLastMessage | null;
   /** The conversation's newest changeSeq, 0 when none. */
   lastChange: number;
+  /** The caller's notification settings of it (docs/api.md §32). */
+  notifications: NotificationSettings;
 }
 
 export interface InboxPage {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use aws_sdk_sns::types::MessageAttributeValue;
+use futures::stream::{self, StreamExt};
 use serde_json::json;
 
 use super::items::DeviceItem;
@@ -13,6 +14,9 @@ use super::ChatStore;
 use chat_domain::error::ChatError;
 use chat_domain::notify::{decide, notification, Newest, Notification, NotifyWindow, Platform};
 use chat_domain::{ConversationId, ConversationType};
+
+/// Members of one window worked on at once.
+const MEMBERS_IN_FLIGHT: usize = 16;
 
 /// Where notifications go.
 #[derive(Debug, Clone)]
@@ -111,45 +115,64 @@ impl Notifier {
                 ConversationType::Direct => None,
             },
         };
-        for m in &members {
-            let muted = m.notifications.as_ref().is_some_and(|n| n.is_muted(&now));
-            let Some(count) = decide(
-                m.last_read_seq,
-                conversation.last_seq,
-                window.from_seq,
-                muted,
-            ) else {
-                continue;
-            };
-            let devices = self.store.device_items(&m.member_id).await?;
-            if devices.is_empty() {
-                continue;
-            }
-            let badge = self.store.badge(&m.member_id).await?;
-            let n = notification(
-                self.settings.content,
-                &conversation.conversation_id,
-                &newest,
-                count,
-                badge,
-            );
-            report.members_notified += 1;
-            for device in &devices {
-                match self.push(pusher, device, &n).await {
-                    Ok(true) => report.sent += 1,
-                    Ok(false) => {
-                        self.store
-                            .delete_device_if(
-                                &device.user_id,
-                                &device.device_id,
-                                Some(&device.token),
-                            )
-                            .await?;
-                        report.devices_removed += 1;
+        let due: Vec<_> = members
+            .iter()
+            .filter_map(|m| {
+                let muted = m.notifications.as_ref().is_some_and(|n| n.is_muted(&now));
+                decide(
+                    m.last_read_seq,
+                    conversation.last_seq,
+                    window.from_seq,
+                    muted,
+                )
+                .map(|count| (m.member_id.clone(), count))
+            })
+            .collect();
+        // Members at once: a big group's window is done within a second of its delay.
+        let done: Vec<Result<WindowReport, ChatError>> = stream::iter(due)
+            .map(|(member, count)| {
+                let (newest, conversation) = (&newest, &conversation);
+                async move {
+                    let mut report = WindowReport::default();
+                    let devices = self.store.device_items(&member).await?;
+                    if devices.is_empty() {
+                        return Ok(report);
                     }
-                    Err(e) => tracing::warn!(error = ?e, "a notification was not delivered"),
+                    let badge = self.store.badge(&member).await?;
+                    let n = notification(
+                        self.settings.content,
+                        &conversation.conversation_id,
+                        newest,
+                        count,
+                        badge,
+                    );
+                    report.members_notified += 1;
+                    for device in &devices {
+                        match self.push(pusher, device, &n).await {
+                            Ok(true) => report.sent += 1,
+                            Ok(false) => {
+                                let token = Some(device.token.as_str());
+                                self.store
+                                    .delete_device_if(&device.user_id, &device.device_id, token)
+                                    .await?;
+                                report.devices_removed += 1;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = ?e, "a notification was not delivered")
+                            }
+                        }
+                    }
+                    Ok(report)
                 }
-            }
+            })
+            .buffer_unordered(MEMBERS_IN_FLIGHT)
+            .collect()
+            .await;
+        for r in done {
+            let r = r?;
+            report.members_notified += r.members_notified;
+            report.sent += r.sent;
+            report.devices_removed += r.devices_removed;
         }
         crate::telemetry::count("NotificationsSent", report.sent as u64);
         Ok(report)

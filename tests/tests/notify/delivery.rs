@@ -188,3 +188,68 @@ async fn the_badge_counts_conversations_with_unread_messages() {
         assert_eq!(note["badge"], json!(2), "{note}");
     }
 }
+
+/// The goal of docs/benchmarks.md ("Offline notifications"): 100 members of a group, one message,
+/// each member's notification within the delay + 1 s (p99), exactly one each, while 50 messages a
+/// second arrive for 2 s in the same group.
+#[tokio::test]
+async fn a_hundred_members_get_one_notification_each_within_the_delay_and_a_second() {
+    let t = TestApp::new().await;
+    let n = start().await;
+    let members: Vec<String> = (0..100).map(|i| unique(&format!("h{i}"))).collect();
+    let sender = unique("s");
+    let c = t.group(&sender, &members).await;
+    let mut tokens = Vec::new();
+    for chunk in members.chunks(20) {
+        let registered = futures::future::join_all(chunk.iter().map(|m| device(&t, m))).await;
+        tokens.extend(registered);
+    }
+    // Watch the sink from the first message on: when each member's first notification came.
+    let first = std::time::Instant::now();
+    let watched = tokens.clone();
+    let watcher = tokio::spawn(async move {
+        let mut arrivals: Vec<Option<Duration>> = vec![None; watched.len()];
+        while arrivals.iter().any(Option::is_none) && first.elapsed() < DELAY * 5 {
+            for (i, token) in watched.iter().enumerate() {
+                if arrivals[i].is_none() && !n.sent_to(token).is_empty() {
+                    arrivals[i] = Some(first.elapsed());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        arrivals
+    });
+    // 50 messages a second for 1 s, indexed in batches as they come.
+    let gate = chat_tests::indexer::exclusive().await;
+    for i in 0..50u32 {
+        tokio::time::sleep_until((first + Duration::from_millis(20 * u64::from(i))).into()).await;
+        t.send(&c, &sender, &format!("burst {i}")).await;
+        if i % 5 == 0 {
+            t.index_exclusively(&gate).await;
+        }
+    }
+    t.index_exclusively(&gate).await;
+    drop(gate);
+    let burst = first.elapsed();
+    let mut arrivals: Vec<Duration> = watcher
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.expect("every member is notified"))
+        .collect();
+    // Any later window (the burst outlasted the first) has come by now too.
+    tokio::time::sleep(DELAY * 2).await;
+    let counts: Vec<usize> = tokens.iter().map(|tk| n.sent_to(tk).len()).collect();
+    arrivals.sort();
+    let p99 = arrivals[arrivals.len() * 99 / 100 - 1];
+    let windows = (burst.as_millis() / DELAY.as_millis()) as usize + 1;
+    println!(
+        "notifications: 100 members; first window p99 {p99:?} after the first message (delay {DELAY:?}); 50 messages sent in {burst:?}; notifications per member {:?} (at most {windows} windows)",
+        counts.iter().max()
+    );
+    // One per member and window.
+    assert!(
+        counts.iter().all(|&k| (1..=windows).contains(&k)),
+        "{counts:?}"
+    );
+}

@@ -164,7 +164,8 @@ impl ConversationItem {
             created_at: self.created_at.clone(),
             last_message_at: self.last_message_at.clone(),
             last_change,
-            notifications: None,
+            // A new member's settings; getConversation shows the caller's own.
+            notifications: Some(NotificationSettings::default()),
         }
     }
 

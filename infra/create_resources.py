@@ -409,7 +409,9 @@ def create_queue(sqs: Any, name: str, props: dict[str, Any], log: Callable[[str]
     if _exists(lambda: sqs.get_queue_url(QueueName=name),
                lambda code: "NonExistentQueue" in code or code == "QueueDoesNotExist"):
         return False
-    attributes = {k: str(v) for k, v in props.items()}
+    # A redrive policy names another queue's ARN (an intrinsic function here): locally a job that
+    # keeps failing is just logged by the poller.
+    attributes = {k: str(v) for k, v in props.items() if k != "RedrivePolicy"}
     sqs.create_queue(QueueName=name, Attributes=attributes)
     log(f"created queue {name}")
     return True

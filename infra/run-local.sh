@@ -4,6 +4,7 @@
 #                   on :9010 running the functions with concurrent instances)
 #   WebSocket API   ws://127.0.0.1:9001/?token=...   (+ Management API on :9002)
 #   demo chat page  http://127.0.0.1:9003/ (clients/demo on the TypeScript SDK)
+#   push sink       http://127.0.0.1:9004/notifications?token=... (what offline notifications sent)
 #   DynamoDB + DynamoDB Streams: Amazon DynamoDB Local on :8000 (infra/setup-dynamodb-local.sh
 #                   installs it; Java 17+), or our moto launcher with CHAT_DYNAMODB=moto, or
 #                   DYNAMODB_ENDPOINT if set; Kinesis (+ SQS): our moto launcher on :4566
@@ -22,6 +23,8 @@ FUNCTIONS_PORT="${CHAT_FUNCTIONS_PORT:-9010}"
 # Instances per function; the REST edge keeps at most this many requests of a route in flight.
 export CHAT_FUNCTIONS_CONCURRENCY="${CHAT_FUNCTIONS_CONCURRENCY:-32}"
 DEMO_PORT="${CHAT_DEMO_PORT:-9003}"
+# Offline notifications (docs/api.md §33): the push sink stands in for SNS; 2 s delay locally.
+export CHAT_PUSH_SINK_PORT="${CHAT_PUSH_SINK_PORT:-9004}" NOTIFY_DELAY_SECONDS="${NOTIFY_DELAY_SECONDS:-2}"
 WS_PORT="${CHAT_WS_PORT:-9001}"
 MANAGEMENT_PORT="${CHAT_MANAGEMENT_PORT:-9002}"
 EMULATOR_PORT="${CHAT_EMULATOR_PORT:-4566}"
@@ -159,6 +162,7 @@ Chat backend running locally
   REST API         http://127.0.0.1:$REST_PORT  (functions: cargo lambda watch on :$FUNCTIONS_PORT, $CHAT_FUNCTIONS_CONCURRENCY concurrent requests each)
   WebSocket        ws://127.0.0.1:$WS_PORT/?token=<token>
   Demo chat page   http://127.0.0.1:$DEMO_PORT/
+  Push sink        http://127.0.0.1:$CHAT_PUSH_SINK_PORT/notifications?token=<device token>  (notifications, ${NOTIFY_DELAY_SECONDS} s after a message still unread)
   Management API   $WS_MANAGEMENT_ENDPOINT
   DynamoDB         $DYNAMODB_ENDPOINT  ($dynamodb_what$strict_what; tables $CHAT_TABLE, $CONNECTIONS_TABLE)
   Kinesis          $KINESIS_ENDPOINT  (stream $EVENT_STREAM)

@@ -47,7 +47,7 @@ unset CHAT_IAM_LOG
 (cd clients/js && npm test) 2>&1 | tee -a "$log"
 
 # The whole system, as a user runs it, on ports that do not clash with a stack already running.
-export CHAT_REST_PORT=9300 CHAT_WS_PORT=9301 CHAT_MANAGEMENT_PORT=9302 CHAT_DEMO_PORT=9303
+export CHAT_REST_PORT=9300 CHAT_WS_PORT=9301 CHAT_MANAGEMENT_PORT=9302 CHAT_DEMO_PORT=9303 CHAT_PUSH_SINK_PORT=9305
 export CHAT_FUNCTIONS_PORT=9310 CHAT_EMULATOR_PORT=4800 CHAT_DYNAMODB_PORT=8800 CHAT_STRICT_PORT=8801 CHAT_S3_GATE_PORT=9304 CHAT_FUNCTIONS_RELOAD=0
 # No per-user rate limits here: the SDK's integration tests send bursts of 100 from one user
 # (the limits themselves: tests/tests/api/limits.rs; docs/api.md §24).

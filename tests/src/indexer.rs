@@ -129,7 +129,8 @@ pub async fn catch_up(
     let mut read_up_to = READ_UP_TO.lock().await;
     let positions = read_up_to.get_or_insert_with(HashMap::new);
     let (arn, shards) = stream_shards(db, streams, table).await;
-    let indexer = InboxIndex::new(store.clone());
+    let notifier = crate::notify::notifier_for(store).await;
+    let indexer = InboxIndex::new(store.clone()).with_notifier(notifier);
     let mut done = Indexed::default();
     for shard in shards {
         let id = shard.shard_id().unwrap_or_default().to_owned();

@@ -5,6 +5,7 @@
 pub mod capacity;
 pub mod function_process;
 pub mod indexer;
+pub mod notify;
 pub mod push;
 pub mod server;
 
@@ -321,10 +322,13 @@ pub enum Function {
     Inbox,
     MessageChanges,
     Attachments,
+    Devices,
 }
 
 /// The inbox indexer's function (`TestApp::index`).
 const INBOX_INDEX: &str = "inbox-index";
+/// The notifier's function (`notify`).
+const NOTIFIER: &str = "notifier";
 /// The archiver's function (`TestApp::archiver`).
 const ARCHIVER: &str = "archiver";
 /// The archive bucket the tests create on moto: the template's logical id, in lower case as S3
@@ -334,7 +338,7 @@ pub const ARCHIVE_BUCKET: &str = "archivebucket";
 pub const ATTACHMENTS_BUCKET: &str = "attachmentsbucket";
 
 impl Function {
-    pub const ALL: [&'static str; 8] = [
+    pub const ALL: [&'static str; 9] = [
         "conversations",
         "send-message",
         "history",
@@ -343,6 +347,7 @@ impl Function {
         "inbox",
         "message-changes",
         "attachments",
+        "devices",
     ];
 
     pub fn by_name(name: &str) -> Option<Function> {
@@ -355,6 +360,7 @@ impl Function {
             "inbox" => Function::Inbox,
             "message-changes" => Function::MessageChanges,
             "attachments" => Function::Attachments,
+            "devices" => Function::Devices,
             _ => return None,
         })
     }
@@ -370,6 +376,7 @@ impl Function {
             Function::Inbox => "inbox",
             Function::MessageChanges => "message-changes",
             Function::Attachments => "attachments",
+            Function::Devices => "devices",
         }
     }
 }
@@ -609,7 +616,7 @@ impl TestApp {
         );
         let apps = Function::ALL
             .iter()
-            .chain([&INBOX_INDEX, &ARCHIVER])
+            .chain([&INBOX_INDEX, &ARCHIVER, &NOTIFIER])
             .map(|name| {
                 let app = App {
                     store: store_of(Some(name)),
@@ -716,6 +723,13 @@ impl TestApp {
                 _ => return out,
             }
         }
+    }
+
+    /// The store of one function, its calls recorded under its name (`CHAT_IAM_LOG`).
+    pub fn store_of_function(&self, name: &str) -> ChatStore {
+        self.apps
+            .get(name)
+            .map_or_else(|| self.app.store.clone(), |a| a.store.clone())
     }
 
     /// The archiver's store (its calls recorded as the archiver's).
@@ -855,6 +869,7 @@ impl TestApp {
             Some(Function::Inbox) => http::handle(app, req, inbox::handle).await,
             Some(Function::MessageChanges) => http::handle(app, req, message_changes::handle).await,
             Some(Function::Attachments) => http::handle(app, req, attachments::handle).await,
+            Some(Function::Devices) => http::handle(app, req, devices::handle).await,
             // What the router answers for an unknown route.
             None => {
                 return Resp {

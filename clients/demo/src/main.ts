@@ -17,6 +17,7 @@ import {
   type WebSocketConstructor,
 } from "../../js/src/index.js";
 import { uploadAttachment } from "../../js/src/attachments.js";
+import { setNotifications } from "../../js/src/notifications.js";
 import { presence as presenceOf } from "../../js/src/presence.js";
 
 const params = new URLSearchParams(location.search);
@@ -307,9 +308,26 @@ async function openConversation(id: string): Promise<void> {
   $("pane-title").textContent =
     conversation.type === "group" ? `# ${conversation.title ?? ""}` : (row?.name ?? conversation.memberIds.find((u) => u !== me) ?? "");
   $("pane-members").textContent = `${conversation.memberCount} members: ${conversation.memberIds.join(", ")}`;
+  showMuted(conversation.notifications);
   $("composer").hidden = false;
   renderMessages("bottom");
   markSeen();
+}
+
+/** The open conversation's offline notifications (docs/api.md §32): muted or not, and the toggle. */
+function showMuted(settings: { level: "all" | "none"; mutedUntil?: string } | undefined): void {
+  const button = $<HTMLButtonElement>("mute");
+  const muted = settings?.level === "none" || (settings?.mutedUntil !== undefined && settings.mutedUntil > new Date().toISOString());
+  button.hidden = false;
+  button.textContent = muted ? "Muted (unmute)" : "Mute";
+  button.setAttribute("aria-pressed", String(muted));
+}
+
+async function toggleMuted(): Promise<void> {
+  if (!client || !open) return;
+  const muted = $("mute").getAttribute("aria-pressed") === "true";
+  const r = await setNotifications(client, open.id, { level: muted ? "all" : "none" });
+  showMuted(r.notifications);
 }
 
 async function loadOlder(): Promise<void> {
@@ -694,6 +712,7 @@ $("conversations").addEventListener("click", (ev) => {
   if (li?.dataset.id) void openConversation(li.dataset.id).catch(report);
 });
 $("older").addEventListener("click", () => void loadOlder().catch(report));
+$("mute").addEventListener("click", () => void toggleMuted().catch(report));
 $("messages").addEventListener("click", (ev) => {
   const b = (ev.target as Element).closest<HTMLButtonElement>("button");
   const seq = Number(b?.closest<HTMLElement>("li[data-seq]")?.dataset.seq);

@@ -25,11 +25,11 @@ for (const project of ["tsconfig.json", "tsconfig.build.json"]) {
   }
 }
 
-export const MODULES = ["safety", "attachments", "presence"];
+export const MODULES = ["safety", "attachments", "presence", "notifications"];
 const sdk = { entryPoints: [join(root, "src", "index.ts")], bundle: true, format: "esm", target: "es2022", logLevel: "warning" };
 await esbuild.build({ ...sdk, outfile: join(root, "dist", "index.js") });
 await esbuild.build({ ...sdk, outfile: join(root, "dist", "index.min.js"), minify: true });
-// The optional modules (`@chat-backend/client/safety`, `/attachments`, `/presence`): each imports the SDK's own
+// The optional modules (`@chat-backend/client/safety`, `/attachments`, `/presence`, `/notifications`): each imports the SDK's own
 // entry at run time (one ChatClient and ChatApiError for the app), never a copy of it.
 const core = { name: "core", setup: (b) => b.onResolve({ filter: /^\.\/index\.js$/ }, () => ({ path: "./index.js", external: true })) };
 for (const module of MODULES) {

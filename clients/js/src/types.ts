@@ -19,6 +19,25 @@ export interface Conversation {
   admins?: string[];
   /** A group's slow mode in seconds (docs/api.md §25); absent when off. */
   slowModeSeconds?: number;
+  /** The caller's notification settings (`getConversation` only; docs/api.md §32). */
+  notifications?: NotificationSettings;
+}
+
+/** Offline notifications of one conversation (docs/api.md §32): `none`, or a `mutedUntil` in the future, sends nothing. */
+export interface NotificationSettings {
+  level: "all" | "none";
+  /** RFC 3339; nothing is sent before it. */
+  mutedUntil?: string;
+}
+
+export type DevicePlatform = "apns" | "apns_sandbox" | "fcm";
+
+/** A device registered for offline notifications (docs/api.md §31). */
+export interface Device {
+  deviceId: string;
+  platform: DevicePlatform;
+  token: string;
+  registeredAt: string;
 }
 
 export interface ReactionCount {
@@ -197,6 +216,8 @@ export interface InboxEntry {
   lastMessage?: InboxLastMessage | null;
   /** The conversation's newest changeSeq, 0 when none. */
   lastChange: number;
+  /** The caller's notification settings of it (docs/api.md §32). */
+  notifications: NotificationSettings;
 }
 
 export interface InboxPage {

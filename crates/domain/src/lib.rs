@@ -29,6 +29,7 @@ pub mod inbox;
 pub mod log_sampling;
 pub mod message;
 pub mod model;
+pub mod notify;
 pub mod rate;
 pub mod read_state;
 pub mod requests;

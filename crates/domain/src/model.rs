@@ -7,6 +7,7 @@ use super::attachments::Attachment;
 use super::changes::ChangeKind;
 use super::conversation::ConversationType;
 use super::ids::{ConversationId, UserId};
+use super::notify::NotificationSettings;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -23,6 +24,10 @@ pub struct Conversation {
     pub last_message_at: Option<String>,
     /// The newest `changeSeq` (0: none).
     pub last_change: u64,
+    /// The caller's notification settings (`getConversation`; absent where the answer is not the
+    /// caller's view, e.g. creation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<NotificationSettings>,
     /// A group's admins (docs/api.md §26; absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub admins: Vec<UserId>,
@@ -214,6 +219,8 @@ pub struct InboxEntry {
     pub last_message_at: Option<String>,
     pub last_message: Option<MessagePreview>,
     pub last_change: u64,
+    /// The caller's notification settings of it.
+    pub notifications: NotificationSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -41,6 +41,10 @@ pub enum Operation {
     UpdateConversation,
     AddAdmin,
     RemoveAdmin,
+    RegisterDevice,
+    Devices,
+    UnregisterDevice,
+    SetNotifications,
 }
 
 /// One route: an operation at `method` `path` (a template: `{name}` is a path parameter),
@@ -75,7 +79,7 @@ use Operation::*;
 
 /// Every route of the API.
 #[rustfmt::skip]
-pub const ROUTES: [Route; 31] = [
+pub const ROUTES: [Route; 35] = [
     route(CreateConversation, "createConversation", "POST", "/conversations", "conversations"),
     route(GetConversation, "getConversation", "GET", "/conversations/{conversationId}", "conversations"),
     route(AddMembers, "addMembers", "POST", "/conversations/{conversationId}/members", "conversations"),
@@ -107,6 +111,10 @@ pub const ROUTES: [Route; 31] = [
     route(UpdateConversation, "updateConversation", "PATCH", "/conversations/{conversationId}", "conversations"),
     route(AddAdmin, "addAdmin", "PUT", "/conversations/{conversationId}/admins/{userId}", "conversations"),
     route(RemoveAdmin, "removeAdmin", "DELETE", "/conversations/{conversationId}/admins/{userId}", "conversations"),
+    route(RegisterDevice, "registerDevice", "PUT", "/devices/{deviceId}", "devices"),
+    route(Devices, "devices", "GET", "/devices", "devices"),
+    route(UnregisterDevice, "unregisterDevice", "DELETE", "/devices/{deviceId}", "devices"),
+    route(SetNotifications, "setNotifications", "PUT", "/conversations/{conversationId}/notifications", "devices"),
 ];
 
 impl Operation {

@@ -77,6 +77,12 @@ pub struct Config {
     /// The archive age and work-list buckets (`ARCHIVE_AFTER_DAYS`, default 90; locally
     /// `CHAT_ARCHIVE_AFTER_SECONDS`, which also makes the buckets 5 s wide).
     pub archive: crate::ArchiveSettings,
+    /// Offline notifications (`notify`): the delay queue (`CHAT_NOTIFY_QUEUE_URL`; None: no
+    /// notifications), its SQS endpoint (`SQS_ENDPOINT`, locally moto's), the delay
+    /// (`NOTIFY_DELAY_SECONDS`, template `NotifyDelaySeconds`), what a notification shows
+    /// (`NOTIFICATION_CONTENT`), and locally the push sink that stands in for SNS
+    /// (`CHAT_PUSH_SINK_URL`).
+    pub notify: crate::notify::NotifySettings,
     /// Per-user rate limits (`CHAT_SEND_RATE`, `CHAT_SEND_BURST`, `CHAT_REQUEST_RATE`,
     /// `CHAT_REQUEST_BURST`, `CHAT_REQUEST_SAMPLE`; template parameters; 0 turns one off).
     pub rate_limits: crate::RateLimits,
@@ -241,6 +247,7 @@ impl Config {
             attachments_s3_endpoint: var("CHAT_ATTACHMENTS_S3_ENDPOINT"),
             attachment_policy: attachment_policy()?,
             rate_limits: rate_limits()?,
+            notify: crate::notify::NotifySettings::from_env(var)?,
         })
     }
 
@@ -393,6 +400,38 @@ impl Config {
             b = b.interceptor(r);
         }
         Some(aws_sdk_apigatewaymanagement::Client::from_conf(b.build()))
+    }
+}
+
+#[cfg(feature = "notify")]
+impl Config {
+    /// The notification delay queue's client (SQS).
+    pub fn sqs_client(&self, sdk: &SdkConfig) -> aws_sdk_sqs::Client {
+        let mut b = aws_sdk_sqs::config::Builder::from(sdk);
+        if let Some(url) = &self.notify.sqs_endpoint {
+            b = b.endpoint_url(url);
+        }
+        if let Some(r) = self.iam_recorder() {
+            b = b.interceptor(r);
+        }
+        aws_sdk_sqs::Client::from_conf(b.build())
+    }
+
+    /// Where notifications go: the push sink when configured (local stack), else SNS.
+    pub fn pusher(&self, sdk: &SdkConfig) -> crate::push::Pusher {
+        match &self.notify.push_sink_url {
+            Some(url) => crate::push::Pusher::Sink(url.clone()),
+            None => {
+                let mut b = aws_sdk_sns::config::Builder::from(sdk);
+                if let Some(r) = self.iam_recorder() {
+                    b = b.interceptor(r);
+                }
+                crate::push::Pusher::Sns(
+                    aws_sdk_sns::Client::from_conf(b.build()),
+                    self.notify.platform_arns.clone(),
+                )
+            }
+        }
     }
 }
 

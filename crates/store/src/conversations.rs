@@ -246,7 +246,14 @@ impl ChatStore {
         let ((conversation, members), last_change) =
             tokio::try_join!(self.load_for_member(caller, id), self.last_change(id))?;
         let ids = sorted_ids(members.iter().map(|m| &m.member_id));
-        Ok(conversation.to_conversation(ids, last_change))
+        let mine = members.iter().find(|m| &m.member_id == caller);
+        Ok(Conversation {
+            notifications: Some(
+                mine.and_then(|m| m.notifications.clone())
+                    .unwrap_or_default(),
+            ),
+            ..conversation.to_conversation(ids, last_change)
+        })
     }
 
     /// `createConversation` (direct). The id is derived from the pair and the conversation item is

@@ -245,6 +245,17 @@ impl ReadBeforeTransmit for IamNeeds {
         let needs = match target.split_once('.') {
             Some(("DynamoDB_20120810", op)) => dynamodb_needs(op, &body),
             Some(("Kinesis_20131202", op)) => kinesis_needs(op, &body),
+            Some(("AmazonSQS", op)) => vec![Need {
+                action: format!("sqs:{op}"),
+                resource: format!(
+                    "queue/{}",
+                    body["QueueUrl"]
+                        .as_str()
+                        .and_then(|u| u.rsplit('/').next())
+                        .unwrap_or("?")
+                ),
+                leading_key: None,
+            }],
             // Sent signed, or presigned for a client to send (the signer's grants authorize it).
             _ if signed_for_s3(req.headers().get("authorization").unwrap_or_default())
                 || req.uri().contains("%2Fs3%2Faws4_request") =>

@@ -411,6 +411,7 @@ fn entry(
             unread_count: unread_count(c.last_seq, last_read_seq),
             last_message_at: c.last_message_at.clone(),
             last_change,
+            notifications: m.notifications.clone().unwrap_or_default(),
         },
     )
 }

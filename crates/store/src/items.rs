@@ -14,6 +14,7 @@ use chat_domain::error::ChatError;
 use chat_domain::inbox::{self, InboxPosition};
 use chat_domain::message::{fingerprint_prefix, preview};
 use chat_domain::model::{Conversation, Message, MessagePreview};
+use chat_domain::notify::{NotificationSettings, Platform};
 use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// A struct as an item with the given key.
@@ -185,6 +186,8 @@ impl ConversationItem {
             last_change,
             admins: self.admin_ids.clone(),
             slow_mode_seconds: self.slow_mode_seconds,
+            // A new member's settings; getConversation shows the caller's own.
+            notifications: Some(NotificationSettings::default()),
         }
     }
 
@@ -225,6 +228,9 @@ pub struct MemberItem {
     /// then refuses (docs/data-model.md §10.1). Written by the block and by the creation.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub blocked: bool,
+    /// This member's notification settings of the conversation (`setNotifications`; absent: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<NotificationSettings>,
 }
 
 impl MemberItem {
@@ -245,6 +251,7 @@ impl MemberItem {
             create_fp: None,
             inbox_key: Some(inbox_key.to_owned()),
             blocked: false,
+            notifications: None,
         }
     }
 
@@ -763,4 +770,37 @@ mod tests {
             500
         );
     }
+}
+
+/// `pk = DEV#<userId>, sk = D#<deviceId>`: one of a user's devices (at most 10), with its SNS
+/// platform endpoint where deployed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceItem {
+    pub user_id: UserId,
+    pub device_id: String,
+    pub platform: Platform,
+    pub token: String,
+    pub registered_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_arn: Option<String>,
+}
+
+impl DeviceItem {
+    pub fn to_item(&self) -> Result<Item, ChatError> {
+        to_item(
+            self,
+            keys::devices_pk(&self.user_id),
+            keys::device_sk(&self.device_id),
+        )
+    }
+}
+
+/// `pk = TOK#<sha256 of platform and token>, sk = T`: which user's device holds a token, so that a
+/// token registered by another user moves to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenOwnerItem {
+    pub user_id: UserId,
+    pub device_id: String,
 }

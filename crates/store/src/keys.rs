@@ -231,6 +231,32 @@ pub fn queued_sk(client_msg_key: &str) -> String {
     format!("{QUEUED_PREFIX}{client_msg_key}")
 }
 
+/// A user's devices (docs/data-model.md, notifications).
+pub fn devices_pk(user: &UserId) -> String {
+    format!("DEV#{user}")
+}
+
+pub fn device_sk(device_id: &str) -> String {
+    format!("D#{device_id}")
+}
+
+pub fn device_key(user: &UserId, device_id: &str) -> Item {
+    key(devices_pk(user), device_sk(device_id))
+}
+
+/// Who holds a device token: keyed by a hash, since a token may be longer than a key may be.
+pub fn token_owner_key(platform: &str, token: &str) -> Item {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{platform}\n{token}").as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    key(format!("TOK#{hex}"), "T")
+}
+
+/// A conversation's open notification window.
+pub fn notify_window_key(id: &ConversationId) -> Item {
+    key(format!("NW#{id}"), "N")
+}
+
 pub fn user_connections_pk(user: &UserId) -> String {
     format!("U#{user}")
 }

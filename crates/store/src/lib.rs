@@ -33,6 +33,9 @@ pub mod keys;
 pub mod limits;
 mod messages;
 pub mod migrate;
+pub mod notify;
+#[cfg(feature = "notify")]
+pub mod push;
 mod reads;
 pub mod retry;
 mod roles;

@@ -225,6 +225,7 @@ mod tests {
             create_fp: None,
             inbox_key: None,
             blocked: false,
+            notifications: None,
         };
         let (old, read) = (image(&member(1, 0), "M#m"), image(&member(3, 0), "M#m"));
         assert_eq!(

@@ -23,6 +23,7 @@ use chat_domain::{ChatError, ConversationId};
 use chat_lambda::{batch_response, Error, EventHandler, SdkConfig};
 use chat_store::items::{from_item, ConversationItem};
 use chat_store::keys;
+use chat_store::push::Notifier;
 use chat_store::ArchiveSettings;
 use chat_store::{telemetry, ChatStore, Config};
 use futures::stream::{self, StreamExt};
@@ -35,11 +36,23 @@ pub const BUDGET: Duration = Duration::from_secs(45);
 #[derive(Clone, Debug)]
 pub struct InboxIndex {
     chat: ChatStore,
+    /// Opens conversations' notification windows (docs/api.md §33) when a delay queue is
+    /// configured: this function already reads every conversation record, and DynamoDB Streams
+    /// serves two readers per shard (this one and the relay), so no third reader is added.
+    notifier: Option<Notifier>,
 }
 
 impl InboxIndex {
     pub fn new(chat: ChatStore) -> Self {
-        InboxIndex { chat }
+        InboxIndex {
+            chat,
+            notifier: None,
+        }
+    }
+
+    /// This indexer, also opening notification windows through `notifier`.
+    pub fn with_notifier(self, notifier: Option<Notifier>) -> Self {
+        InboxIndex { notifier, ..self }
     }
 
     pub async fn handle(&self, event: StreamEvent) -> DynamoDbEventResponse {
@@ -50,8 +63,17 @@ impl InboxIndex {
         // a new bucket, with the first record of each.
         let mut listings = Vec::new();
         let listing = self.chat.has_archive_tier();
+        // Per conversation, its first new message in this batch and that record.
+        let mut arrived: Vec<(usize, ConversationId, u64)> = Vec::new();
         for (i, record) in records.iter().enumerate() {
             let (old, new) = (&record.change.old_image, &record.change.new_image);
+            if self.notifier.is_some() {
+                if let Ok(Some((conversation, first))) = first_new_message(old, new) {
+                    if !arrived.iter().any(|(_, c, _)| *c == conversation) {
+                        arrived.push((i, conversation, first));
+                    }
+                }
+            }
             if listing {
                 match archive_listing(self.chat.archive_settings(), old, new) {
                     Ok(Some(entry)) => listings.push((i, entry)),
@@ -109,6 +131,23 @@ impl InboxIndex {
                 }
             }
         }
+        if let Some(notifier) = &self.notifier {
+            let opened: Vec<_> = stream::iter(arrived)
+                .map(|(i, c, seq)| async move { (i, notifier.message_arrived(&c, seq).await) })
+                .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
+                .collect()
+                .await;
+            for (i, result) in opened {
+                match result {
+                    Ok(true) => telemetry::count("NotifyWindowsOpened", 1),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = ?e, "opening a notification window failed; batch will be retried");
+                        failures.fail(i);
+                    }
+                }
+            }
+        }
         telemetry::count("InboxMoves", moves);
         telemetry::count("InboxEntryWrites", writes);
         telemetry::count("InboxMovesFailed", failed);
@@ -122,7 +161,13 @@ impl EventHandler for InboxIndex {
     type Response = DynamoDbEventResponse;
 
     async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
-        Ok(InboxIndex::new(config.chat_store(sdk).with_budget(BUDGET)))
+        let chat = config.chat_store(sdk).with_budget(BUDGET);
+        let notifier = config.notify.queue_url.is_some().then(|| Notifier {
+            store: chat.clone(),
+            sqs: config.sqs_client(sdk),
+            settings: config.notify.clone(),
+        });
+        Ok(InboxIndex::new(chat).with_notifier(notifier))
     }
 
     fn handle(&self, event: StreamEvent) -> impl Future<Output = DynamoDbEventResponse> + Send {
@@ -158,6 +203,19 @@ fn conversation_images(
         .then(|| from_item(old.clone()))
         .transpose()?;
     Ok(Some((before, after)))
+}
+
+/// A conversation record that added messages: the conversation and the first new seq (never for
+/// changes, membership or creation, which leave `lastSeq` where it was).
+pub fn first_new_message(
+    old: &serde_dynamo::Item,
+    new: &serde_dynamo::Item,
+) -> Result<Option<(ConversationId, u64)>, ChatError> {
+    let Some((before, after)) = conversation_images(old, new)? else {
+        return Ok(None);
+    };
+    let before = before.map_or(0, |b| b.last_seq);
+    Ok((after.last_seq > before).then(|| (after.conversation_id, before + 1)))
 }
 
 /// The activity key change one stream record stands for: conversation items only (their creation

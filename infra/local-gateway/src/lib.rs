@@ -22,7 +22,9 @@ mod invoke;
 mod kinesis;
 mod management;
 mod mapping;
+pub mod notify;
 mod pipeline;
+pub mod push_sink;
 mod registry;
 mod rest_edge;
 mod shutdown;
@@ -75,6 +77,9 @@ pub struct GatewayConfig {
     pub rest: Option<(SocketAddr, String, usize)>,
     /// The demo chat page: `(address, folder of the built page)`.
     pub demo: Option<(SocketAddr, std::path::PathBuf)>,
+    /// Offline notifications: the push sink's address (`CHAT_PUSH_SINK_PORT`); the delay
+    /// queue's poller runs with it.
+    pub push_sink: Option<SocketAddr>,
 }
 
 /// The two event source mappings (template.yaml: RelayEventSource, FanoutEventSource).
@@ -116,6 +121,7 @@ pub const DEFAULT_REST_PORT: u16 = 9000;
 pub const DEFAULT_WS_PORT: u16 = 9001;
 pub const DEFAULT_MANAGEMENT_PORT: u16 = 9002;
 pub const DEFAULT_DEMO_PORT: u16 = 9003;
+pub const DEFAULT_PUSH_SINK_PORT: u16 = 9004;
 /// Instances per function under `cargo lambda watch` (infra/run-local.sh: `--concurrency 32`).
 pub const DEFAULT_FUNCTIONS_CONCURRENCY: usize = 32;
 
@@ -130,6 +136,7 @@ impl GatewayConfig {
             pipeline: Some(PipelineConfig::default()),
             rest: None,
             demo: None,
+            push_sink: None,
         }
     }
 
@@ -175,6 +182,9 @@ impl GatewayConfig {
                 dir.into(),
             ));
         }
+        // Offline notifications: the delay queue's poller and the push sink the notifier
+        // delivers to, on `CHAT_PUSH_SINK_PORT` (9004).
+        config.push_sink = Some(local(port("CHAT_PUSH_SINK_PORT", DEFAULT_PUSH_SINK_PORT)?));
         if let Ok(start) = std::env::var("CHAT_GATEWAY_START") {
             let position = match start.trim() {
                 "" | "TRIM_HORIZON" => StartingPosition::TrimHorizon,
@@ -208,6 +218,8 @@ pub struct RunningGateway {
     pub rest_url: Option<String>,
     /// `http://HOST:PORT/`, the demo page (when configured).
     pub demo_url: Option<String>,
+    /// `http://HOST:PORT`, the push sink (when configured).
+    pub push_sink_url: Option<String>,
     /// `http://HOST:PORT`: the Lambda Invoke API for `relay` and `fanout` (`invoke.rs`).
     pub lambda_url: String,
     registry: registry::Registry,
@@ -234,10 +246,14 @@ impl Gateway {
         }
         chat.ws_management_endpoint = Some(management_url.clone());
         let sdk = chat.sdk_config().await;
+        let (trigger, shutdown) = shutdown::Shutdown::new();
+        let push_sink_url = match config.push_sink {
+            Some(addr) => Some(start_notifications(&mut chat, &sdk, addr, &shutdown).await?),
+            None => None,
+        };
         let handlers = handlers::Handlers::new(&chat, &sdk).await?;
         let fanout = handlers.fanout_stats();
 
-        let (trigger, shutdown) = shutdown::Shutdown::new();
         let registry = registry::Registry::default();
         let stats = Arc::new(Stats::default());
 
@@ -279,6 +295,7 @@ impl Gateway {
             management_url,
             rest_url,
             demo_url,
+            push_sink_url,
             lambda_url: format!("http://{management_addr}"),
             registry,
             stats,
@@ -286,6 +303,36 @@ impl Gateway {
             trigger,
         })
     }
+}
+
+/// Offline notifications: serves the push sink on `addr`, points `chat`'s notifications at it and
+/// at the delay queue (on moto's SQS), and polls the queue for the notifier. Returns the sink's
+/// URL.
+async fn start_notifications(
+    chat: &mut chat_store::Config,
+    sdk: &aws_config::SdkConfig,
+    addr: SocketAddr,
+    shutdown: &shutdown::Shutdown,
+) -> Result<String, Error> {
+    let listener = TcpListener::bind(addr).await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    push_sink::PushSink::default().serve(listener, shutdown.clone());
+    if chat.notify.sqs_endpoint.is_none() {
+        chat.notify.sqs_endpoint = chat.kinesis_endpoint.clone();
+    }
+    chat.notify.push_sink_url = Some(url.clone());
+    let sqs = chat.sqs_client(sdk);
+    if chat.notify.queue_url.is_none() {
+        chat.notify.queue_url = Some(notify::queue_url(&sqs).await?);
+    }
+    let function = <notifier::NotifierFunction as chat_lambda::EventHandler>::from_config(
+        &chat.for_function("notifier"),
+        sdk,
+    )
+    .await?;
+    let queue = chat.notify.queue_url.clone().unwrap_or_default();
+    notify::spawn(sqs, queue, function, shutdown.clone());
+    Ok(url)
 }
 
 /// The REST edge in front of the REST API's upstream; returns its URL.

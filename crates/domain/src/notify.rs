@@ -1,0 +1,472 @@
+//! Offline notifications (docs/api.md §31–§33): devices, per-member notification settings, the
+//! delayed "still unread?" decision, coalescing and the payload. Pure: the store turns these into
+//! DynamoDB conditions, the notifier into SQS and SNS calls.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ChatError;
+use crate::requests::Fields;
+use crate::time::parse_rfc3339;
+use crate::{ConversationId, UserId};
+
+/// Devices per user: an 11th replaces the least recently registered.
+pub const MAX_DEVICES: usize = 10;
+/// A device token's bound (APNs tokens are 64 hex characters, FCM's ~160; SNS takes up to 4 KB).
+pub const MAX_TOKEN_CHARS: usize = 4096;
+/// A device id's bound (the client's own id for an installation).
+pub const MAX_DEVICE_ID_CHARS: usize = 128;
+/// The characters of the newest message a `full` notification shows.
+pub const PREVIEW_CHARS: usize = 100;
+
+fn invalid(msg: impl Into<String>) -> ChatError {
+    ChatError::invalid(msg)
+}
+
+/// Where a device's notifications go (an SNS platform application each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Platform {
+    Apns,
+    ApnsSandbox,
+    Fcm,
+}
+
+impl Platform {
+    pub fn parse(s: &str) -> Option<Platform> {
+        Some(match s {
+            "apns" => Platform::Apns,
+            "apns_sandbox" => Platform::ApnsSandbox,
+            "fcm" => Platform::Fcm,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Platform::Apns => "apns",
+            Platform::ApnsSandbox => "apns_sandbox",
+            Platform::Fcm => "fcm",
+        }
+    }
+}
+
+/// The `{deviceId}` of a path: 1–128 characters of `A-Z a-z 0-9 . _ : -`.
+pub fn device_id_param(raw: Option<&str>) -> Result<String, ChatError> {
+    match raw {
+        Some(id)
+            if !id.is_empty()
+                && id.len() <= MAX_DEVICE_ID_CHARS
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(&b)) =>
+        {
+            Ok(id.to_owned())
+        }
+        _ => Err(invalid(format!(
+            "path parameter `deviceId` must be 1-{MAX_DEVICE_ID_CHARS} characters of A-Z, a-z, 0-9, '.', '_', ':', '-'"
+        ))),
+    }
+}
+
+/// `registerDevice`'s body: `{"platform", "token"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceRegistration {
+    pub platform: Platform,
+    pub token: String,
+}
+
+impl DeviceRegistration {
+    pub fn parse(body: &[u8]) -> Result<Self, ChatError> {
+        let f = Fields::parse(body)?;
+        let platform = f.required_str("platform")?;
+        let platform = Platform::parse(platform).ok_or_else(|| {
+            invalid("field `platform` must be one of \"apns\", \"apns_sandbox\", \"fcm\"")
+        })?;
+        let token = f.required_str("token")?;
+        if token.trim().is_empty() {
+            return Err(invalid("field `token` must not be empty"));
+        }
+        if token.chars().count() > MAX_TOKEN_CHARS
+            || token.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(invalid(format!(
+                "field `token` must be at most {MAX_TOKEN_CHARS} characters, without spaces or control characters"
+            )));
+        }
+        Ok(DeviceRegistration {
+            platform,
+            token: token.to_owned(),
+        })
+    }
+}
+
+/// A registered device as `devices` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Device {
+    pub device_id: String,
+    pub platform: Platform,
+    pub token: String,
+    pub registered_at: String,
+}
+
+/// The devices an 11th registration pushes out: given the user's devices other than the one being
+/// registered, as `(deviceId, registeredAt)`, the oldest ones beyond `MAX_DEVICES - 1`.
+pub fn devices_to_evict(others: &[(String, String)]) -> Vec<String> {
+    let mut by_age: Vec<&(String, String)> = others.iter().collect();
+    by_age.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+    let excess = others.len().saturating_sub(MAX_DEVICES - 1);
+    by_age
+        .into_iter()
+        .take(excess)
+        .map(|d| d.0.clone())
+        .collect()
+}
+
+/// Whether a member wants notifications of a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    #[default]
+    All,
+    None,
+}
+
+/// A member's notification settings of one conversation (`notifications` on the conversation and
+/// its inbox entry).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationSettings {
+    pub level: Level,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub muted_until: Option<String>,
+}
+
+impl NotificationSettings {
+    /// `setNotifications`' body: `{"level": "all"|"none", "mutedUntil"?: RFC 3339}`.
+    pub fn parse(body: &[u8]) -> Result<Self, ChatError> {
+        let f = Fields::parse(body)?;
+        let level = match f.required_str("level")? {
+            "all" => Level::All,
+            "none" => Level::None,
+            _ => return Err(invalid("field `level` must be \"all\" or \"none\"")),
+        };
+        let muted_until = match f.optional_str("mutedUntil")? {
+            None => None,
+            Some(s) => {
+                let t = parse_rfc3339(s).ok_or_else(|| {
+                    invalid(
+                        "field `mutedUntil` must be an RFC 3339 time, e.g. 2026-12-03T18:00:00Z",
+                    )
+                })?;
+                Some(crate::time::rfc3339(t))
+            }
+        };
+        Ok(NotificationSettings { level, muted_until })
+    }
+
+    /// Nothing is sent: level `none`, or muted until a time after `now` (RFC 3339 UTC with
+    /// milliseconds, as `time::rfc3339` writes: such strings compare as times).
+    pub fn is_muted(&self, now: &str) -> bool {
+        self.level == Level::None || self.muted_until.as_deref().is_some_and(|u| u > now)
+    }
+}
+
+/// One delay window of a conversation, as its delayed job carries it: the messages from
+/// `from_seq` on, checked a delay after the first of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyWindow {
+    pub conversation_id: ConversationId,
+    pub from_seq: u64,
+}
+
+/// The decision for one member when the window's delay is over: how many of the window's
+/// messages the notification covers (None: no notification). Nothing for what the member has read
+/// (`last_read_seq`: a read within the delay, or the member's own send, which moves its watermark)
+/// or when muted; otherwise the messages unread in the window, `from_seq..=last_seq`.
+pub fn decide(last_read_seq: u64, last_seq: u64, from_seq: u64, muted: bool) -> Option<u64> {
+    if muted || last_read_seq >= last_seq || last_seq < from_seq {
+        return None;
+    }
+    Some(last_seq - last_read_seq.max(from_seq.saturating_sub(1)))
+}
+
+/// What a deployment shows of a message in a notification (template `NotificationContent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Content {
+    /// The sender and the first 100 characters of the newest message.
+    #[default]
+    Full,
+    /// "New message from …".
+    Sender,
+    /// "New message".
+    None,
+}
+
+impl Content {
+    pub fn parse(s: &str) -> Option<Content> {
+        Some(match s {
+            "full" => Content::Full,
+            "sender" => Content::Sender,
+            "none" => Content::None,
+            _ => return None,
+        })
+    }
+}
+
+/// What a notification carries so the app can fetch: the conversation and the newest seq.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationData {
+    pub conversation_id: ConversationId,
+    pub seq: u64,
+}
+
+/// One notification to one member's devices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notification {
+    pub title: String,
+    pub body: String,
+    pub badge: u64,
+    pub data: NotificationData,
+}
+
+/// The newest message a notification is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Newest<'a> {
+    pub seq: u64,
+    pub sender: &'a UserId,
+    pub body: &'a str,
+    /// The group's title (None: a direct conversation).
+    pub group_title: Option<&'a str>,
+}
+
+fn first_chars(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// The notification of `count` messages whose newest is `newest`, with the member's `badge`.
+pub fn notification(
+    content: Content,
+    conversation_id: &ConversationId,
+    newest: &Newest<'_>,
+    count: u64,
+    badge: u64,
+) -> Notification {
+    let sender = newest.sender.as_str();
+    let who = match newest.group_title {
+        Some(title) => format!("{sender} in {title}"),
+        None => sender.to_owned(),
+    };
+    let several = (count > 1).then(|| format!("{count} new messages"));
+    let (title, body) = match content {
+        Content::Full => {
+            let preview = first_chars(newest.body, PREVIEW_CHARS);
+            let body = match several {
+                Some(n) => format!("{n}: {preview}"),
+                None => preview,
+            };
+            (who, body)
+        }
+        Content::Sender => {
+            let body = match several {
+                Some(n) => format!("{n}, the newest from {sender}"),
+                None => format!("New message from {sender}"),
+            };
+            (who, body)
+        }
+        Content::None => (
+            "New message".to_owned(),
+            several.unwrap_or_else(|| "New message".to_owned()),
+        ),
+    };
+    Notification {
+        title,
+        body,
+        badge,
+        data: NotificationData {
+            conversation_id: conversation_id.clone(),
+            seq: newest.seq,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registrations_parse_and_bad_input_is_refused() {
+        let ok =
+            DeviceRegistration::parse(br#"{"platform":"apns_sandbox","token":"ab12"}"#).unwrap();
+        assert_eq!(
+            (ok.platform, ok.token.as_str()),
+            (Platform::ApnsSandbox, "ab12")
+        );
+        for bad in [
+            r#"{"platform":"wns","token":"ab"}"#,
+            r#"{"platform":"fcm","token":""}"#,
+            r#"{"platform":"fcm","token":"  "}"#,
+            r#"{"platform":"fcm","token":"a b"}"#,
+            r#"{"platform":"fcm"}"#,
+            r#"{"token":"ab"}"#,
+            r#"{"platform":1,"token":"ab"}"#,
+        ] {
+            assert!(DeviceRegistration::parse(bad.as_bytes()).is_err(), "{bad}");
+        }
+        let long = format!(
+            r#"{{"platform":"fcm","token":"{}"}}"#,
+            "a".repeat(MAX_TOKEN_CHARS + 1)
+        );
+        assert!(DeviceRegistration::parse(long.as_bytes()).is_err());
+        let longest = format!(
+            r#"{{"platform":"fcm","token":"{}"}}"#,
+            "a".repeat(MAX_TOKEN_CHARS)
+        );
+        assert!(DeviceRegistration::parse(longest.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn device_ids_are_bounded() {
+        assert_eq!(
+            device_id_param(Some("iphone-1.a_b:c")).unwrap(),
+            "iphone-1.a_b:c"
+        );
+        for bad in [None, Some(""), Some("a b"), Some("a/b"), Some("é")] {
+            assert!(device_id_param(bad).is_err(), "{bad:?}");
+        }
+        assert!(device_id_param(Some(&"a".repeat(129))).is_err());
+        assert!(device_id_param(Some(&"a".repeat(128))).is_ok());
+    }
+
+    #[test]
+    fn the_eleventh_device_evicts_the_least_recently_registered() {
+        let devices = |n: usize| -> Vec<(String, String)> {
+            (0..n)
+                .map(|i| {
+                    (
+                        format!("d{i}"),
+                        format!("2026-12-03T00:00:{:02}.000Z", 59 - i),
+                    )
+                })
+                .collect()
+        };
+        assert!(devices_to_evict(&devices(9)).is_empty());
+        // 10 others + the new one: the oldest (registered first: d9) goes.
+        assert_eq!(devices_to_evict(&devices(10)), vec!["d9".to_owned()]);
+        assert_eq!(
+            devices_to_evict(&devices(11)),
+            vec!["d10".to_owned(), "d9".to_owned()]
+        );
+    }
+
+    #[test]
+    fn settings_parse_and_mute() {
+        let none = NotificationSettings::parse(br#"{"level":"none"}"#).unwrap();
+        assert!(none.is_muted("2026-12-03T00:00:00.000Z"));
+        let until =
+            NotificationSettings::parse(br#"{"level":"all","mutedUntil":"2026-12-03T10:00:00Z"}"#)
+                .unwrap();
+        assert_eq!(
+            until.muted_until.as_deref(),
+            Some("2026-12-03T10:00:00.000Z")
+        );
+        assert!(until.is_muted("2026-12-03T09:59:59.999Z"));
+        assert!(!until.is_muted("2026-12-03T10:00:00.000Z"));
+        assert!(!NotificationSettings::default().is_muted("2026-12-03T00:00:00.000Z"));
+        for bad in [
+            r#"{"level":"some"}"#,
+            r#"{}"#,
+            r#"{"level":"all","mutedUntil":"tomorrow"}"#,
+            r#"{"level":"all","mutedUntil":5}"#,
+        ] {
+            assert!(
+                NotificationSettings::parse(bad.as_bytes()).is_err(),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            serde_json::to_value(NotificationSettings::default()).unwrap(),
+            serde_json::json!({"level": "all"})
+        );
+    }
+
+    #[test]
+    fn the_decision_counts_what_is_unread_in_the_window() {
+        // Window of seqs 4..=6.
+        assert_eq!(
+            decide(0, 6, 4, false),
+            Some(3),
+            "older unread: the window's three"
+        );
+        assert_eq!(decide(4, 6, 4, false), Some(2));
+        assert_eq!(decide(6, 6, 4, false), None, "read within the delay");
+        assert_eq!(decide(7, 6, 4, false), None);
+        assert_eq!(decide(0, 6, 4, true), None, "muted");
+        assert_eq!(decide(0, 1, 1, false), Some(1));
+    }
+
+    #[test]
+    fn payloads_follow_the_content_setting() {
+        let c = ConversationId::parse("d-00000000000000000000000000000001").unwrap();
+        let alice = UserId::parse("alice").unwrap();
+        let long = "x".repeat(150);
+        let newest = Newest {
+            seq: 7,
+            sender: &alice,
+            body: &long,
+            group_title: None,
+        };
+        let full = notification(Content::Full, &c, &newest, 1, 2);
+        assert_eq!(full.title, "alice");
+        assert_eq!(full.body, format!("{}…", "x".repeat(100)));
+        assert_eq!((full.badge, full.data.seq), (2, 7));
+        let three = notification(
+            Content::Full,
+            &c,
+            &Newest {
+                body: "hi",
+                ..newest.clone()
+            },
+            3,
+            1,
+        );
+        assert_eq!(three.body, "3 new messages: hi");
+        let sender = notification(Content::Sender, &c, &newest, 1, 1);
+        assert_eq!(sender.body, "New message from alice");
+        assert!(!sender.body.contains('x'));
+        let none = notification(
+            Content::None,
+            &c,
+            &Newest {
+                group_title: Some("Team"),
+                ..newest.clone()
+            },
+            1,
+            1,
+        );
+        assert_eq!(
+            (none.title.as_str(), none.body.as_str()),
+            ("New message", "New message")
+        );
+        let group = notification(
+            Content::Sender,
+            &c,
+            &Newest {
+                group_title: Some("Team"),
+                ..newest
+            },
+            2,
+            1,
+        );
+        assert_eq!(group.title, "alice in Team");
+        assert_eq!(
+            serde_json::to_value(&group.data).unwrap(),
+            serde_json::json!({"conversationId": c.as_str(), "seq": 7})
+        );
+    }
+}

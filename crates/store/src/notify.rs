@@ -1,0 +1,345 @@
+//! Offline notifications' storage (docs/api.md §31–§33, docs/data-model.md §9): devices and who
+//! holds each token, members' notification settings, and each conversation's open delay window.
+
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::ReturnValue;
+
+use super::attrs::{n, s, Item};
+use super::items::{from_item, DeviceItem, TokenOwnerItem};
+use super::{keys, sdk_error, ChatStore};
+use chat_domain::error::ChatError;
+use chat_domain::notify::{
+    devices_to_evict, Device, DeviceRegistration, NotificationSettings, NotifyWindow,
+};
+use chat_domain::{ConversationId, UserId};
+
+/// `setNotifications`' answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationsResult {
+    pub conversation_id: ConversationId,
+    pub notifications: NotificationSettings,
+}
+
+impl DeviceItem {
+    pub fn device(&self) -> Device {
+        Device {
+            device_id: self.device_id.clone(),
+            platform: self.platform,
+            token: self.token.clone(),
+            registered_at: self.registered_at.clone(),
+        }
+    }
+}
+
+fn is_condition_failed<R>(e: &aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>) -> bool {
+    matches!(
+        e.as_service_error(),
+        Some(UpdateItemError::ConditionalCheckFailedException(_))
+    )
+}
+
+impl ChatStore {
+    /// A user's devices, oldest registration first. 1 strongly consistent Query.
+    pub async fn device_items(&self, user: &UserId) -> Result<Vec<DeviceItem>, ChatError> {
+        let mut devices: Vec<DeviceItem> = self
+            .query_partition(keys::devices_pk(user), None, None)
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect::<Result<_, _>>()?;
+        devices.sort_by(|a, b| a.registered_at.cmp(&b.registered_at));
+        Ok(devices)
+    }
+
+    /// `devices`. 1 Query.
+    pub async fn devices(&self, user: &UserId) -> Result<Vec<Device>, ChatError> {
+        Ok(self
+            .device_items(user)
+            .await?
+            .iter()
+            .map(DeviceItem::device)
+            .collect())
+    }
+
+    /// `registerDevice`: the device (re)registered now. A token held by another device (another
+    /// user's, or another id of this user's) leaves it; beyond `MAX_DEVICES` the least recently
+    /// registered go. `endpoint_arn`: its SNS platform endpoint, where deployed. DynamoDB: 1
+    /// GetItem of the token's holder, 1 Query of the user's devices, 1 DeleteItem per device that
+    /// goes, 2 PutItems (device, holder).
+    pub async fn register_device(
+        &self,
+        user: &UserId,
+        device_id: &str,
+        registration: &DeviceRegistration,
+        endpoint_arn: Option<String>,
+    ) -> Result<Device, ChatError> {
+        let platform = registration.platform.as_str();
+        let holder_key = keys::token_owner_key(platform, &registration.token);
+        if let Some(holder) = self.item_fields(holder_key.clone(), None).await? {
+            let holder: TokenOwnerItem = from_item(holder)?;
+            if holder.user_id != *user || holder.device_id != device_id {
+                // Only if that device still holds this token (it may have been registered again
+                // with another one since).
+                self.delete_device_if(
+                    &holder.user_id,
+                    &holder.device_id,
+                    Some(&registration.token),
+                )
+                .await?;
+            }
+        }
+        let others: Vec<(String, String)> = self
+            .device_items(user)
+            .await?
+            .into_iter()
+            .filter(|d| d.device_id != device_id)
+            .map(|d| (d.device_id, d.registered_at))
+            .collect();
+        for evicted in devices_to_evict(&others) {
+            self.delete_device_if(user, &evicted, None).await?;
+        }
+        let device = DeviceItem {
+            user_id: user.clone(),
+            device_id: device_id.to_owned(),
+            platform: registration.platform,
+            token: registration.token.clone(),
+            registered_at: chat_domain::time::now_rfc3339(),
+            endpoint_arn,
+        };
+        let holder = TokenOwnerItem {
+            user_id: user.clone(),
+            device_id: device_id.to_owned(),
+        };
+        let mut holder_item: Item = serde_dynamo::to_item(&holder).map_err(ChatError::internal)?;
+        holder_item.extend(holder_key);
+        for item in [device.to_item()?, holder_item] {
+            self.db
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .send()
+                .await
+                .map_err(|e| sdk_error("PutItem", e))?;
+        }
+        Ok(device.device())
+    }
+
+    /// Deletes a device (only while it holds `token`, when given); returns what was deleted.
+    /// 1 DeleteItem.
+    pub async fn delete_device_if(
+        &self,
+        user: &UserId,
+        device_id: &str,
+        token: Option<&str>,
+    ) -> Result<Option<DeviceItem>, ChatError> {
+        let mut delete = self
+            .db
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::device_key(user, device_id)))
+            .return_values(ReturnValue::AllOld);
+        if let Some(t) = token {
+            delete = delete
+                .condition_expression("#t = :t")
+                .expression_attribute_names("#t", "token")
+                .expression_attribute_values(":t", s(t));
+        }
+        match delete.send().await {
+            Ok(out) => out.attributes.map(from_item).transpose(),
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_))
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(sdk_error("DeleteItem", e)),
+        }
+    }
+
+    /// `unregisterDevice`: idempotent. DynamoDB: 1 DeleteItem (the token's holder item is left;
+    /// it names a device that no longer holds the token, which the next registration of the
+    /// token checks).
+    pub async fn unregister_device(
+        &self,
+        user: &UserId,
+        device_id: &str,
+    ) -> Result<Option<DeviceItem>, ChatError> {
+        self.delete_device_if(user, device_id, None).await
+    }
+
+    /// `setNotifications`: the caller's settings of a conversation it is a member of (else
+    /// `NotFound`). 1 UpdateItem of the member item, on condition that it exists.
+    pub async fn set_notifications(
+        &self,
+        caller: &UserId,
+        id: &ConversationId,
+        settings: &NotificationSettings,
+    ) -> Result<NotificationsResult, ChatError> {
+        let value = serde_dynamo::to_attribute_value(settings).map_err(ChatError::internal)?;
+        let update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::member_key(id, caller)))
+            .update_expression("SET notifications = :v")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":v", value)
+            .send()
+            .await;
+        match update {
+            Ok(_) => Ok(NotificationsResult {
+                conversation_id: id.clone(),
+                notifications: settings.clone(),
+            }),
+            Err(e) if is_condition_failed(&e) => Err(ChatError::NotFound),
+            Err(e) => Err(sdk_error("UpdateItem", e)),
+        }
+    }
+
+    /// Opens the conversation's delay window at message `seq`, unless one is open: true when this
+    /// call opened it (then exactly one delayed job must be queued for it). A window left open
+    /// past `stale_at_ms` (its job was never queued) counts as closed. 1 UpdateItem.
+    pub async fn open_notify_window(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        now_ms: u64,
+        stale_at_ms: u64,
+    ) -> Result<bool, ChatError> {
+        let update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::notify_window_key(id)))
+            .update_expression("SET openUntil = :until, fromSeq = :seq")
+            .condition_expression("attribute_not_exists(openUntil) OR openUntil < :now")
+            .expression_attribute_values(":until", n(stale_at_ms))
+            .expression_attribute_values(":seq", n(seq))
+            .expression_attribute_values(":now", n(now_ms))
+            .send()
+            .await;
+        match update {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failed(&e) => Ok(false),
+            Err(e) => Err(sdk_error("UpdateItem", e)),
+        }
+    }
+
+    /// Closes the window its job names: true when this call closed it; false when it was closed
+    /// already (a job delivered again sends nothing again) or another window is open. Messages
+    /// after this open the next window. 1 UpdateItem.
+    pub async fn close_notify_window(&self, window: &NotifyWindow) -> Result<bool, ChatError> {
+        let update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::notify_window_key(&window.conversation_id)))
+            .update_expression("REMOVE openUntil")
+            .condition_expression("attribute_exists(openUntil) AND fromSeq = :seq")
+            .expression_attribute_values(":seq", n(window.from_seq))
+            .send()
+            .await;
+        match update {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failed(&e) => Ok(false),
+            Err(e) => Err(sdk_error("UpdateItem", e)),
+        }
+    }
+
+    /// The member's badge: how many of its conversations have unread messages, counted from its
+    /// memberships as they are now (strongly consistent reads of each conversation and member
+    /// item, through the inbox's pages). DynamoDB: `inbox`'s calls per 100 conversations.
+    pub async fn badge(&self, user: &UserId) -> Result<u64, ChatError> {
+        let mut cursor: Option<String> = None;
+        let mut unread = 0;
+        loop {
+            let page = self
+                .inbox(
+                    user,
+                    chat_domain::requests::MAX_PAGE_LIMIT,
+                    cursor.as_deref(),
+                )
+                .await?;
+            unread += page
+                .conversations
+                .iter()
+                .filter(|c| c.unread_count > 0)
+                .count() as u64;
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(unread),
+            }
+        }
+    }
+}
+
+/// The notification settings of a deployment (`Config::notify`).
+#[derive(Debug, Clone, Default)]
+pub struct NotifySettings {
+    pub queue_url: Option<String>,
+    pub sqs_endpoint: Option<String>,
+    pub delay_seconds: u32,
+    pub content: chat_domain::notify::Content,
+    pub push_sink_url: Option<String>,
+    /// The SNS platform application of each platform (template parameters; empty: that platform's
+    /// devices get nothing).
+    pub platform_arns: PlatformArns,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PlatformArns {
+    pub apns: Option<String>,
+    pub apns_sandbox: Option<String>,
+    pub fcm: Option<String>,
+}
+
+impl PlatformArns {
+    pub fn of(&self, p: chat_domain::notify::Platform) -> Option<&str> {
+        use chat_domain::notify::Platform;
+        match p {
+            Platform::Apns => self.apns.as_deref(),
+            Platform::ApnsSandbox => self.apns_sandbox.as_deref(),
+            Platform::Fcm => self.fcm.as_deref(),
+        }
+    }
+}
+
+/// SQS's longest message delay.
+pub const MAX_DELAY_SECONDS: u32 = 900;
+
+impl NotifySettings {
+    pub fn from_env(var: fn(&str) -> Option<String>) -> Result<Self, String> {
+        let delay_seconds = match var("NOTIFY_DELAY_SECONDS") {
+            None => 15,
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|d| *d <= MAX_DELAY_SECONDS)
+                .ok_or(format!(
+                    "NOTIFY_DELAY_SECONDS must be 0-900 seconds, not {v:?}"
+                ))?,
+        };
+        let content = match var("NOTIFICATION_CONTENT") {
+            None => chat_domain::notify::Content::Full,
+            Some(v) => chat_domain::notify::Content::parse(v.trim()).ok_or(format!(
+                "NOTIFICATION_CONTENT must be full, sender or none, not {v:?}"
+            ))?,
+        };
+        Ok(NotifySettings {
+            queue_url: var("CHAT_NOTIFY_QUEUE_URL"),
+            sqs_endpoint: var("SQS_ENDPOINT"),
+            delay_seconds,
+            content,
+            push_sink_url: var("CHAT_PUSH_SINK_URL"),
+            platform_arns: PlatformArns {
+                apns: var("APNS_PLATFORM_APPLICATION_ARN"),
+                apns_sandbox: var("APNS_SANDBOX_PLATFORM_APPLICATION_ARN"),
+                fcm: var("FCM_PLATFORM_APPLICATION_ARN"),
+            },
+        })
+    }
+}

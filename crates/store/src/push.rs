@@ -1,0 +1,372 @@
+//! Sending notifications (docs/api.md §33): the delay queue's job per window (SQS), and the
+//! delivery to devices — Amazon SNS mobile push deployed, the push sink on the local stack.
+
+use std::time::Duration;
+
+use aws_sdk_sns::types::MessageAttributeValue;
+use futures::stream::{self, StreamExt};
+use serde_json::json;
+
+use super::items::DeviceItem;
+use super::keys;
+use super::notify::{NotifySettings, PlatformArns};
+use super::ChatStore;
+use chat_domain::error::ChatError;
+use chat_domain::notify::{decide, notification, Newest, Notification, NotifyWindow, Platform};
+use chat_domain::{ConversationId, ConversationType, UserId};
+
+/// Members of one window worked on at once.
+const MEMBERS_IN_FLIGHT: usize = 16;
+
+/// Where notifications go.
+#[derive(Debug, Clone)]
+pub enum Pusher {
+    /// The local push sink: `POST {url}/notifications` with the notification and the device.
+    Sink(String),
+    /// SNS mobile push: an endpoint per device, made at its first notification.
+    Sns(aws_sdk_sns::Client, PlatformArns),
+}
+
+/// What one window's job did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowReport {
+    pub members_notified: usize,
+    pub sent: usize,
+    pub devices_removed: usize,
+}
+
+/// Opens windows and queues their jobs (the inbox indexer), and runs them (the notifier).
+#[derive(Debug, Clone)]
+pub struct Notifier {
+    pub store: ChatStore,
+    pub sqs: aws_sdk_sqs::Client,
+    pub settings: NotifySettings,
+}
+
+impl Notifier {
+    /// A conversation's message `seq` reached the stream: opens its window if none is open and
+    /// queues the window's job, delayed by `NotifyDelaySeconds`. DynamoDB: 1 UpdateItem; SQS: 1
+    /// SendMessage when it opened the window. A failed SendMessage closes the window again (the
+    /// stream batch is retried).
+    pub async fn message_arrived(&self, id: &ConversationId, seq: u64) -> Result<bool, ChatError> {
+        let Some(queue) = &self.settings.queue_url else {
+            return Ok(false);
+        };
+        let now = chat_domain::time::unix_millis(chat_domain::time::now());
+        // A window whose job was never queued (a crash between the two calls) is stale after
+        // the delay plus SQS's longest redelivery of a few minutes.
+        let stale = now + u64::from(self.settings.delay_seconds) * 1000 + 15 * 60 * 1000;
+        if !self.store.open_notify_window(id, seq, now, stale).await? {
+            return Ok(false);
+        }
+        let window = NotifyWindow {
+            conversation_id: id.clone(),
+            from_seq: seq,
+        };
+        let body = serde_json::to_string(&window).map_err(ChatError::internal)?;
+        let sent = self
+            .sqs
+            .send_message()
+            .queue_url(queue)
+            .message_body(body)
+            .delay_seconds(self.settings.delay_seconds as i32)
+            .send()
+            .await;
+        if let Err(e) = sent {
+            let _ = self.store.close_notify_window(&window).await;
+            return Err(ChatError::internal(format!(
+                "SendMessage: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            )));
+        }
+        Ok(true)
+    }
+
+    /// A window's delay is over: closes it, then notifies each member for whom its messages are
+    /// still unread and who has not muted the conversation, once, on each of its devices.
+    /// DynamoDB: 1 UpdateItem, `load_conversation`, and per member notified 1 Query of its
+    /// devices and the badge's reads (`badge`).
+    pub async fn window_due(
+        &self,
+        window: &NotifyWindow,
+        pusher: &Pusher,
+    ) -> Result<WindowReport, ChatError> {
+        let mut report = WindowReport::default();
+        if !self.store.close_notify_window(window).await? {
+            return Ok(report);
+        }
+        let Some((conversation, members)) = self
+            .store
+            .load_conversation(&window.conversation_id)
+            .await?
+        else {
+            return Ok(report);
+        };
+        let Some(last) = conversation.last_message.as_ref() else {
+            return Ok(report);
+        };
+        let now = chat_domain::time::now_rfc3339();
+        let newest = Newest {
+            seq: last.seq,
+            sender: &last.sender_id,
+            body: &last.body,
+            group_title: match conversation.kind {
+                ConversationType::Group => conversation.title.as_deref(),
+                ConversationType::Direct => None,
+            },
+        };
+        let due: Vec<_> = members
+            .iter()
+            .filter_map(|m| {
+                let muted = m.notifications.as_ref().is_some_and(|n| n.is_muted(&now));
+                decide(
+                    m.last_read_seq,
+                    conversation.last_seq,
+                    window.from_seq,
+                    muted,
+                )
+                .map(|count| (m.member_id.clone(), count))
+            })
+            .collect();
+        // In a group, a member who blocks the newest message's sender is not told of it
+        // (docs/api.md §28): 1 BatchGetItem of their block keys per 100 members.
+        let due = match conversation.kind {
+            ConversationType::Group => self.without_blockers(due, &last.sender_id).await?,
+            ConversationType::Direct => due,
+        };
+        // Members at once: a big group's window is done within a second of its delay.
+        let done: Vec<Result<WindowReport, ChatError>> = stream::iter(due)
+            .map(|(member, count)| {
+                let (newest, conversation) = (&newest, &conversation);
+                async move {
+                    let mut report = WindowReport::default();
+                    let devices = self.store.device_items(&member).await?;
+                    if devices.is_empty() {
+                        return Ok(report);
+                    }
+                    let badge = self.store.badge(&member).await?;
+                    let n = notification(
+                        self.settings.content,
+                        &conversation.conversation_id,
+                        newest,
+                        count,
+                        badge,
+                    );
+                    report.members_notified += 1;
+                    for device in &devices {
+                        match self.push(pusher, device, &n).await {
+                            Ok(true) => report.sent += 1,
+                            Ok(false) => {
+                                let token = Some(device.token.as_str());
+                                self.store
+                                    .delete_device_if(&device.user_id, &device.device_id, token)
+                                    .await?;
+                                report.devices_removed += 1;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = ?e, "a notification was not delivered")
+                            }
+                        }
+                    }
+                    Ok(report)
+                }
+            })
+            .buffer_unordered(MEMBERS_IN_FLIGHT)
+            .collect()
+            .await;
+        for r in done {
+            let r = r?;
+            report.members_notified += r.members_notified;
+            report.sent += r.sent;
+            report.devices_removed += r.devices_removed;
+        }
+        crate::telemetry::count("NotificationsSent", report.sent as u64);
+        Ok(report)
+    }
+
+    /// `due` without the members who block `sender`.
+    async fn without_blockers<T>(
+        &self,
+        due: Vec<(UserId, T)>,
+        sender: &UserId,
+    ) -> Result<Vec<(UserId, T)>, ChatError> {
+        let pairs: Vec<(&UserId, &UserId)> = due.iter().map(|(m, _)| (m, sender)).collect();
+        let blockers: std::collections::HashSet<UserId> = self
+            .store
+            .blocks_among(&pairs)
+            .await?
+            .into_iter()
+            .map(|(blocker, _)| blocker)
+            .collect();
+        Ok(due
+            .into_iter()
+            .filter(|(m, _)| !blockers.contains(m))
+            .collect())
+    }
+
+    /// Sends one notification to one device: false when the device is gone (its SNS endpoint is
+    /// disabled).
+    async fn push(
+        &self,
+        pusher: &Pusher,
+        device: &DeviceItem,
+        n: &Notification,
+    ) -> Result<bool, ChatError> {
+        match pusher {
+            Pusher::Sink(url) => {
+                let record = json!({
+                    "platform": device.platform.as_str(), "token": device.token,
+                    "title": n.title, "body": n.body, "badge": n.badge, "data": n.data,
+                    "sentAt": chat_domain::time::now_rfc3339(),
+                });
+                post_json(url, "/notifications", &record.to_string()).await?;
+                Ok(true)
+            }
+            Pusher::Sns(sns, arns) => self.publish(sns, arns, device, n).await,
+        }
+    }
+
+    async fn publish(
+        &self,
+        sns: &aws_sdk_sns::Client,
+        arns: &PlatformArns,
+        device: &DeviceItem,
+        n: &Notification,
+    ) -> Result<bool, ChatError> {
+        let Some(app) = arns.of(device.platform) else {
+            return Ok(true); // No platform application for it in this deployment.
+        };
+        let endpoint = match &device.endpoint_arn {
+            Some(arn) => arn.clone(),
+            None => {
+                let made = sns
+                    .create_platform_endpoint()
+                    .platform_application_arn(app)
+                    .token(&device.token)
+                    .send()
+                    .await
+                    .map_err(|e| sns_error("CreatePlatformEndpoint", e))?;
+                let arn = made.endpoint_arn.unwrap_or_default();
+                self.store.set_device_endpoint(device, &arn).await?;
+                arn
+            }
+        };
+        let message = sns_message(device.platform, n);
+        let published = sns
+            .publish()
+            .target_arn(&endpoint)
+            .message_structure("json")
+            .message(message)
+            .message_attributes(
+                "AWS.SNS.MOBILE.APNS.PUSH_TYPE",
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value("alert")
+                    .build()
+                    .map_err(ChatError::internal)?,
+            )
+            .send()
+            .await;
+        match published {
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(
+                        aws_sdk_sns::operation::publish::PublishError::EndpointDisabledException(_)
+                    )
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(sns_error("Publish", e)),
+        }
+    }
+}
+
+fn sns_error<E: std::error::Error + Send + Sync + 'static, R: std::fmt::Debug>(
+    op: &str,
+    e: aws_sdk_sns::error::SdkError<E, R>,
+) -> ChatError {
+    ChatError::internal(format!(
+        "{op}: {}",
+        aws_sdk_sns::error::DisplayErrorContext(&e)
+    ))
+}
+
+/// SNS's per-platform message (`MessageStructure=json`).
+fn sns_message(platform: Platform, n: &Notification) -> String {
+    let apns = json!({"aps": {"alert": {"title": n.title, "body": n.body}, "badge": n.badge,
+                              "sound": "default"},
+                      "conversationId": n.data.conversation_id, "seq": n.data.seq});
+    let fcm = json!({"notification": {"title": n.title, "body": n.body},
+                     "data": {"conversationId": n.data.conversation_id,
+                              "seq": n.data.seq.to_string(), "badge": n.badge.to_string()}});
+    let key = match platform {
+        Platform::Apns => "APNS",
+        Platform::ApnsSandbox => "APNS_SANDBOX",
+        Platform::Fcm => "GCM",
+    };
+    let payload = if key == "GCM" { fcm } else { apns };
+    json!({ "default": n.body, key: payload.to_string() }).to_string()
+}
+
+/// One HTTP/1.1 POST of a JSON body to a local `http://host:port` (the push sink); fails unless
+/// answered 2xx.
+pub async fn post_json(base: &str, path: &str, body: &str) -> Result<(), ChatError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = base.trim_start_matches("http://").trim_end_matches('/');
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let io = async {
+        let mut stream = tokio::net::TcpStream::connect(host).await?;
+        stream.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(5), io)
+        .await
+        .map_err(|_| ChatError::Unavailable)?
+        .map_err(|e| ChatError::internal(format!("push sink: {e}")))?;
+    let status = String::from_utf8_lossy(&answer);
+    if status.starts_with("HTTP/1.1 2") || status.starts_with("HTTP/1.0 2") {
+        Ok(())
+    } else {
+        Err(ChatError::internal(format!(
+            "push sink answered {}",
+            status.lines().next().unwrap_or("nothing")
+        )))
+    }
+}
+
+impl ChatStore {
+    /// Records a device's SNS endpoint (made at its first notification). 1 UpdateItem, only
+    /// while the device still holds the token.
+    pub async fn set_device_endpoint(&self, d: &DeviceItem, arn: &str) -> Result<(), ChatError> {
+        let r = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::device_key(&d.user_id, &d.device_id)))
+            .update_expression("SET endpointArn = :a")
+            .condition_expression("#t = :t")
+            .expression_attribute_names("#t", "token")
+            .expression_attribute_values(":a", super::attrs::s(arn))
+            .expression_attribute_values(":t", super::attrs::s(&d.token))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(super::sdk_error("UpdateItem", e)),
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Offline notifications (docs/api.md §31–§33): devices, settings, and the delayed decision
+//! through the notifier, SQS (moto, which honours DelaySeconds) and the push sink.
+
+#[path = "notify/delivery.rs"]
+mod delivery;
+#[path = "notify/devices.rs"]
+mod devices;

@@ -651,8 +651,13 @@ async fn edits_reactions_and_deletions_reach_the_members_in_change_order() {
         let (t, a, b, conv, mut wa) = connected_direct().await;
         t.send(&conv, &a, "helo").await;
         wa.until_message(EVENT, &conv, 1).await;
+        let is_change = |e: &serde_json::Value| e.get("changeSeq").is_some();
+        let mut events = Vec::new();
         let edited = t.edit(&conv, 1, &a, &chat_tests::new_uuid(), "hello").await;
         assert_eq!(edited.status, 200, "{edited:?}");
+        // Each change is pushed before the next is made: the deletion below must not overtake the
+        // pushes of the changes before it (their content would then be withheld, §8.4).
+        events.extend(wa.until(EVENT, |e| e.iter().any(is_change)).await);
         assert_eq!(
             t.react(&conv, 1, &b, "%F0%9F%91%8D", true).await.status,
             200
@@ -661,15 +666,12 @@ async fn edits_reactions_and_deletions_reach_the_members_in_change_order() {
             t.react(&conv, 1, &b, "%F0%9F%91%8D", true).await.status,
             200
         );
+        events.extend(wa.until(EVENT, |e| e.iter().any(is_change)).await);
         let deleted = t
             .delete_message(&conv, 1, &a, &chat_tests::new_uuid())
             .await;
         assert_eq!(deleted.status, 200, "{deleted:?}");
-
-        let is_change = |e: &serde_json::Value| e.get("changeSeq").is_some();
-        let events = wa
-            .until(EVENT, |e| e.iter().filter(|e| is_change(e)).count() >= 3)
-            .await;
+        events.extend(wa.until(EVENT, |e| e.iter().any(is_change)).await);
         let changes: Vec<&serde_json::Value> = events.iter().filter(|e| is_change(e)).collect();
         let later = wa.drain(QUIET).await;
         assert!(

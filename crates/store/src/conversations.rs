@@ -585,6 +585,26 @@ impl ChatStore {
                 members_change(MembersChangeKind::Removed, &[target])?,
             ),
         ];
+        // An admin who leaves or is banned is an admin no more (re-added, a plain member), on
+        // condition that the admins are as read (a concurrent addAdmin reads them again).
+        if conversation.admin_ids.contains(target) {
+            let was = serde_dynamo::to_attribute_value(&conversation.admin_ids)
+                .map_err(ChatError::internal)?;
+            let left: Vec<&UserId> = conversation
+                .admin_ids
+                .iter()
+                .filter(|a| *a != target)
+                .collect();
+            condition.push_str(" AND adminIds = :admins");
+            values.push((":admins", was));
+            if left.is_empty() {
+                expression.push_str(" REMOVE adminIds");
+            } else {
+                let now = serde_dynamo::to_attribute_value(&left).map_err(ChatError::internal)?;
+                expression.push_str(", adminIds = :left");
+                values.push((":left", now));
+            }
+        }
         if ban {
             let (version, v) = ban_version_is(conversation.ban_version);
             condition = format!("{condition} AND {version}");

@@ -139,3 +139,38 @@ async fn slow_mode_lets_a_member_send_once_per_period_and_exempts_managers() {
     assert_eq!(set_slow_mode(&t, &c, owner, 0).await.status, 200);
     assert_eq!(t.send(&c, member, "free").await.status, 201);
 }
+
+/// An admin who leaves the group, or is removed or banned, is an admin no more: added back, a
+/// plain member (and the other admins stay).
+#[tokio::test]
+async fn an_admin_who_leaves_is_an_admin_no_more() {
+    let t = TestApp::new().await;
+    let u = unique_users(4);
+    let (owner, a1, a2, m) = (&u[0], &u[1], &u[2], &u[3]);
+    let c = t.group(owner, &[a1, a2, m]).await;
+    for a in [a1, a2] {
+        assert_eq!(admin(&t, &c, owner, a, true).await.status, 200);
+    }
+    assert_eq!(t.remove_member(&c, a1, a1).await.status, 204, "a1 leaves");
+    let left = t.get(&format!("/conversations/{c}"), owner).await;
+    assert_eq!(left.body["admins"], json!([a2]), "{left:?}");
+    let banned = t
+        .call(
+            "POST",
+            &format!("/conversations/{c}/bans/{a2}"),
+            Some(owner),
+            None,
+        )
+        .await;
+    assert_eq!(banned.status, 204, "{banned:?}");
+    let none = t.get(&format!("/conversations/{c}"), owner).await;
+    assert!(none.body.get("admins").is_none(), "{none:?}");
+    assert_eq!(t.add_members(&c, owner, json!([a1])).await.status, 200);
+    let back = t.get(&format!("/conversations/{c}"), owner).await;
+    assert!(
+        back.body.get("admins").is_none(),
+        "re-added, not an admin: {back:?}"
+    );
+    // Not an admin: may not set slow mode.
+    assert_status(&set_slow_mode(&t, &c, a1, 10).await, 403, "forbidden");
+}

@@ -61,17 +61,8 @@ impl Fields {
     pub fn required_seq(&self, name: &str) -> Result<u64, ChatError> {
         match self.get(name) {
             None => Err(invalid(format!("missing field `{name}`"))),
-            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or_default()),
-            // JSON has one number type: `120.0` is the integer 120 (as JSON Schema counts it).
-            Some(Value::Number(n))
-                if n.as_f64()
-                    .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f < 1.8e19) =>
-            {
-                Ok(n.as_f64().unwrap_or_default() as u64)
-            }
-            Some(_) => Err(invalid(format!(
-                "field `{name}` must be a non-negative integer"
-            ))),
+            Some(v) => whole_number(v)
+                .ok_or_else(|| invalid(format!("field `{name}` must be a non-negative integer"))),
         }
     }
 
@@ -200,14 +191,23 @@ pub fn parse_add_members(body: &[u8]) -> Result<Vec<UserId>, ChatError> {
     Ok(ids)
 }
 
+/// A non-negative whole number. JSON has one number type: `120.0` is the integer 120 (as JSON
+/// Schema counts it), so a client that serialises numbers as floats is not refused.
+fn whole_number(v: &Value) -> Option<u64> {
+    let Value::Number(n) = v else { return None };
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 1.8e19)
+            .map(|f| f as u64)
+    })
+}
+
 /// `updateConversation` (docs/api.md §25): `{"slowModeSeconds": 0-120}`.
 pub fn parse_update_conversation(body: &[u8]) -> Result<u64, ChatError> {
     let f = Fields::parse(body)?;
     let max = crate::rate::MAX_SLOW_MODE_SECONDS;
-    match f.get("slowModeSeconds") {
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= max) => {
-            Ok(n.as_u64().unwrap_or_default())
-        }
+    match f.get("slowModeSeconds").and_then(whole_number) {
+        Some(seconds) if seconds <= max => Ok(seconds),
         _ => Err(invalid(format!(
             "field `slowModeSeconds` must be a whole number of seconds, 0-{max}"
         ))),
@@ -419,6 +419,10 @@ mod tests {
         assert_eq!(
             parse_update_conversation(br#"{"slowModeSeconds":120}"#),
             Ok(120)
+        );
+        assert_eq!(
+            parse_update_conversation(br#"{"slowModeSeconds":86.0}"#),
+            Ok(86)
         );
         for bad in [
             &br#"{"slowModeSeconds":121}"#[..],

@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 use tracing::Instrument;
 
 use super::{call_as, percentile, write_units_in, Request};
+
+mod features;
 use chat_tests::capacity::{item_size, read_units};
 use chat_tests::{new_uuid, unique, Call, LogCapture, TestApp};
 
@@ -436,7 +438,9 @@ pub async fn run(n: usize) {
     t.calls.keep_reads();
     let b = Bench { t: &t, logs: &logs };
     let m = b.measure_all(n).await;
+    let f = b.measure_features(n).await;
     print_report(&m, &ASSUMED, n);
+    features::print_features(&f, &features::FEATURES_ASSUMED);
 }
 
 struct Bench<'a> {
@@ -1133,13 +1137,6 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
         dollars(c.storage_per_month)
     );
     println!();
-    println!(
-        "lines of this round's other features (measured once merged; not in the totals above):"
-    );
-    for (feature, unit) in PENDING {
-        println!("  {feature}: per 1 M {unit}: not measured in this tree");
-    }
-    println!();
     let svg = chat_tests::server::workspace_root().join(CHART);
     match std::fs::write(&svg, chart(&c, &loaded)) {
         Ok(()) => println!("chart of where each dollar goes: {CHART}"),
@@ -1169,19 +1166,6 @@ fn scenarios() -> [(&'static str, Pick); 5] {
         }),
     ]
 }
-
-/// The features of this round whose lines the lead adds after merging their branches: what each
-/// is priced per.
-pub const PENDING: [(&str, &str); 5] = [
-    ("attachments, uploads", "uploads"),
-    ("attachments, downloads", "downloads"),
-    ("notifications", "notifications"),
-    ("typing", "typing frames"),
-    (
-        "rate limiting",
-        "sends (the limiter's own reads and writes)",
-    ),
-];
 
 /// Where the bench writes its chart, from the workspace root.
 pub const CHART: &str = "docs/cost-breakdown.svg";

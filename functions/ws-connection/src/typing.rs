@@ -170,7 +170,14 @@ impl Typing {
                     // ≤ 1 s: the frame interval. Another start or stop meanwhile may push first.
                     let wait = (at - now).clamp(0, 1_000) as u64;
                     tokio::time::sleep(Duration::from_millis(wait)).await;
+                    let mine = state.ver;
                     state = self.connections.typing_state(id).await?;
+                    if state.ver != mine {
+                        // A later change: its writer, which saw this one in the state it
+                        // updated, publishes the set. Only the last writer of a second claims
+                        // (a failed claim is a billed write: 20 typists woke 20 claims for one).
+                        return Ok(());
+                    }
                 }
                 Broadcast::Now => {
                     let prune = expired_entries(&state.entries, now);

@@ -7,6 +7,9 @@
 
 pub mod thumb;
 
+/// The image crate, for tests that decode thumbnails.
+pub use image;
+
 use chat_domain::attachments::parse_object_key;
 use chat_domain::ChatError;
 use chat_store::{ChatStore, Config};

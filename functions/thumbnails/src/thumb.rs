@@ -184,3 +184,16 @@ mod tests {
         }
     }
 }
+
+/// The 5-second goal's decode-and-scale part, measured in the debug build the local stack runs
+/// (docs/benchmarks.md): `cargo test -p thumbnails --lib -- --ignored --nocapture twelve`.
+#[test]
+#[ignore]
+fn twelve_megapixel_jpeg_timing() {
+    let jpeg = sample(4000, 3000, ImageFormat::Jpeg);
+    let started = std::time::Instant::now();
+    let t = make(&jpeg).unwrap();
+    let took = started.elapsed();
+    println!("12 MP JPEG ({} bytes) → {} bytes in {took:?}", jpeg.len(), t.bytes.len());
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+}

@@ -194,6 +194,10 @@ fn twelve_megapixel_jpeg_timing() {
     let started = std::time::Instant::now();
     let t = make(&jpeg).unwrap();
     let took = started.elapsed();
-    println!("12 MP JPEG ({} bytes) → {} bytes in {took:?}", jpeg.len(), t.bytes.len());
+    println!(
+        "12 MP JPEG ({} bytes) → {} bytes in {took:?}",
+        jpeg.len(),
+        t.bytes.len()
+    );
     assert!(took < std::time::Duration::from_secs(5), "{took:?}");
 }

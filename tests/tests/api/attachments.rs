@@ -371,6 +371,16 @@ async fn thumbnailed(
     (id, outcomes.remove(0))
 }
 
+/// The first object within `v` that has the field `name`.
+fn first_with(v: &Value, name: &str) -> Option<Value> {
+    match v {
+        Value::Object(m) if m.contains_key(name) => Some(v.clone()),
+        Value::Object(m) => m.values().find_map(|x| first_with(x, name)),
+        Value::Array(a) => a.iter().find_map(|x| first_with(x, name)),
+        _ => None,
+    }
+}
+
 /// The thumbnail behind `att["thumbnailUrl"]`, decoded: its size.
 async fn thumbnail_size(att: &Value) -> (u32, u32) {
     let url = att["thumbnailUrl"]
@@ -478,6 +488,12 @@ async fn deleting_the_message_deletes_its_thumbnail_and_a_late_thumbnail_is_not_
         .unwrap_or_else(|| panic!("{sent:?}"))
         .to_owned();
     assert_eq!(download(&thumb).await.0, 200);
+    // The changes feed carries a fresh thumbnailUrl too.
+    let edited = t.edit(&c, 1, &a, &new_uuid(), "edited").await;
+    assert_eq!(edited.status, 200, "{edited:?}");
+    let changes = t.get(&format!("/conversations/{c}/changes"), &a).await;
+    let att = first_with(&changes.body, "thumbnailUrl").unwrap_or_else(|| panic!("{changes:?}"));
+    assert_eq!(thumbnail_size(&att).await, (320, 320));
     let r = t.delete_message(&c, 1, &a, &new_uuid()).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(download(&thumb).await.0, 404, "the thumbnail is gone");
@@ -489,4 +505,63 @@ async fn deleting_the_message_deletes_its_thumbnail_and_a_late_thumbnail_is_not_
         .unwrap();
     assert_eq!(outcome, thumbnails::Outcome::Gone);
     assert_eq!(download(&thumb).await.0, 404);
+}
+
+#[tokio::test]
+async fn a_thumbnail_of_an_attachment_deleted_meanwhile_is_removed() {
+    use thumbnails::image::ImageFormat;
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_direct().await;
+    let png = thumbnails::thumb::sample(400, 300, ImageFormat::Png);
+    let r = create(&t, &c, &a, "image/png", png.len()).await;
+    assert_eq!(upload_with(&r.body["upload"], png, &[]).await, 200);
+    let id = r.body["attachmentId"].as_str().unwrap().to_owned();
+    // Its record goes (as a deletion's transaction removes it) while the object is still there.
+    t.db.delete_item()
+        .table_name(&t.table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("A#{id}")),
+        )
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("A".into()))
+        .send()
+        .await
+        .unwrap();
+    let outcome = t
+        .thumbnailer()
+        .object(&format!("a/{c}/{id}"))
+        .await
+        .unwrap();
+    assert_eq!(outcome, thumbnails::Outcome::Gone);
+    let conv = chat_domain::ConversationId::parse(&c).unwrap();
+    let left = t
+        .store_of_function("none")
+        .attachment_bytes(&conv, &id, u64::MAX)
+        .await
+        .unwrap();
+    assert!(
+        left.is_some(),
+        "the upload itself is the deletion's to remove"
+    );
+    let sdk = chat_tests::config().sdk_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .endpoint_url(chat_tests::server::s3_gate_endpoint())
+            .force_path_style(true)
+            .build(),
+    );
+    let thumb = s3
+        .head_object()
+        .bucket(chat_tests::ATTACHMENTS_BUCKET)
+        .key(format!("t/{c}/{id}"))
+        .send()
+        .await;
+    assert!(thumb.is_err(), "the thumbnail was removed: {thumb:?}");
+    let head = t
+        .thumbnailer()
+        .store
+        .record_thumbnail(&conv, &id, 1, 1)
+        .await
+        .unwrap();
+    assert!(!head, "the record is not resurrected");
 }

@@ -115,11 +115,14 @@ fi
 export DYNAMODB_ENDPOINT="$dynamodb"
 
 # Attachments: browsers and curl upload and download with presigned URLs signed for the S3 gate
-# (infra/s3-gate), which checks them as S3 does (moto does not) and forwards to moto's S3.
+# (infra/s3-gate), which checks them as S3 does (moto does not) and forwards to moto's S3. Each
+# upload's S3 event goes to the thumbnailer (functions/thumbnails) through cargo lambda watch's
+# Invoke API, as the bucket's notification invokes it deployed.
 export CHAT_ATTACHMENTS_BUCKET="${CHAT_ATTACHMENTS_BUCKET:-attachmentsbucket}"
 gate_log="$repo/.local/s3-gate-$S3_GATE_PORT.log"
 AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}" \
-  "$bin/s3-gate" --listen "127.0.0.1:$S3_GATE_PORT" --s3 "$S3_ENDPOINT" >"$gate_log" 2>&1 &
+  "$bin/s3-gate" --listen "127.0.0.1:$S3_GATE_PORT" --s3 "$S3_ENDPOINT" \
+  --notify "http://127.0.0.1:$FUNCTIONS_PORT/2015-03-31/functions/thumbnails/invocations" >"$gate_log" 2>&1 &
 pids+=($!)
 wait_for_line "$gate_log" '^READY' "${pids[-1]}" 100 0.1 "run-local: s3-gate"
 export CHAT_ATTACHMENTS_S3_ENDPOINT="http://127.0.0.1:$S3_GATE_PORT"

@@ -329,6 +329,8 @@ pub enum Function {
 const INBOX_INDEX: &str = "inbox-index";
 /// The notifier's function (`notify`).
 const NOTIFIER: &str = "notifier";
+/// The thumbnailer's function (`TestApp::thumbnailer`).
+const THUMBNAILS: &str = "thumbnails";
 /// The archiver's function (`TestApp::archiver`).
 const ARCHIVER: &str = "archiver";
 /// The archive bucket the tests create on moto: the template's logical id, in lower case as S3
@@ -616,7 +618,7 @@ impl TestApp {
         );
         let apps = Function::ALL
             .iter()
-            .chain([&INBOX_INDEX, &ARCHIVER, &NOTIFIER])
+            .chain([&INBOX_INDEX, &ARCHIVER, &NOTIFIER, &THUMBNAILS])
             .map(|name| {
                 let app = App {
                     store: store_of(Some(name)),
@@ -730,6 +732,14 @@ impl TestApp {
         self.apps
             .get(name)
             .map_or_else(|| self.app.store.clone(), |a| a.store.clone())
+    }
+
+    /// The thumbnailer (functions/thumbnails), its calls recorded as its own: the tests give it
+    /// the upload event themselves.
+    pub fn thumbnailer(&self) -> thumbnails::Thumbnailer {
+        thumbnails::Thumbnailer {
+            store: self.apps[THUMBNAILS].store.clone(),
+        }
     }
 
     /// The archiver's store (its calls recorded as the archiver's).

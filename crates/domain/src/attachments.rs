@@ -149,6 +149,12 @@ pub struct AttachmentRecord {
     /// The `clientMsgId` key of the send that used it (absent: never used).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_by: Option<String>,
+    /// The original's size in pixels, recorded by the thumbnailer once `t/…` holds its
+    /// thumbnail (absent: not an image, not decodable, or not done yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
 }
 
 impl AttachmentRecord {
@@ -187,8 +193,8 @@ impl AttachmentRecord {
             size: self.size,
             url: None,
             url_expires_at: None,
-            width: None,
-            height: None,
+            width: self.width,
+            height: self.height,
             thumbnail_url: None,
         }
     }
@@ -226,9 +232,19 @@ pub fn object_key(conversation: &ConversationId, attachment_id: &str) -> String 
     format!("a/{}/{attachment_id}", conversation.as_str())
 }
 
-/// The object key of an image attachment's thumbnail (its longest side 320 px, JPEG).
+/// The object key of an image attachment's thumbnail (its longest side at most 320 px, JPEG, or
+/// PNG for an image with transparency). An attachment has one exactly when its record (and its
+/// message's copy) has `width` and `height`.
 pub fn thumbnail_key(conversation: &ConversationId, attachment_id: &str) -> String {
     format!("t/{}/{attachment_id}", conversation.as_str())
+}
+
+/// The conversation and attachment id of an object key `a/<conversationId>/<attachmentId>` (None:
+/// not an attachment's bytes, e.g. a thumbnail).
+pub fn parse_object_key(key: &str) -> Option<(ConversationId, String)> {
+    let rest = key.strip_prefix("a/")?;
+    let (conversation, id) = rest.split_once('/')?;
+    Some((ConversationId::parse(conversation)?, attachment_id(id)?))
 }
 
 #[cfg(test)]
@@ -237,6 +253,19 @@ mod tests {
 
     fn parse(body: &str) -> Result<CreateAttachment, ChatError> {
         CreateAttachment::parse(body.as_bytes(), &AttachmentPolicy::default())
+    }
+
+    #[test]
+    fn object_keys_round_trip() {
+        let conv = ConversationId::parse(&format!("d-{}", "1".repeat(32))).unwrap();
+        let id = uuid::Uuid::new_v4().to_string();
+        assert_eq!(
+            parse_object_key(&object_key(&conv, &id)),
+            Some((conv.clone(), id.clone()))
+        );
+        assert_eq!(parse_object_key(&thumbnail_key(&conv, &id)), None);
+        assert_eq!(parse_object_key(&format!("a/{conv}/nope")), None);
+        assert_eq!(parse_object_key("a/x"), None);
     }
 
     #[test]
@@ -329,6 +358,8 @@ mod tests {
             size: 3,
             created_at: "t".into(),
             used_by: None,
+            width: None,
+            height: None,
         };
         assert!(record.check_use(&conv, &alice, "k1", true).is_ok());
         assert!(record.check_use(&conv, &alice, "k1", false).is_err());

@@ -5,12 +5,13 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TransactWriteItem};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::Client;
 use serde::Serialize;
 
-use super::attrs::{s, Item};
+use super::attrs::{get_n, get_s, n, s, Item};
 use super::items::{from_item, to_item};
 use super::{keys, sdk_error, ChatStore};
 use chat_domain::attachments::{
@@ -114,6 +115,8 @@ impl ChatStore {
             size: request.size,
             created_at: rfc3339(created),
             used_by: None,
+            width: None,
+            height: None,
         };
         let key = attachment_key(&record.attachment_id);
         let (pk, sk) = (s_of(&key, keys::PK), s_of(&key, keys::SK));
@@ -184,10 +187,18 @@ impl ChatStore {
         id: &ConversationId,
         attachment_id: &str,
     ) -> Result<(String, String), ChatError> {
+        self.sign_get_key(a, object_key(id, attachment_id)).await
+    }
+
+    async fn sign_get_key(
+        &self,
+        a: &Attachments,
+        key: String,
+    ) -> Result<(String, String), ChatError> {
         let presigned =
             a.s3.get_object()
                 .bucket(&a.bucket)
-                .key(object_key(id, attachment_id))
+                .key(key)
                 .presigned(presign_config(DOWNLOAD_TTL)?)
                 .await
                 .map_err(|e| ChatError::internal(format!("presign GET: {e}")))?;
@@ -209,6 +220,11 @@ impl ChatStore {
                     .await?;
                 att.url = Some(url);
                 att.url_expires_at = Some(expires);
+                // Dimensions are recorded only with a thumbnail written (`record_thumbnail`).
+                if att.width.is_some() {
+                    let key = thumbnail_key(&m.conversation_id, &att.attachment_id);
+                    att.thumbnail_url = Some(self.sign_get_key(a, key).await?.0);
+                }
             }
         }
         Ok(())
@@ -340,6 +356,190 @@ impl ChatStore {
         futures::future::try_join_all(deletes).await?;
         Ok(())
     }
+}
+
+/// The thumbnailer's calls (functions/thumbnails): it reads an upload, writes its thumbnail
+/// under `t/`, and records the original's dimensions.
+impl ChatStore {
+    /// The bytes of an upload, at most `max` of them (None: no such object, e.g. its message was
+    /// deleted meanwhile, or larger than `max`). S3: 1 GetObject.
+    pub async fn attachment_bytes(
+        &self,
+        id: &ConversationId,
+        attachment_id: &str,
+        max: u64,
+    ) -> Result<Option<Vec<u8>>, ChatError> {
+        let a = self.attachments()?;
+        let out =
+            a.s3.get_object()
+                .bucket(&a.bucket)
+                .key(object_key(id, attachment_id))
+                .send()
+                .await;
+        let out = match out {
+            Ok(o) => o,
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(s3_error("GetObject", e)),
+        };
+        if out
+            .content_length()
+            .is_some_and(|n| n < 0 || n as u64 > max)
+        {
+            return Ok(None);
+        }
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| ChatError::internal(format!("GetObject body: {e}")))?;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// Writes an attachment's thumbnail (`t/<conversationId>/<attachmentId>`). S3: 1 PutObject.
+    pub async fn put_thumbnail(
+        &self,
+        id: &ConversationId,
+        attachment_id: &str,
+        bytes: Vec<u8>,
+        content_type: &str,
+    ) -> Result<(), ChatError> {
+        let a = self.attachments()?;
+        a.s3.put_object()
+            .bucket(&a.bucket)
+            .key(thumbnail_key(id, attachment_id))
+            .content_type(content_type)
+            .body(bytes.into())
+            .send()
+            .await
+            .map_err(|e| s3_error("PutObject", e))?;
+        Ok(())
+    }
+
+    /// Removes a thumbnail whose attachment was deleted while it was made. S3: 1 DeleteObject.
+    pub async fn delete_thumbnail(
+        &self,
+        id: &ConversationId,
+        attachment_id: &str,
+    ) -> Result<(), ChatError> {
+        let a = self.attachments()?;
+        a.s3.delete_object()
+            .bucket(&a.bucket)
+            .key(thumbnail_key(id, attachment_id))
+            .send()
+            .await
+            .map_err(|e| s3_error("DeleteObject", e))?;
+        Ok(())
+    }
+
+    /// Records that an attachment's thumbnail exists, with its original's `width` × `height`:
+    /// on its record, conditioned on the record still existing (a deleted attachment is not
+    /// resurrected: false, and the caller removes the thumbnail), and, when a message already
+    /// carries it, on that message's copy (conditioned on the message still existing).
+    /// DynamoDB: 1 UpdateItem; when a message uses it, + 2 GetItem (its send key, the message's
+    /// attachments) + 1 UpdateItem.
+    pub async fn record_thumbnail(
+        &self,
+        id: &ConversationId,
+        attachment_id: &str,
+        width: u32,
+        height: u32,
+    ) -> Result<bool, ChatError> {
+        let (w, h) = (n(u64::from(width)), n(u64::from(height)));
+        let out = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(attachment_key(attachment_id)))
+            .update_expression("SET width = :w, height = :h")
+            .condition_expression("attribute_exists(pk) AND conversationId = :c")
+            .expression_attribute_values(":w", w.clone())
+            .expression_attribute_values(":h", h.clone())
+            .expression_attribute_values(":c", s(id.as_str().to_owned()))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        let record = match out {
+            Ok(o) => o.attributes.unwrap_or_default(),
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(UpdateItemError::ConditionalCheckFailedException(_))
+                ) =>
+            {
+                return Ok(false)
+            }
+            Err(e) => return Err(sdk_error("UpdateItem", e)),
+        };
+        // Not sent yet: the send copies the dimensions from the record.
+        let Some(used_by) = get_s(&record, "usedBy") else {
+            return Ok(true);
+        };
+        let Some(key) = self
+            .item_fields(keys::send_key(id, used_by), Some("seq"))
+            .await?
+        else {
+            // Queued, or archived already: the record keeps the dimensions.
+            return Ok(true);
+        };
+        let Some(seq) = get_n(&key, "seq") else {
+            return Ok(true);
+        };
+        let message = self
+            .item_fields(keys::message_key(id, seq), Some("attachments"))
+            .await?;
+        let index = message
+            .as_ref()
+            .and_then(|m| m.get("attachments"))
+            .and_then(|l| l.as_l().ok())
+            .and_then(|l| {
+                l.iter().position(|a| {
+                    a.as_m()
+                        .is_ok_and(|m| get_s(m, "attachmentId") == Some(attachment_id))
+                })
+            });
+        let Some(i) = index else {
+            return Ok(true);
+        };
+        let out = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::message_key(id, seq)))
+            .update_expression(format!(
+                "SET attachments[{i}].width = :w, attachments[{i}].height = :h"
+            ))
+            .condition_expression(format!("attachments[{i}].attachmentId = :a"))
+            .expression_attribute_values(":w", w)
+            .expression_attribute_values(":h", h)
+            .expression_attribute_values(":a", s(attachment_id.to_owned()))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            // Deleted meanwhile: its deletion removes the objects.
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(UpdateItemError::ConditionalCheckFailedException(_))
+                ) =>
+            {
+                Ok(true)
+            }
+            Err(e) => Err(sdk_error("UpdateItem", e)),
+        }
+    }
+}
+
+fn s3_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
+    call: &str,
+    e: aws_sdk_s3::error::SdkError<E, R>,
+) -> ChatError {
+    ChatError::internal(format!(
+        "{call}: {}",
+        aws_sdk_s3::error::DisplayErrorContext(&e)
+    ))
 }
 
 fn s_of(key: &Item, name: &str) -> String {

@@ -348,3 +348,220 @@ async fn an_upload_never_sent_expires_and_a_sent_one_stays() {
     assert_eq!(tags(&left).await, ["chat-unattached=1"]);
     assert!(tags(&kept).await.is_empty());
 }
+
+/// An uploaded attachment of `bytes` as `content_type`, and the thumbnailer run on its upload
+/// event (as the bucket's notification starts it): its id and what became of it.
+async fn thumbnailed(
+    t: &TestApp,
+    c: &str,
+    user: &str,
+    content_type: &str,
+    bytes: &[u8],
+) -> (String, thumbnails::Outcome) {
+    let r = create(t, c, user, content_type, bytes.len()).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(
+        upload_with(&r.body["upload"], bytes.to_vec(), &[]).await,
+        200
+    );
+    let id = r.body["attachmentId"].as_str().unwrap().to_owned();
+    let path = format!("/{}/a/{c}/{id}", chat_tests::ATTACHMENTS_BUCKET);
+    let event = s3_gate::s3_event(&path, bytes.len());
+    let mut outcomes = t.thumbnailer().handle(&event).await.expect("thumbnailer");
+    (id, outcomes.remove(0))
+}
+
+/// The first object within `v` that has the field `name`.
+fn first_with(v: &Value, name: &str) -> Option<Value> {
+    match v {
+        Value::Object(m) if m.contains_key(name) => Some(v.clone()),
+        Value::Object(m) => m.values().find_map(|x| first_with(x, name)),
+        Value::Array(a) => a.iter().find_map(|x| first_with(x, name)),
+        _ => None,
+    }
+}
+
+/// The thumbnail behind `att["thumbnailUrl"]`, decoded: its size.
+async fn thumbnail_size(att: &Value) -> (u32, u32) {
+    let url = att["thumbnailUrl"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{att}"));
+    let (status, bytes) = download(url).await;
+    assert_eq!(status, 200, "{att}");
+    let img = thumbnails::image::load_from_memory(&bytes).expect("a decodable thumbnail");
+    (img.width(), img.height())
+}
+
+#[tokio::test]
+async fn images_get_a_thumbnail_and_their_size_before_or_after_the_send() {
+    use thumbnails::image::ImageFormat;
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    // PNG thumbnailed before its send: the send copies the size from the record.
+    let png = thumbnails::thumb::sample(1000, 600, ImageFormat::Png);
+    let (png_id, outcome) = thumbnailed(&t, &c, &a, "image/png", &png).await;
+    assert_eq!(
+        outcome,
+        thumbnails::Outcome::Thumbnail {
+            width: 1000,
+            height: 600
+        }
+    );
+    let sent = send_with(&t, &c, &a, &new_uuid(), &[&png_id]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let att = &sent.body["attachments"][0];
+    assert_eq!((&att["width"], &att["height"]), (&json!(1000), &json!(600)));
+    assert_eq!(thumbnail_size(att).await, (320, 192));
+
+    // JPEG sent first, thumbnailed after: the thumbnailer updates the message too.
+    let jpeg = thumbnails::thumb::sample(600, 1000, ImageFormat::Jpeg);
+    let r = create(&t, &c, &a, "image/jpeg", jpeg.len()).await;
+    assert_eq!(upload_with(&r.body["upload"], jpeg.clone(), &[]).await, 200);
+    let jpeg_id = r.body["attachmentId"].as_str().unwrap().to_owned();
+    let sent = send_with(&t, &c, &a, &new_uuid(), &[&jpeg_id]).await;
+    assert!(
+        sent.body["attachments"][0]["thumbnailUrl"].is_null(),
+        "{sent:?}"
+    );
+    let path = format!("/{}/a/{c}/{jpeg_id}", chat_tests::ATTACHMENTS_BUCKET);
+    t.thumbnailer()
+        .handle(&s3_gate::s3_event(&path, jpeg.len()))
+        .await
+        .unwrap();
+    let history = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    assert_eq!(history.status, 200, "{history:?}");
+    let messages = history.body["messages"].as_array().unwrap();
+    let of = |id: &str| {
+        messages
+            .iter()
+            .flat_map(|m| m["attachments"].as_array().cloned().unwrap_or_default())
+            .find(|att| att["attachmentId"] == id)
+            .unwrap_or_else(|| panic!("{id} in {messages:?}"))
+    };
+    let att = of(&jpeg_id);
+    assert_eq!((&att["width"], &att["height"]), (&json!(600), &json!(1000)));
+    assert_eq!(thumbnail_size(&att).await, (192, 320));
+    assert_eq!(thumbnail_size(&of(&png_id)).await, (320, 192));
+}
+
+#[tokio::test]
+async fn non_images_corrupt_images_and_bombs_get_no_thumbnail() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    let bomb = thumbnails::thumb::png_claiming(100_000, 100_000);
+    let cases: [(&str, &[u8]); 3] = [
+        ("application/pdf", b"%PDF-1.4 a document"),
+        ("image/png", b"\x89PNG\r\n\x1a\n corrupt"),
+        ("image/png", &bomb),
+    ];
+    let mut ids = Vec::new();
+    for (content_type, bytes) in cases {
+        let (id, outcome) = thumbnailed(&t, &c, &a, content_type, bytes).await;
+        assert_eq!(outcome, thumbnails::Outcome::None, "{content_type}");
+        ids.push(id);
+    }
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let sent = send_with(&t, &c, &a, &new_uuid(), &ids).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let history = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    for att in history.body["messages"][0]["attachments"]
+        .as_array()
+        .unwrap()
+    {
+        assert!(att["url"].is_string(), "{att}");
+        for field in ["width", "height", "thumbnailUrl"] {
+            assert!(att[field].is_null(), "{att}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn deleting_the_message_deletes_its_thumbnail_and_a_late_thumbnail_is_not_kept() {
+    use thumbnails::image::ImageFormat;
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_direct().await;
+    let png = thumbnails::thumb::sample(400, 400, ImageFormat::Png);
+    let (id, _) = thumbnailed(&t, &c, &a, "image/png", &png).await;
+    let sent = send_with(&t, &c, &a, &new_uuid(), &[&id]).await;
+    let thumb = sent.body["attachments"][0]["thumbnailUrl"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{sent:?}"))
+        .to_owned();
+    assert_eq!(download(&thumb).await.0, 200);
+    // The changes feed carries a fresh thumbnailUrl too.
+    let edited = t.edit(&c, 1, &a, &new_uuid(), "edited").await;
+    assert_eq!(edited.status, 200, "{edited:?}");
+    let changes = t.get(&format!("/conversations/{c}/changes"), &a).await;
+    let att = first_with(&changes.body, "thumbnailUrl").unwrap_or_else(|| panic!("{changes:?}"));
+    assert_eq!(thumbnail_size(&att).await, (320, 320));
+    let r = t.delete_message(&c, 1, &a, &new_uuid()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(download(&thumb).await.0, 404, "the thumbnail is gone");
+    // A late event (a retry) of the deleted upload leaves nothing behind.
+    let outcome = t
+        .thumbnailer()
+        .object(&format!("a/{c}/{id}"))
+        .await
+        .unwrap();
+    assert_eq!(outcome, thumbnails::Outcome::Gone);
+    assert_eq!(download(&thumb).await.0, 404);
+}
+
+#[tokio::test]
+async fn a_thumbnail_of_an_attachment_deleted_meanwhile_is_removed() {
+    use thumbnails::image::ImageFormat;
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_direct().await;
+    let png = thumbnails::thumb::sample(400, 300, ImageFormat::Png);
+    let r = create(&t, &c, &a, "image/png", png.len()).await;
+    assert_eq!(upload_with(&r.body["upload"], png, &[]).await, 200);
+    let id = r.body["attachmentId"].as_str().unwrap().to_owned();
+    // Its record goes (as a deletion's transaction removes it) while the object is still there.
+    t.db.delete_item()
+        .table_name(&t.table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("A#{id}")),
+        )
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("A".into()))
+        .send()
+        .await
+        .unwrap();
+    let outcome = t
+        .thumbnailer()
+        .object(&format!("a/{c}/{id}"))
+        .await
+        .unwrap();
+    assert_eq!(outcome, thumbnails::Outcome::Gone);
+    let conv = chat_domain::ConversationId::parse(&c).unwrap();
+    let left = t
+        .store_of_function("none")
+        .attachment_bytes(&conv, &id, u64::MAX)
+        .await
+        .unwrap();
+    assert!(
+        left.is_some(),
+        "the upload itself is the deletion's to remove"
+    );
+    let sdk = chat_tests::config().sdk_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .endpoint_url(chat_tests::server::s3_gate_endpoint())
+            .force_path_style(true)
+            .build(),
+    );
+    let thumb = s3
+        .head_object()
+        .bucket(chat_tests::ATTACHMENTS_BUCKET)
+        .key(format!("t/{c}/{id}"))
+        .send()
+        .await;
+    assert!(thumb.is_err(), "the thumbnail was removed: {thumb:?}");
+    let head = t
+        .thumbnailer()
+        .store
+        .record_thumbnail(&conv, &id, 1, 1)
+        .await
+        .unwrap();
+    assert!(!head, "the record is not resurrected");
+}

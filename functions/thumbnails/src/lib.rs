@@ -1,0 +1,128 @@
+//! The thumbnailer (docs/api.md §36): the attachments bucket's `ObjectCreated` event on `a/`
+//! keys starts it (template.yaml; locally the S3 gate's `--notify`). For an image it writes a
+//! thumbnail under `t/<conversationId>/<attachmentId>` and records the original's size on the
+//! attachment (`ChatStore::record_thumbnail`); anything else gets none. It never fails an upload
+//! it cannot thumbnail (no retry loop): only S3 or DynamoDB failures are errors, which Lambda's
+//! asynchronous invocation retries.
+
+pub mod thumb;
+
+/// The image crate, for tests that decode thumbnails.
+pub use image;
+
+use chat_domain::attachments::parse_object_key;
+use chat_domain::ChatError;
+use chat_store::{ChatStore, Config};
+
+/// Uploads larger than this are not read (the default upload limit is 25 MiB).
+pub const MAX_READ_BYTES: u64 = 32 * 1024 * 1024;
+
+/// What became of one upload.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A thumbnail was written and recorded.
+    Thumbnail { width: u32, height: u32 },
+    /// No thumbnail: not an image, too large, undecodable (the reason is logged).
+    None,
+    /// The upload (or its record) is gone: nothing kept.
+    Gone,
+}
+
+#[derive(Clone, Debug)]
+pub struct Thumbnailer {
+    pub store: ChatStore,
+}
+
+impl Thumbnailer {
+    pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
+        let config = Config::from_env()?.for_function("thumbnails");
+        config.init_telemetry();
+        let sdk = config.sdk_config().await;
+        Ok(Thumbnailer {
+            store: config.chat_store(&sdk),
+        })
+    }
+
+    /// An S3 event: each record's object, one after the other.
+    pub async fn handle(&self, event: &serde_json::Value) -> Result<Vec<Outcome>, ChatError> {
+        let records = event["Records"].as_array().cloned().unwrap_or_default();
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            let key = r["s3"]["object"]["key"].as_str().unwrap_or_default();
+            out.push(self.object(&url_decode(key)).await?);
+        }
+        Ok(out)
+    }
+
+    /// One uploaded object, by key.
+    pub async fn object(&self, key: &str) -> Result<Outcome, ChatError> {
+        let Some((id, attachment_id)) = parse_object_key(key) else {
+            tracing::info!(key, "not an attachment's object: no thumbnail");
+            return Ok(Outcome::None);
+        };
+        let Some(bytes) = self
+            .store
+            .attachment_bytes(&id, &attachment_id, MAX_READ_BYTES)
+            .await?
+        else {
+            return Ok(Outcome::Gone);
+        };
+        let made = match thumb::make(&bytes) {
+            Ok(t) => t,
+            Err(why) => {
+                tracing::info!(key, ?why, "no thumbnail");
+                return Ok(Outcome::None);
+            }
+        };
+        self.store
+            .put_thumbnail(&id, &attachment_id, made.bytes, made.content_type)
+            .await?;
+        let kept = self
+            .store
+            .record_thumbnail(&id, &attachment_id, made.width, made.height)
+            .await?;
+        if !kept {
+            // Deleted while the thumbnail was made: its deletion did not see this object.
+            self.store.delete_thumbnail(&id, &attachment_id).await?;
+            return Ok(Outcome::Gone);
+        }
+        Ok(Outcome::Thumbnail {
+            width: made.width,
+            height: made.height,
+        })
+    }
+}
+
+/// An S3 event's object key, URL-encoded as S3 sends it (`+` is a space).
+pub fn url_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                out.push(b'%');
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_are_url_decoded() {
+        assert_eq!(super::url_decode("a/d-1/x%2Fy+z"), "a/d-1/x/y z");
+        assert_eq!(super::url_decode("100%"), "100%");
+        assert_eq!(super::url_decode("%4"), "%4");
+    }
+}

@@ -111,6 +111,19 @@ pub async fn connected_direct() -> (TestApp, String, String, String, WsClient) {
     (t, a, b, conv, wa)
 }
 
+/// `t` whose conversations function reaches the gateway's Management API (suspensions close
+/// connections; `PUT /me/presence` pushes presence).
+pub async fn with_management(t: crate::TestApp) -> crate::TestApp {
+    let config = chat_store::Config {
+        ws_management_endpoint: Some(gateway().management_url.clone()),
+        ..chat_config()
+    }
+    .for_function("conversations");
+    let sdk = config.sdk_config().await;
+    let sessions = conversations::Sessions::of(&config, &sdk).expect("a management endpoint");
+    t.with_sessions(sessions)
+}
+
 /// The user's live connection ids, as the fanout sees them.
 pub async fn connection_ids(store: &ConnectionStore, user: &str) -> Vec<String> {
     let now = chat_domain::time::unix_seconds(chat_domain::time::now());

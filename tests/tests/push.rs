@@ -813,14 +813,7 @@ async fn a_suspension_closes_the_users_connections() {
     bounded(30, async {
         let (t, a, b, _c, mut wa) = connected_direct().await;
         let mut wb = WsClient::connect(&b).await;
-        let config = chat_store::Config {
-            ws_management_endpoint: Some(gateway().management_url.clone()),
-            ..chat_tests::push::chat_config()
-        }
-        .for_function("conversations");
-        let sdk = config.sdk_config().await;
-        let sessions = conversations::Sessions::of(&config, &sdk).expect("a management endpoint");
-        let t = t.with_sessions(sessions);
+        let t = chat_tests::push::with_management(t).await;
         let moderator = chat_tests::token_with(&unique("mod"), json!({"scope": "chat:moderator"}));
         let path = format!("/moderation/suspensions/{a}");
         let r = t

@@ -34,6 +34,8 @@ pub mod limits;
 mod messages;
 pub mod migrate;
 pub mod notify;
+#[cfg(feature = "management")]
+pub mod presence_push;
 #[cfg(feature = "notify")]
 pub mod push;
 mod reads;

@@ -26,6 +26,7 @@ use chat_domain::typing::{parse_presence_query, parse_presence_visibility};
 use chat_domain::ChatError;
 use chat_http::http::{self, App, Identity, Query};
 use chat_http::routes::Operation;
+use chat_store::presence_push::Pusher;
 use chat_store::{Config, ConnectionStore};
 use lambda_http::{Body, Request, Response};
 
@@ -36,19 +37,47 @@ use lambda_http::{Body, Request, Response};
 pub struct Sessions {
     pub connections: ConnectionStore,
     pub management: aws_sdk_apigatewaymanagement::Client,
+    /// `PUT /me/presence` tells the caller's online direct peers, as a connection change does.
+    pub presence: Pusher,
 }
 
 impl Sessions {
     pub fn of(config: &Config, sdk: &SdkConfig) -> Option<Sessions> {
+        let management = config.management_client(sdk)?;
+        let connections = config.connection_store(sdk);
         Some(Sessions {
-            connections: config.connection_store(sdk),
-            management: config.management_client(sdk)?,
+            presence: Pusher::new(
+                config.chat_store(sdk),
+                connections.clone(),
+                Some(management.clone()),
+            ),
+            connections,
+            management,
         })
     }
 
     pub async fn from_env() -> Result<Option<Sessions>, lambda_http::Error> {
         let config = Config::from_env()?;
         Ok(Sessions::of(&config, &config.sdk_config().await))
+    }
+
+    /// `user`'s visibility changed: the push, when due, goes out before the answer; one held back
+    /// by the 10 s waits in a task, not in the request (as `$connect`'s does). A failed push is
+    /// logged, not answered: the visibility is stored and `POST /presence` shows it.
+    async fn visibility_changed(&self, user: &chat_domain::UserId) {
+        match self.presence.presence_once(user).await {
+            Ok(None) => {}
+            Ok(Some(wait)) => {
+                let (presence, user) = (self.presence.clone(), user.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    if let Err(e) = presence.presence_changed(&user).await {
+                        tracing::warn!(user = %user, error = %e, "presence not pushed");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(user = %user, error = %e, "presence not pushed"),
+        }
     }
 }
 
@@ -126,6 +155,9 @@ pub async fn handle_with(
             app.connections
                 .set_presence_visible(&caller, visible)
                 .await?;
+            if let Some(s) = &sessions {
+                s.visibility_changed(&caller).await;
+            }
             http::json(200, &serde_json::json!({ "visible": visible }))
         }
         // Bans, blocks, moderation; the catch-all routes bring every path the API does not have

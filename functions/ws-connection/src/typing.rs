@@ -8,24 +8,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_apigatewaymanagement::primitives::Blob;
-use chat_domain::events::policy::{may_forget, PushResult};
 use chat_domain::typing::{
-    broadcast, error_frame, expired_entries, parse_client_frame, presence_event, presence_push,
-    signature, typing_event, typing_now, Broadcast, ClientFrame, TypingState,
+    broadcast, error_frame, expired_entries, parse_client_frame, signature, typing_event,
+    typing_now, Broadcast, ClientFrame, TypingState,
 };
 use chat_domain::{ChatError, ConversationId, UserId};
-use chat_store::connections::LiveConnection;
+use chat_store::presence_push::Pusher;
 use chat_store::typing::TypingSnapshot;
 use chat_store::{ChatStore, ConnectionStore};
-use futures::StreamExt;
 
-/// Posts in flight at once per push (300 online members: ~10 rounds).
-const POSTS_IN_FLIGHT: usize = 32;
 /// Claims lost to a concurrent change before this invocation leaves the push to it.
 const CLAIM_ROUNDS: usize = 3;
-/// The direct conversations (most recently active first) whose peers hear of a presence change.
-const PRESENCE_PEERS: i32 = 100;
 
 /// A conversation's member ids and the `membersVersion` they belong to.
 type MemberList = (u64, Arc<Vec<UserId>>);
@@ -34,7 +27,8 @@ type MemberList = (u64, Arc<Vec<UserId>>);
 pub struct Typing {
     chat: ChatStore,
     connections: ConnectionStore,
-    management: Option<aws_sdk_apigatewaymanagement::Client>,
+    /// The Management API posts (and the presence pushes, shared with `PUT /me/presence`).
+    pusher: Pusher,
     /// Member ids per conversation under their `membersVersion` (as the fanout keeps them).
     members: Arc<Mutex<HashMap<ConversationId, MemberList>>>,
 }
@@ -50,9 +44,9 @@ impl Typing {
         management: Option<aws_sdk_apigatewaymanagement::Client>,
     ) -> Self {
         Typing {
+            pusher: Pusher::new(chat.clone(), connections.clone(), management),
             chat,
             connections,
-            management,
             members: Arc::default(),
         }
     }
@@ -66,7 +60,9 @@ impl Typing {
             Ok(ClientFrame::Typing(frame)) => frame,
             Ok(ClientFrame::Ping) => return Ok(()),
             Err(e) => {
-                self.post(connection, &error_frame(&e).to_string()).await;
+                self.pusher
+                    .post(connection, &error_frame(&e).to_string())
+                    .await;
                 return Ok(());
             }
         };
@@ -109,48 +105,10 @@ impl Typing {
         }
     }
 
-    /// A connection of `user` opened or closed: when that changed what their direct peers were
-    /// last told, tell the online ones, at most once per 10 s per user (a change within that goes
-    /// out when the 10 s are over, waiting here). Reads: 1 BatchGetItem (presence, visibility),
-    /// 1 GetItem (the last push); a push: 1 PutItem (its claim), the peers (1 Query + 1
-    /// BatchGetItem), their connections (1 BatchGetItem), and a PostToConnection each.
+    /// A connection of `user` opened or closed (chat_store::presence_push, shared with
+    /// `PUT /me/presence`).
     pub async fn presence_changed(&self, user: &UserId) -> Result<(), ChatError> {
-        for _ in 0..CLAIM_ROUNDS {
-            let now = now_ms();
-            let presence = self
-                .connections
-                .presence_of(std::slice::from_ref(user), now / 1000)
-                .await?;
-            let Some(current) = presence.first() else {
-                return Ok(());
-            };
-            let (sent, sent_at) = self.connections.presence_pushed(user).await?;
-            match presence_push(current.online, sent, sent_at, now) {
-                Broadcast::Nothing => return Ok(()),
-                Broadcast::At(at) => {
-                    let wait = (at - now).clamp(0, 10_000) as u64;
-                    tokio::time::sleep(Duration::from_millis(wait)).await;
-                }
-                Broadcast::Now => {
-                    let claimed = self
-                        .connections
-                        .claim_presence_push(user, current.online, sent_at, now)
-                        .await?;
-                    if !claimed {
-                        return Ok(());
-                    }
-                    let peers = self.chat.direct_peers(user, PRESENCE_PEERS).await?;
-                    let frame = presence_event(current).to_string();
-                    let online = self
-                        .connections
-                        .live_connections(&peers, now / 1000)
-                        .await?;
-                    self.post_all(online, |_| frame.clone()).await;
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
+        self.pusher.presence_changed(user).await
     }
 
     /// Sends the current set if it is due: at once, or (changed within a second of the last
@@ -222,25 +180,12 @@ impl Typing {
             .into_iter()
             .filter(|c| !(only_self(typing, &c.user) && only_self(before, &c.user)))
             .collect();
-        self.post_all(online, |user| {
-            serde_json::to_string(&typing_event(id, typing, user)).unwrap_or_default()
-        })
-        .await;
-        Ok(())
-    }
-
-    /// Each connection its frame, [`POSTS_IN_FLIGHT`] at once; a gone one is forgotten.
-    async fn post_all(&self, connections: Vec<LiveConnection>, frame: impl Fn(&UserId) -> String) {
-        let frame = &frame;
-        let posts = connections.into_iter().map(|c| async move {
-            if self.post(&c.connection_id, &frame(&c.user)).await == PushResult::Gone {
-                self.forget(&c).await;
-            }
-        });
-        futures::stream::iter(posts)
-            .buffer_unordered(POSTS_IN_FLIGHT)
-            .collect::<Vec<()>>()
+        self.pusher
+            .post_all(online, |user| {
+                serde_json::to_string(&typing_event(id, typing, user)).unwrap_or_default()
+            })
             .await;
+        Ok(())
     }
 
     /// The member ids, from the cache while `membersVersion` is unchanged. None: no such
@@ -268,32 +213,5 @@ impl Typing {
                 .insert(id.clone(), (version, users.clone()));
         }
         Ok(Some(users))
-    }
-
-    /// One frame to one connection, once: a lost typing frame is replaced by the next one.
-    async fn post(&self, connection: &str, frame: &str) -> PushResult {
-        let Some(management) = &self.management else {
-            return PushResult::Undeliverable;
-        };
-        let sent = management
-            .post_to_connection()
-            .connection_id(connection)
-            .data(Blob::new(frame.as_bytes()))
-            .send()
-            .await;
-        match sent {
-            Ok(_) => PushResult::Delivered,
-            Err(e) => PushResult::of_failure(e.raw_response().map(|r| r.status().as_u16())),
-        }
-    }
-
-    /// A connection API Gateway called gone no longer counts as online (presence, the fanout).
-    async fn forget(&self, connection: &LiveConnection) {
-        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
-        if may_forget(connection.registered_at(), now) {
-            if let Err(e) = self.connections.forget_if_unchanged(connection).await {
-                tracing::warn!(connection = connection.connection_id, error = %e, "gone connection kept");
-            }
-        }
     }
 }

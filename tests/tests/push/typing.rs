@@ -316,3 +316,50 @@ async fn presence_is_pushed_to_online_direct_peers_at_most_once_per_ten_seconds(
     })
     .await
 }
+
+/// `PUT /me/presence` tells the online direct peers as a connection change does (SPEC §16): a
+/// hidden user who connects stays offline to them; turning visible pushes `online` at once,
+/// turning invisible again pushes `offline` (no `lastActiveAt`) once the 10 s are over.
+#[tokio::test]
+async fn visibility_changes_are_pushed_to_online_direct_peers() {
+    bounded(60, async {
+        let t = chat_tests::push::with_management(TestApp::new().await).await;
+        let (a, b) = (unique("a"), unique("b"));
+        t.direct(&a, &b).await;
+        let visible = |v: bool| {
+            let body = json!({ "visible": v }).to_string();
+            let t = &t;
+            let a = &a;
+            async move {
+                let r = t.call("PUT", "/me/presence", Some(a), Some(&body)).await;
+                assert_eq!(r.status, 200, "{r:?}");
+            }
+        };
+        let presence_of = |events: &[Value], online: bool| {
+            events.iter().any(|e| {
+                e["type"] == "presence" && e["userId"] == a.as_str() && e["online"] == online
+            })
+        };
+        let mut wb = WsClient::connect(&b).await;
+        visible(false).await;
+        let _wa = WsClient::connect(&a).await;
+        let got = wb.drain(Duration::from_millis(500)).await;
+        assert!(!got.iter().any(|e| e["type"] == "presence"), "{got:#?}");
+
+        visible(true).await;
+        let events = wb.until(FRAME, |e| presence_of(e, true)).await;
+        let online_at = std::time::Instant::now();
+        assert!(events.contains(
+            &json!({"type": "presence", "userId": a, "online": true, "lastActiveAt": null})
+        ));
+        visible(false).await;
+        let events = wb
+            .until(Duration::from_secs(15), |e| presence_of(e, false))
+            .await;
+        assert!(online_at.elapsed() >= Duration::from_millis(9_000));
+        assert!(events.contains(
+            &json!({"type": "presence", "userId": a, "online": false, "lastActiveAt": null})
+        ));
+    })
+    .await
+}

@@ -4,6 +4,7 @@
 pub mod archive;
 pub mod chaos;
 pub mod cost;
+pub mod flood;
 pub mod hot;
 pub mod inbox;
 pub mod ops;

@@ -25,6 +25,9 @@
 //! For tuning, `hot32` runs the 32-sender row alone and `receipts1` the 1-sender row without and
 //! with read receipts.
 //!
+//! `flood` sends 1,000 messages in a second from one user under the default rate limits while 8
+//! others send beside it (bench/src/flood.rs): what is stored, refused, and the others' latency.
+//!
 //! `cost` measures the figures of docs/cost.md (calls, write and read units, sizes, log bytes per
 //! operation; bench/src/cost.rs) and prints what 1 M messages, receipts and inbox loads
 //! cost at the prices listed there, and the per-message figure.
@@ -159,8 +162,10 @@ async fn main() {
             // (bench/src/inbox.rs; its own client, to record the reads' responses).
             "inbox" => chat_bench::inbox::run(messages).await.print(),
             "archive" => chat_bench::archive::run(messages).await.print(),
+            // One user's 1,000 sends in a second under the default rate limits, others beside it.
+            "flood" => chat_bench::flood::run().await.print(),
             other => {
-                eprintln!("bench: unknown scenario {other:?} (hot, scaled, chaos, ops, hot32, receipts1, inbox, archive, push, cost)")
+                eprintln!("bench: unknown scenario {other:?} (hot, scaled, chaos, ops, hot32, receipts1, inbox, archive, flood, push, cost)")
             }
         }
     }

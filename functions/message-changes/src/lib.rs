@@ -37,7 +37,9 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
     match operation {
         Operation::EditMessage => {
             let edit = EditMessage::parse(http::body(&req)?)?;
-            http::json(200, &store.edit_message(&caller, &id, seq, &edit).await?)
+            let mut edited = store.edit_message(&caller, &id, seq, &edit).await?;
+            store.sign_attachments([&mut edited]).await?;
+            http::json(200, &edited)
         }
         Operation::DeleteMessage => {
             let key = parse_delete(&Query::of(&req))?;

@@ -112,8 +112,22 @@ async fn an_upload_is_sent_read_and_linked() {
         (200, bytes.clone())
     );
 
-    // In the change log, once the message changed (its caption edited).
-    assert_eq!(t.edit(&c, 1, &a, &new_uuid(), "caption").await.status, 200);
+    // In the edit's answer (a Message object like any other), once its caption is edited.
+    let edited = t.edit(&c, 1, &a, &new_uuid(), "caption").await;
+    assert_eq!(edited.status, 200, "{edited:?}");
+    let att = &edited.body["attachments"][0];
+    assert_eq!(att["attachmentId"], json!(id), "{edited:?}");
+    assert_eq!(
+        download(
+            att["url"]
+                .as_str()
+                .expect("the edit's answer signs its URLs")
+        )
+        .await,
+        (200, bytes.clone())
+    );
+
+    // In the change log.
     let changes = t.get(&format!("/conversations/{c}/changes"), &b).await;
     let att = &changes.body["changes"][0]["message"]["attachments"][0];
     assert_eq!(att["attachmentId"], json!(id), "{changes:?}");

@@ -206,6 +206,21 @@ class TemplateTest(unittest.TestCase):
         cls.template = load_template()
         cls.cargo = load_toml(CARGO_TOML)
 
+    def test_local_stack_default_ports_are_distinct(self) -> None:
+        # `bash infra/run-local.sh` with no settings must start: two of its servers on one default
+        # port fail the whole stack (the S3 gate once shared the push sink's 9004).
+        import re
+
+        with open(os.path.join(INFRA, "run-local.sh"), encoding="utf-8") as f:
+            script = f.read()
+        defaults = re.findall(r"\$\{(CHAT_[A-Z0-9_]*PORT):-(\d+)\}", script)
+        self.assertGreaterEqual(len(defaults), 10, defaults)
+        by_port: dict[str, set[str]] = {}
+        for name, port in defaults:
+            by_port.setdefault(port, set()).add(name)
+        shared = {port: names for port, names in by_port.items() if len(names) > 1}
+        self.assertEqual(shared, {}, "run-local.sh: default ports used twice")
+
     # (a) ------------------------------------------------------------------------------------
 
     def test_http_routes_match_cargo_lambda_router(self) -> None:

@@ -82,6 +82,9 @@ fn expires_at(ttl: Duration) -> String {
     rfc3339(now() + ttl)
 }
 
+/// Tries of the thumbnail's record update against a send's transaction on it (TransactionConflict).
+const RECORD_ATTEMPTS: u32 = 8;
+
 impl ChatStore {
     /// The attachments bucket (None: attachments are not configured: 400).
     fn attachments(&self) -> Result<&Attachments, ChatError> {
@@ -447,19 +450,31 @@ impl ChatStore {
         height: u32,
     ) -> Result<bool, ChatError> {
         let (w, h) = (n(u64::from(width)), n(u64::from(height)));
-        let out = self
-            .db
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(attachment_key(attachment_id)))
-            .update_expression("SET width = :w, height = :h")
-            .condition_expression("attribute_exists(pk) AND conversationId = :c")
-            .expression_attribute_values(":w", w.clone())
-            .expression_attribute_values(":h", h.clone())
-            .expression_attribute_values(":c", s(id.as_str().to_owned()))
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await;
+        let mut attempt = 0;
+        let out = loop {
+            attempt += 1;
+            let out = self
+                .db
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(attachment_key(attachment_id)))
+                .update_expression("SET width = :w, height = :h")
+                .condition_expression("attribute_exists(pk) AND conversationId = :c")
+                .expression_attribute_values(":w", w.clone())
+                .expression_attribute_values(":h", h.clone())
+                .expression_attribute_values(":c", s(id.as_str().to_owned()))
+                .return_values(ReturnValue::AllNew)
+                .send()
+                .await;
+            // The send claiming this record in its transaction at this moment: a moment later it
+            // has committed (then `usedBy` says where its message is) or not.
+            match &out {
+                Err(e) if super::throttled(e) && attempt < RECORD_ATTEMPTS => {
+                    tokio::time::sleep(chat_domain::retry::backoff(attempt + 1)).await;
+                }
+                _ => break out,
+            }
+        };
         let record = match out {
             Ok(o) => o.attributes.unwrap_or_default(),
             Err(e)

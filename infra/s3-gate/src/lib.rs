@@ -229,17 +229,29 @@ pub fn s3_event(path: &str, size: usize) -> serde_json::Value {
     }]})
 }
 
+/// Delivers the event as S3's notification invokes a function: asynchronously, and a function
+/// error is retried twice (Lambda waits about 1 and 2 minutes; here 1 and 2 seconds).
 async fn notify(state: &State, url: &str, event: serde_json::Value) {
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(url)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(event.to_string())));
-    let Ok(req) = req else { return };
-    match state.client.request(req).await {
-        Ok(r) if r.status().is_success() => {}
-        Ok(r) => eprintln!("s3-gate: upload event to {url}: {}", r.status()),
-        Err(e) => eprintln!("s3-gate: upload event to {url}: {e}"),
+    let body = Bytes::from(event.to_string());
+    for attempt in 0..3u64 {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_secs(attempt)).await;
+        }
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(url)
+            .header("content-type", "application/json")
+            .body(Full::new(body.clone()));
+        let Ok(req) = req else { return };
+        match state.client.request(req).await {
+            Ok(r) if r.status().is_success() => return,
+            Ok(r) => eprintln!(
+                "s3-gate: upload event to {url}: {} (try {})",
+                r.status(),
+                attempt + 1
+            ),
+            Err(e) => eprintln!("s3-gate: upload event to {url}: {e} (try {})", attempt + 1),
+        }
     }
 }
 

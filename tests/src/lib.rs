@@ -1091,6 +1091,28 @@ impl TestApp {
 
 /// One plain HTTP/1.1 request (a browser's or curl's, e.g. to a presigned S3 URL): its status,
 /// headers and body.
+/// Sends `bytes` with the upload's presigned request, its headers replaced by `headers` where
+/// given: S3's status.
+pub async fn upload_with(upload: &Value, bytes: Vec<u8>, headers: &[(&str, &str)]) -> u16 {
+    let mut sent: Vec<(String, String)> = upload["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        // hyper frames the body itself (Content-Length from `bytes`).
+        .filter(|(k, _)| k.as_str() != "content-length")
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect();
+    for (k, v) in headers {
+        sent.retain(|(n, _)| n != k);
+        sent.push(((*k).to_owned(), (*v).to_owned()));
+    }
+    let sent: Vec<(&str, &str)> = sent.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let method = upload["method"].as_str().unwrap();
+    raw_http(method, upload["url"].as_str().unwrap(), &sent, bytes)
+        .await
+        .0
+}
+
 pub async fn raw_http(
     method: &str,
     url: &str,

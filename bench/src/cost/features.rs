@@ -17,7 +17,7 @@ use super::{
     dollars, read_units_of, reads_of, total, write_units_in, Bench, Line, Op, HTTP_REQUEST,
     LAMBDA_GB_S, LAMBDA_REQUEST, MEMORY_GB, MILLION, OUT_GB, RRU, WRU, WS_MESSAGE,
 };
-use chat_tests::{new_uuid, raw_http, unique, Call, TestApp};
+use chat_tests::{new_uuid, unique, upload_with, Call, TestApp};
 
 /// S3 Standard requests (docs/cost.md, "1 M attachment uploads"): PUT-class and GET-class.
 pub const S3_PUT: f64 = 0.005e-3;
@@ -277,21 +277,7 @@ async fn uploaded(t: &TestApp, c: &str, user: &str) -> String {
         .post(&format!("/conversations/{c}/attachments"), user, body)
         .await;
     assert_eq!(r.status, 201, "{r:?}");
-    let upload = &r.body["upload"];
-    let headers: Vec<(String, String)> = upload["headers"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(k, _)| k.as_str() != "content-length")
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
-        .collect();
-    let headers: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let url = upload["url"].as_str().unwrap();
-    let method = upload["method"].as_str().unwrap();
-    let (status, _, _) = raw_http(method, url, &headers, vec![7u8; 1000]).await;
+    let status = upload_with(&r.body["upload"], vec![7u8; 1000], &[]).await;
     assert_eq!(status, 200, "the upload");
     r.body["attachmentId"].as_str().unwrap().to_owned()
 }

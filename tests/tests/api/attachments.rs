@@ -2,7 +2,7 @@
 //! which refuses what S3 refuses), sends carrying them, fresh download URLs, the stable link,
 //! deletion with the message, and every bad input answered with nothing changed.
 
-use chat_tests::{new_uuid, raw_http, seqs, unique, Resp, TestApp};
+use chat_tests::{new_uuid, raw_http, seqs, unique, upload_with, Resp, TestApp};
 use serde_json::{json, Value};
 
 /// `createAttachment` of `size` bytes of `content_type`.
@@ -10,28 +10,6 @@ async fn create(t: &TestApp, c: &str, user: &str, content_type: &str, size: usiz
     let body = json!({"fileName": "photo.png", "contentType": content_type, "size": size});
     t.post(&format!("/conversations/{c}/attachments"), user, body)
         .await
-}
-
-/// Sends `bytes` with the upload's presigned request, its headers replaced by `headers` where
-/// given: S3's status.
-async fn upload_with(upload: &Value, bytes: Vec<u8>, headers: &[(&str, &str)]) -> u16 {
-    let mut sent: Vec<(String, String)> = upload["headers"]
-        .as_object()
-        .unwrap()
-        .iter()
-        // hyper frames the body itself (Content-Length from `bytes`).
-        .filter(|(k, _)| k.as_str() != "content-length")
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
-        .collect();
-    for (k, v) in headers {
-        sent.retain(|(n, _)| n != k);
-        sent.push(((*k).to_owned(), (*v).to_owned()));
-    }
-    let sent: Vec<(&str, &str)> = sent.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let method = upload["method"].as_str().unwrap();
-    raw_http(method, upload["url"].as_str().unwrap(), &sent, bytes)
-        .await
-        .0
 }
 
 /// A created and uploaded attachment of `bytes` (image/png): its id.

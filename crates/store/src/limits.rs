@@ -238,7 +238,15 @@ impl ChatStore {
                             }
                             tat = found;
                         }
-                        None => return Err(sdk_error("UpdateItem", e)),
+                        // No answer (or DynamoDB's own failure): the bucket may or may not
+                        // have been debited, but the request has done nothing yet, so it is
+                        // refused as throttled (a 429: nothing happened), not `Unavailable`.
+                        None => {
+                            return Err(match sdk_error("UpdateItem", e) {
+                                ChatError::Unavailable => ChatError::Throttled,
+                                other => other,
+                            })
+                        }
                     }
                 }
             }

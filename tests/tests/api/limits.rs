@@ -173,3 +173,28 @@ async fn all_requests_are_limited_per_user_across_functions() {
     // Another user is unaffected.
     assert_eq!(t.get("/inbox", &b).await.status, 200);
 }
+
+/// The limiter's own write failing (no answer, or DynamoDB's failure) leaves the send undone: a
+/// `429 throttled` (nothing happened), never `503` (whose retry would be needed to learn an
+/// outcome there is none of). Seen answering 503 under a flood on the moto backend.
+#[tokio::test]
+async fn a_failed_limiter_write_is_429_and_sends_nothing() {
+    if chat_tests::server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: DynamoDB faults need the strictness layer (on unless CHAT_STRICT=off)");
+        return;
+    }
+    let t = TestApp::with_rate_limits(sends_only()).await;
+    let (a, b, c) = t.new_direct().await;
+    // Past the SDK's 3 attempts, on the sender's bucket item.
+    chat_tests::server::dynamodb_faults(&serde_json::json!({"op": "UpdateItem",
+        "table": "ConnectionsTable", "key": format!("U#{a}"), "kind": "InternalServerError",
+        "count": 3}));
+    let id = new_uuid();
+    let r = t.send_with_id(&c, &a, &id, "hello").await;
+    assert_eq!((r.status, r.code()), (429, "throttled"), "{r:?}");
+    assert_eq!(r.headers.get("retry-after").map(String::as_str), Some("1"));
+    let page = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    assert_eq!(seqs(&page.body), Vec::<u64>::new(), "nothing stored");
+    let retry = t.send_with_id(&c, &a, &id, "hello").await;
+    assert_eq!((retry.status, retry.body["seq"].as_u64()), (201, Some(1)));
+}

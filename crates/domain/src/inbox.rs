@@ -11,6 +11,10 @@
 //! - **A full page**: copies (a move between its put and its delete) and entries not shown take
 //!   no place in a page; it reads on until it holds `limit` conversations or the index ends
 //!   (`PageWalk`).
+//! - **Big groups are read, not moved**: a member of a group that has had more than 200 members
+//!   has a fixed big-group entry instead of a moving one (a message would move a thousand
+//!   entries); every page reads the caller's big groups and places them by their exact activity
+//!   among the index's entries (`with_big_groups`).
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
 
@@ -282,6 +286,65 @@ pub fn entry_verdict(
     }
 }
 
+/// What an inbox page does with one of the caller's big-group entries (which say "a member of this
+/// group", with no position): shown while the reader is a member; stale once it is not.
+pub fn big_group_verdict(conversation: bool, member: bool, removed_last: bool) -> Verdict {
+    match (conversation, member) {
+        (false, _) => Verdict::Skip,
+        (true, false) => Verdict::Stale,
+        (true, true) if removed_last => Verdict::Skip,
+        (true, true) => Verdict::Show,
+    }
+}
+
+/// One conversation a page may show: where it is for paging (an index entry's position, or a big
+/// group's exact activity) and for display (its exact activity).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageCandidate<T> {
+    pub paging: InboxPosition,
+    pub shown_at: InboxPosition,
+    pub entry: T,
+}
+
+/// A page of `limit` from the index walk's conversations (`walked`, covered down to the walk's
+/// `walk_cursor`, None when the index ended there) and the caller's big groups (`big`, at their
+/// exact activity), below the request's cursor `after`. A big group belongs to this page when it
+/// lies above where the walk stopped (below it, a later page meets it); a conversation met both
+/// ways counts once, as a big group. When more than `limit` qualify, the lowest wait for the next
+/// page, whose cursor is then the last shown. Returns the page, newest activity first, and the
+/// next cursor.
+pub fn with_big_groups<T>(
+    limit: usize,
+    walked: Vec<PageCandidate<T>>,
+    walk_cursor: Option<InboxPosition>,
+    big: Vec<PageCandidate<T>>,
+    after: Option<&InboxPosition>,
+) -> (Vec<T>, Option<InboxPosition>) {
+    let big: Vec<PageCandidate<T>> = big
+        .into_iter()
+        .filter(|b| after.is_none_or(|a| b.paging < *a))
+        .filter(|b| walk_cursor.as_ref().is_none_or(|w| b.paging > *w))
+        .collect();
+    let bigs: HashSet<ConversationId> = big
+        .iter()
+        .map(|b| b.paging.conversation_id.clone())
+        .collect();
+    let mut all: Vec<PageCandidate<T>> = walked
+        .into_iter()
+        .filter(|w| !bigs.contains(&w.paging.conversation_id))
+        .chain(big)
+        .collect();
+    all.sort_by(|a, b| b.paging.cmp(&a.paging));
+    let cursor = if all.len() > limit {
+        all.truncate(limit);
+        all.last().map(|c| c.paging.clone())
+    } else {
+        walk_cursor
+    };
+    let page = newest_first(all.into_iter().map(|c| (c.shown_at, c.entry)).collect());
+    (page, cursor)
+}
+
 /// One conversation's change of activity key over a batch of its stream records, for the indexer:
 /// move every current member's entry to `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,6 +359,30 @@ pub struct ConversationMove {
     /// The first record of the batch this conversation's change comes from (what to report when
     /// the move fails: Lambda delivers it and everything after it again).
     pub first_record: usize,
+    /// A group that has had more than 200 members and whose members do not all have big-group
+    /// entries yet: instead of moving entries, give each member without one its big-group
+    /// entry and delete its moving entry wherever it can be (`conversion_deletes`).
+    pub convert: bool,
+}
+
+impl ConversationMove {
+    /// Where the moving entry of a member who joined at `joined` can be when its group is
+    /// converted to big-group entries: any key of the batch at or above `joined`, or `joined`
+    /// itself (it never moved). Deleting an absent entry is harmless, and happens once per member.
+    pub fn conversion_deletes(&self, joined: Option<&str>) -> Vec<String> {
+        let joined = joined.unwrap_or("");
+        let mut keys: BTreeSet<&str> = self
+            .from
+            .iter()
+            .chain(std::iter::once(&self.to))
+            .map(String::as_str)
+            .filter(|k| *k >= joined)
+            .collect();
+        if !joined.is_empty() {
+            keys.insert(joined);
+        }
+        keys.into_iter().map(str::to_owned).collect()
+    }
 }
 
 /// What the indexer writes for one member: the new entry first, then the old ones away (a reader
@@ -344,13 +431,15 @@ impl ConversationMove {
 }
 
 /// One stream record of a conversation item, for `coalesce`: the keys before and after it (no
-/// key before: the record is the conversation's creation).
+/// key before: the record is the conversation's creation); `convert`: the group is big and its
+/// members' entries are not all big-group entries yet (`ConversationMove::convert`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyChange {
     pub record: usize,
     pub conversation_id: ConversationId,
     pub before: Option<String>,
     pub after: String,
+    pub convert: bool,
 }
 
 /// Coalesces a batch's key changes into one move per conversation (from the keys before each of
@@ -370,6 +459,7 @@ pub fn coalesce(changes: impl IntoIterator<Item = KeyChange>) -> Vec<Conversatio
                     from: BTreeSet::new(),
                     to: c.after.clone(),
                     first_record: c.record,
+                    convert: c.convert,
                 });
                 moves.len() - 1
             }
@@ -377,6 +467,7 @@ pub fn coalesce(changes: impl IntoIterator<Item = KeyChange>) -> Vec<Conversatio
         let m = &mut moves[at];
         m.from.extend(c.before);
         m.to = c.after;
+        m.convert = c.convert;
     }
     moves.retain(|m| !m.is_noop());
     moves
@@ -554,6 +645,88 @@ mod tests {
         index
     }
 
+    fn candidate(key: &str, n: u32) -> PageCandidate<u32> {
+        PageCandidate {
+            paging: at(key, n),
+            shown_at: at(key, n),
+            entry: n,
+        }
+    }
+
+    #[test]
+    fn big_group_entries_show_while_the_reader_is_a_member() {
+        assert_eq!(big_group_verdict(true, true, false), Verdict::Show);
+        assert_eq!(big_group_verdict(true, false, false), Verdict::Stale);
+        assert_eq!(big_group_verdict(true, false, true), Verdict::Stale);
+        assert_eq!(big_group_verdict(true, true, true), Verdict::Skip);
+        assert_eq!(big_group_verdict(false, true, false), Verdict::Skip);
+        assert_eq!(big_group_verdict(false, false, false), Verdict::Skip);
+    }
+
+    #[test]
+    fn big_groups_take_their_place_by_activity_and_every_conversation_is_paged_once() {
+        // An index of 20 conversations (ids 0..20, one a second) and 5 big groups at times in
+        // between, one of which also still has an index entry (before its conversion).
+        let index: Vec<PageCandidate<u32>> = (0..20)
+            .map(|i| candidate(&t(&format!("{i:02}.000")), i))
+            .collect();
+        let big: Vec<PageCandidate<u32>> = [
+            (100, "03.500"),
+            (101, "09.500"),
+            (102, "09.700"),
+            (103, "19.500"),
+            (7, "07.900"),
+        ]
+        .into_iter()
+        .map(|(n, k)| candidate(&t(k), n))
+        .collect();
+        for limit in [1usize, 3, 7, 25, 30] {
+            let mut seen: Vec<u32> = Vec::new();
+            let mut after: Option<InboxPosition> = None;
+            for _ in 0..100 {
+                // The walk: the next `limit` index entries below the cursor (as PageWalk covers
+                // them), and its cursor when entries follow.
+                let below: Vec<PageCandidate<u32>> = {
+                    let mut v: Vec<_> = index
+                        .iter()
+                        .filter(|c| after.as_ref().is_none_or(|a| c.paging < *a))
+                        .cloned()
+                        .collect();
+                    v.sort_by(|a, b| b.paging.cmp(&a.paging));
+                    v
+                };
+                let walked: Vec<_> = below.iter().take(limit).cloned().collect();
+                let walk_cursor =
+                    (below.len() > limit).then(|| walked.last().unwrap().paging.clone());
+                let (page, cursor) =
+                    with_big_groups(limit, walked, walk_cursor, big.clone(), after.as_ref());
+                assert!(page.len() <= limit, "{limit}: {page:?}");
+                seen.extend(page);
+                match cursor {
+                    Some(c) => after = Some(c),
+                    None => break,
+                }
+            }
+            let mut expected: Vec<u32> = (0..20).chain(100..104).collect();
+            let mut got = seen.clone();
+            got.sort_unstable();
+            expected.sort_unstable();
+            assert_eq!(got, expected, "limit {limit}: each once ({seen:?})");
+            // And in order of activity across pages: 19, 103 (19.5), 18, …
+            let order: Vec<u32> = {
+                let mut all: Vec<PageCandidate<u32>> = index
+                    .iter()
+                    .filter(|c| c.entry != 7)
+                    .cloned()
+                    .chain(big.iter().cloned())
+                    .collect();
+                all.sort_by(|a, b| b.paging.cmp(&a.paging));
+                all.into_iter().map(|c| c.entry).collect()
+            };
+            assert_eq!(seen, order, "limit {limit}");
+        }
+    }
+
     #[test]
     fn a_page_is_one_read_of_limit_plus_one_when_nothing_is_moving() {
         let index = sorted((1..=7).map(|n| at(&format!("{n:02}.000"), n)).collect());
@@ -672,7 +845,34 @@ mod tests {
             conversation_id: id(n),
             before: before.map(t),
             after: t(after),
+            convert: false,
         }
+    }
+
+    #[test]
+    fn a_conversion_deletes_wherever_a_moving_entry_can_be() {
+        let mut changes = vec![
+            change(0, 1, Some("05.000"), "10.000"),
+            change(1, 1, Some("10.000"), "15.000"),
+        ];
+        changes[1].convert = true;
+        let mv = coalesce(changes).remove(0);
+        assert!(mv.convert, "the last record says");
+        // A member from before the index, one filed at 05, one that joined at 12 (between the
+        // batch's keys), one that joined after the batch's last key.
+        assert_eq!(
+            mv.conversion_deletes(None),
+            [t("05.000"), t("10.000"), t("15.000")]
+        );
+        assert_eq!(
+            mv.conversion_deletes(Some(&t("05.000"))),
+            [t("05.000"), t("10.000"), t("15.000")]
+        );
+        assert_eq!(
+            mv.conversion_deletes(Some(&t("12.000"))),
+            [t("12.000"), t("15.000")]
+        );
+        assert_eq!(mv.conversion_deletes(Some(&t("16.000"))), [t("16.000")]);
     }
 
     #[test]

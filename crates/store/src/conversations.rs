@@ -307,7 +307,7 @@ impl ChatStore {
                     ..MemberItem::new(&id, user, 0, &now, &filed.key)
                 };
                 parts.push(tx::put(&self.table, member.to_item()?, None, &[])?);
-                parts.push(self.put_inbox_entry(user, &filed)?);
+                parts.push(self.put_inbox_entry(user, &filed, false)?);
             }
             match self.transact(parts).await? {
                 TxOutcome::Committed => return Ok((conversation.to_conversation(pair, 0), true)),
@@ -345,6 +345,8 @@ impl ChatStore {
             owner_id: Some(caller.clone()),
             member_count: all.len() as u32,
             bucketed_since: bucketed(all.len()).then(|| now.clone()),
+            // Big from the start: every member gets a big-group entry, none a moving one.
+            inbox_by_read: bucketed(all.len()),
             ..ConversationItem::new(&id, ConversationType::Group, &now)
         };
         let filed = filed_at(&conversation);
@@ -365,6 +367,7 @@ impl ChatStore {
                 // exists, its request id just returns it.
                 let member = MemberItem {
                     create_fp: Some(fingerprint.clone()),
+                    inbox_big: conversation.inbox_by_read,
                     ..MemberItem::new(&id, user, 0, &now, &filed.key)
                 };
                 parts.push(tx::put(
@@ -373,7 +376,7 @@ impl ChatStore {
                     Some("attribute_not_exists(pk) OR createFp = :fp"),
                     &[(":fp", s(&fingerprint))],
                 )?);
-                parts.push(self.put_inbox_entry(user, &filed)?);
+                parts.push(self.put_inbox_entry(user, &filed, member.inbox_big)?);
             }
             match self.transact_retrying(parts).await? {
                 TxOutcome::Committed => {}
@@ -503,14 +506,19 @@ impl ChatStore {
         )?];
         let watermark = joining_watermark(conversation.last_seq);
         for user in chunk {
-            let member = MemberItem::new(id, user, watermark, &now, &filed.key);
+            // Joining a big group: a big-group entry (the members from before it grew get theirs
+            // from the indexer).
+            let member = MemberItem {
+                inbox_big: grown.bucketed_since.is_some(),
+                ..MemberItem::new(id, user, watermark, &now, &filed.key)
+            };
             parts.push(tx::put(
                 &self.table,
                 member.to_item()?,
                 Some("attribute_not_exists(pk)"),
                 &[],
             )?);
-            parts.push(self.put_inbox_entry(user, &filed)?);
+            parts.push(self.put_inbox_entry(user, &filed, member.inbox_big)?);
         }
         Ok(parts)
     }
@@ -611,7 +619,7 @@ impl ChatStore {
             values.extend(v);
             expression.push_str(" ADD banVersion :one");
         }
-        Ok(vec![
+        let mut parts = vec![
             tx::delete(
                 &self.table,
                 keys::member_key(id, target),
@@ -629,7 +637,14 @@ impl ChatStore {
                 &self.table,
                 keys::inbox_entry_key(target, &filed_at(conversation)),
             )?,
-        ])
+        ];
+        if conversation.bucketed_since.is_some() {
+            parts.push(tx::delete_unconditionally(
+                &self.table,
+                keys::big_group_key(target, id),
+            )?);
+        }
+        Ok(parts)
     }
 }
 

@@ -9,15 +9,17 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, TransactWriteItem, WriteRequest};
-use futures::future::try_join_all;
+use futures::future::{try_join, try_join_all};
 
 use super::attrs::{get_s, s};
 use super::items::{from_item, ConversationItem, InboxEntryItem, MemberItem};
 use super::{keys, sdk_error, tx, ChatStore};
 use chat_domain::error::ChatError;
 use chat_domain::inbox::{
-    entry_verdict, newest_first, ConversationMove, InboxPosition, PageWalk, Verdict, WalkedEntry,
+    big_group_verdict, entry_verdict, with_big_groups, ConversationMove, InboxPosition,
+    PageCandidate, PageWalk, Verdict, WalkedEntry,
 };
 use chat_domain::model::{InboxEntry, InboxPage};
 use chat_domain::read_state::unread_count;
@@ -55,15 +57,30 @@ impl ChatStore {
         cursor: Option<&str>,
     ) -> Result<InboxPage, ChatError> {
         let after = cursor.map(InboxPosition::decode).transpose()?;
-        let mut walk = PageWalk::new(limit as usize, after);
+        let mut walk = PageWalk::new(limit as usize, after.clone());
         let mut conversations: HashMap<ConversationId, ConversationItem> = HashMap::new();
-        let mut entries = Vec::new();
+        let mut walked = Vec::new();
         let mut stale: Vec<InboxPosition> = Vec::new();
+        // The caller's big groups (read with the first index read), their items with the first
+        // round's.
+        let mut big: Option<Vec<ConversationId>> = None;
+        let mut big_items = None;
         // Some round read its conversations with more than one BatchGetItem.
         let mut split = false;
         while !walk.done() {
             while let Some((n, below)) = walk.to_read() {
-                let (found, more) = self.inbox_entries(caller, n, below.as_ref()).await?;
+                let (found, more) = match big {
+                    Some(_) => self.inbox_entries(caller, n, below.as_ref()).await?,
+                    None => {
+                        let (found, groups) = try_join(
+                            self.inbox_entries(caller, n, below.as_ref()),
+                            self.big_groups(caller),
+                        )
+                        .await?;
+                        big = Some(groups);
+                        found
+                    }
+                };
                 walk.read(found, more);
             }
             let covered = walk.cover();
@@ -74,8 +91,17 @@ impl ChatStore {
             // a copy a move has not deleted yet.
             let (firsts, copies): (Vec<WalkedEntry>, Vec<WalkedEntry>) =
                 covered.into_iter().partition(|e| e.first);
+            let big_now = match big_items {
+                None => big.clone().unwrap_or_default(),
+                Some(_) => Vec::new(),
+            };
+            let ids: Vec<ConversationId> = firsts
+                .iter()
+                .map(|e| e.position.conversation_id.clone())
+                .chain(big_now)
+                .collect();
             let (members, heads, calls) = self
-                .read_entries_items(caller, &firsts, &mut conversations)
+                .read_entries_items(caller, &ids, &mut conversations)
                 .await?;
             split |= calls > 1;
 
@@ -87,24 +113,110 @@ impl ChatStore {
                     .filter(|e| conversations.contains_key(&e.position.conversation_id))
                     .map(|e| e.position),
             );
+            let bigs = big.as_deref().unwrap_or_default();
             let shown = Self::judge_entries(
                 caller,
                 firsts,
-                &conversations,
+                (&conversations, bigs),
                 (&members, &heads),
-                &mut entries,
+                &mut walked,
                 &mut stale,
             );
             walk.shown(shown);
+            big_items.get_or_insert((members, heads));
         }
-        if !split && !stale.is_empty() {
-            self.delete_stale_entries(caller, &stale).await;
+        let bigs = match big {
+            Some(b) => b,
+            None => self.big_groups(caller).await?,
+        };
+        let (members, heads) = match big_items {
+            Some(read) => read,
+            None => {
+                let (m, h, _) = self
+                    .read_entries_items(caller, &bigs, &mut conversations)
+                    .await?;
+                (m, h)
+            }
+        };
+        let (big_shown, big_stale) =
+            Self::judge_big_groups(caller, &bigs, &conversations, (&members, &heads));
+        if !split && (!stale.is_empty() || !big_stale.is_empty()) {
+            self.delete_stale_entries(caller, &stale, &big_stale).await;
         }
+        let (conversations, next) = with_big_groups(
+            limit as usize,
+            walked,
+            walk.cursor().cloned(),
+            big_shown,
+            after.as_ref(),
+        );
         Ok(InboxPage {
-            conversations: newest_first(entries),
-            // The position in the walk of the index, whatever the page shows.
-            next_cursor: walk.cursor().map(InboxPosition::encode),
+            conversations,
+            next_cursor: next.as_ref().map(InboxPosition::encode),
         })
+    }
+
+    /// The caller's big groups (`G#` entries, docs/data-model.md §2.5). DynamoDB: 1 strongly
+    /// consistent Query (another per 1 MB: 10,000 groups).
+    async fn big_groups(&self, caller: &UserId) -> Result<Vec<ConversationId>, ChatError> {
+        let mut groups = Vec::new();
+        let mut start = None;
+        loop {
+            let found = self
+                .db
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :big)")
+                .expression_attribute_values(":pk", s(keys::inbox_pk(caller)))
+                .expression_attribute_values(":big", s(keys::BIG_GROUP_PREFIX))
+                .projection_expression("sk")
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk_error("Query", e))?;
+            groups.extend(found.items().iter().filter_map(|i| {
+                get_s(i, keys::SK)?
+                    .strip_prefix(keys::BIG_GROUP_PREFIX)
+                    .and_then(ConversationId::parse)
+            }));
+            match found.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => return Ok(groups),
+            }
+        }
+    }
+
+    /// The caller's big groups a page may show, at their exact activity, and those it is no
+    /// longer a member of. No I/O.
+    fn judge_big_groups(
+        caller: &UserId,
+        bigs: &[ConversationId],
+        conversations: &HashMap<ConversationId, ConversationItem>,
+        (members, heads): (
+            &HashMap<ConversationId, MemberItem>,
+            &HashMap<ConversationId, u64>,
+        ),
+    ) -> (Vec<PageCandidate<InboxEntry>>, Vec<ConversationId>) {
+        let (mut shown, mut stale) = (Vec::new(), Vec::new());
+        for id in bigs {
+            let (c, m) = (conversations.get(id), members.get(id));
+            let removed = c.is_some_and(|c| c.removed_last(caller));
+            match (big_group_verdict(c.is_some(), m.is_some(), removed), c, m) {
+                (Verdict::Show, Some(c), Some(m)) => {
+                    let last_change = heads.get(id).copied().unwrap_or(0);
+                    let (at, entry) = entry(caller, c, m, last_change);
+                    shown.push(PageCandidate {
+                        paging: at.clone(),
+                        shown_at: at,
+                        entry,
+                    });
+                }
+                (Verdict::Stale, _, _) => stale.push(id.clone()),
+                _ => {}
+            }
+        }
+        (shown, stale)
     }
 
     /// A round's reads for `inbox`: the conversation items of its entries (into
@@ -114,7 +226,7 @@ impl ChatStore {
     async fn read_entries_items(
         &self,
         caller: &UserId,
-        firsts: &[WalkedEntry],
+        ids: &[ConversationId],
         conversations: &mut HashMap<ConversationId, ConversationItem>,
     ) -> Result<
         (
@@ -124,10 +236,11 @@ impl ChatStore {
         ),
         ChatError,
     > {
-        let wanted: Vec<_> = firsts
+        let wanted: Vec<_> = ids
             .iter()
-            .flat_map(|e| {
-                let id = &e.position.conversation_id;
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .flat_map(|id| {
                 [
                     keys::conversation_key(id),
                     keys::member_key(id, caller),
@@ -157,16 +270,20 @@ impl ChatStore {
     }
 
     /// Sorts a round's first entries by their verdict: shown ones into `entries`, stale ones
-    /// into `stale`; returns how many are shown. No I/O.
+    /// into `stale`; returns how many are shown. An entry of a conversation the caller also has a
+    /// big-group entry of (`bigs`) is left from before the indexer converted it: stale. No I/O.
     fn judge_entries(
         caller: &UserId,
         firsts: Vec<WalkedEntry>,
-        conversations: &HashMap<ConversationId, ConversationItem>,
+        (conversations, bigs): (
+            &HashMap<ConversationId, ConversationItem>,
+            &[ConversationId],
+        ),
         (members, heads): (
             &HashMap<ConversationId, MemberItem>,
             &HashMap<ConversationId, u64>,
         ),
-        entries: &mut Vec<(InboxPosition, InboxEntry)>,
+        entries: &mut Vec<PageCandidate<InboxEntry>>,
         stale: &mut Vec<InboxPosition>,
     ) -> usize {
         let mut shown = 0;
@@ -174,16 +291,25 @@ impl ChatStore {
             let p = e.position;
             let c = conversations.get(&p.conversation_id);
             let m = members.get(&p.conversation_id);
-            let verdict = entry_verdict(
-                &p.key,
-                c.is_some(),
-                m.map(|m| m.inbox_key.as_deref()),
-                c.is_some_and(|c| c.removed_last(caller)),
-            );
+            let verdict = if bigs.contains(&p.conversation_id) && c.is_some() {
+                Verdict::Stale
+            } else {
+                entry_verdict(
+                    &p.key,
+                    c.is_some(),
+                    m.map(|m| m.inbox_key.as_deref()),
+                    c.is_some_and(|c| c.removed_last(caller)),
+                )
+            };
             match (verdict, c, m) {
                 (Verdict::Show, Some(c), Some(m)) => {
                     let last_change = heads.get(&p.conversation_id).copied().unwrap_or(0);
-                    entries.push(entry(caller, c, m, last_change));
+                    let (at, entry) = entry(caller, c, m, last_change);
+                    entries.push(PageCandidate {
+                        paging: p,
+                        shown_at: at,
+                        entry,
+                    });
                     shown += 1;
                 }
                 (Verdict::Stale, _, _) => stale.push(p),
@@ -228,11 +354,18 @@ impl ChatStore {
     }
 
     /// Best effort, one attempt: an entry that stays is skipped again by the next page.
-    async fn delete_stale_entries(&self, caller: &UserId, stale: &[InboxPosition]) {
+    async fn delete_stale_entries(
+        &self,
+        caller: &UserId,
+        stale: &[InboxPosition],
+        big: &[ConversationId],
+    ) {
         let requests = stale
             .iter()
+            .map(|p| keys::inbox_entry_key(caller, p))
+            .chain(big.iter().map(|id| keys::big_group_key(caller, id)))
             .take(BATCH_WRITE_REQUESTS)
-            .map(|p| delete_request(keys::inbox_entry_key(caller, p)))
+            .map(delete_request)
             .collect::<Result<Vec<_>, _>>();
         let sent = match requests {
             Ok(r) => self
@@ -249,18 +382,20 @@ impl ChatStore {
         }
     }
 
-    /// A transaction part filing `user`'s inbox entry at `position`.
+    /// A transaction part filing `user`'s inbox entry at `position`, or its big-group entry
+    /// (`big`: a member of a group that has had more than 200 members).
     pub(super) fn put_inbox_entry(
         &self,
         user: &UserId,
         position: &InboxPosition,
+        big: bool,
     ) -> Result<TransactWriteItem, ChatError> {
-        tx::put(
-            &self.table,
-            InboxEntryItem::to_item(user, position)?,
-            None,
-            &[],
-        )
+        let item = if big {
+            InboxEntryItem::big_group(user, &position.conversation_id)?
+        } else {
+            InboxEntryItem::to_item(user, position)?
+        };
+        tx::put(&self.table, item, None, &[])
     }
 
     /// The current members of a conversation, each with the key its inbox entry was filed under
@@ -311,6 +446,61 @@ impl ChatStore {
         self.batch_write(puts).await?;
         self.batch_write(deletes).await?;
         Ok(count)
+    }
+
+    /// The indexer's conversion of a group that grew past 200 members (`mv.convert`): each member
+    /// without a big-group entry gets one, then its moving entry is deleted wherever it can be;
+    /// once every member read has one, the conversation item says so (`inboxByRead`), and its
+    /// later records move nothing and read nothing. Idempotent. DynamoDB: the members' Query,
+    /// BatchWriteItem of 25 (puts, then deletes), 1 UpdateItem of the conversation item (again
+    /// while a send's transaction holds it).
+    pub async fn convert_to_big_group_entries(
+        &self,
+        mv: &ConversationMove,
+    ) -> Result<MoveCount, ChatError> {
+        let id = &mv.conversation_id;
+        let members = self
+            .member_items(id, Some("conversationId, memberId, inboxKey, inboxBig"))
+            .await?;
+        let (mut puts, mut deletes) = (Vec::new(), Vec::new());
+        for item in &members {
+            let m: MemberItem = from_item(item.clone())?;
+            if m.inbox_big {
+                continue;
+            }
+            puts.push(put_request(InboxEntryItem::big_group(&m.member_id, id)?)?);
+            for key in mv.conversion_deletes(m.inbox_key.as_deref()) {
+                let at = InboxPosition {
+                    key,
+                    conversation_id: id.clone(),
+                };
+                deletes.push(delete_request(keys::inbox_entry_key(&m.member_id, &at))?);
+            }
+        }
+        let count = MoveCount {
+            members: members.len(),
+            puts: puts.len(),
+            deletes: deletes.len(),
+        };
+        self.batch_write(puts).await?;
+        self.batch_write(deletes).await?;
+        let update = self
+            .conversation_update(id, "SET inboxByRead = :yes", "attribute_exists(pk)")
+            .expression_attribute_values(
+                ":yes",
+                aws_sdk_dynamodb::types::AttributeValue::Bool(true),
+            );
+        let mut retry = self.retry();
+        while retry.next().await {
+            match update.clone().send().await {
+                Ok(_) => return Ok(count),
+                Err(e)
+                    if super::throttled(&e) || e.code() == Some("TransactionConflictException") => {
+                }
+                Err(e) => return Err(sdk_error("UpdateItem", e)),
+            }
+        }
+        Err(ChatError::Throttled)
     }
 
     /// BatchWriteItem calls of 25, a few at a time, each retrying its unprocessed items.

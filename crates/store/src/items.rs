@@ -69,6 +69,11 @@ pub struct ConversationItem {
     /// (`chat_domain::inbox::activity_key`), so they move at most once per 5 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucketed_since: Option<String>,
+    /// Every member has a big-group entry (`G#`) and none is moved any more: set at the creation
+    /// of a group of more than 200, or by the indexer once it has given every member of a group
+    /// that grew past 200 its big-group entry (docs/data-model.md §2.5).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inbox_by_read: bool,
     /// Every message up to this seq is in the archive tier (S3), and may be gone from this table
     /// (docs/data-model.md §7). Only the archiver moves it, only forward, contiguously; 0 (absent)
     /// while nothing is archived.
@@ -138,6 +143,7 @@ impl ConversationItem {
             members_version: 0,
             members_change: None,
             bucketed_since: None,
+            inbox_by_read: false,
             archived_through: 0,
             deleted_seqs: vec![],
             deleted_change: 0,
@@ -224,6 +230,10 @@ pub struct MemberItem {
     /// there or further on, never below (an entry below is left from an earlier membership).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inbox_key: Option<String>,
+    /// This membership has a big-group entry (`G#`): its group had more than 200 members when it
+    /// joined, or the indexer has converted its moving entry since.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inbox_big: bool,
     /// Direct conversations: the peer blocks this member, whose sends the transaction's condition
     /// then refuses (docs/data-model.md §10.1). Written by the block and by the creation.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -250,6 +260,7 @@ impl MemberItem {
             joined_at: Some(now.to_owned()),
             create_fp: None,
             inbox_key: Some(inbox_key.to_owned()),
+            inbox_big: false,
             blocked: false,
             notifications: None,
         }
@@ -325,6 +336,18 @@ impl InboxEntryItem {
             },
             keys::inbox_pk(user),
             keys::inbox_sk(position),
+        )
+    }
+
+    /// `user`'s big-group entry of `id` (`I#<userId>`, `G#<id>`): a member of a group that has
+    /// had more than 200 members, placed by the page itself (docs/data-model.md §2.5).
+    pub fn big_group(user: &UserId, id: &ConversationId) -> Result<Item, ChatError> {
+        to_item(
+            &InboxEntryItem {
+                conversation_id: id.clone(),
+            },
+            keys::inbox_pk(user),
+            keys::big_group_sk(id),
         )
     }
 }
@@ -706,6 +729,7 @@ mod tests {
                 user_ids: vec![UserId::parse("u3").unwrap()],
             }),
             bucketed_since: None,
+            inbox_by_read: false,
             archived_through: 0,
             deleted_seqs: vec![],
             deleted_change: 0,

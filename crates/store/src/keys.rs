@@ -222,6 +222,17 @@ pub fn inbox_entry_key(user: &UserId, position: &InboxPosition) -> Item {
     key(inbox_pk(user), inbox_sk(position))
 }
 
+/// A big-group entry's sort key: `G#<conversationId>`, beside the caller's moving entries.
+pub const BIG_GROUP_PREFIX: &str = "G#";
+
+pub fn big_group_sk(id: &ConversationId) -> String {
+    format!("{BIG_GROUP_PREFIX}{id}")
+}
+
+pub fn big_group_key(user: &UserId, id: &ConversationId) -> Item {
+    key(inbox_pk(user), big_group_sk(id))
+}
+
 /// Sorts just before the queued sends: one Query reads both.
 pub const COMMIT_RECORD_SK: &str = "P!";
 pub const QUEUED_PREFIX: &str = "P#";

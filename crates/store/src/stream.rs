@@ -224,6 +224,7 @@ mod tests {
             joined_at: None,
             create_fp: None,
             inbox_key: None,
+            inbox_big: false,
             blocked: false,
             notifications: None,
         };

@@ -9,8 +9,9 @@
 //! move rewrites the entries of the conversation's members as they are now
 //! (`ChatStore::move_inbox_entries`). Moves are idempotent and keys never go back, so a batch
 //! delivered again (after a failure, Lambda redelivers from the reported record) does no harm.
-//! A big group's key moves in 5-second steps, so its entries move at most once per 5 s however
-//! busy it is.
+//! A big group's members have fixed big-group entries that the page places itself, so nothing
+//! moves for it; a group that grows past 200 members is converted to them at its next 5-second
+//! step (`ChatStore::convert_to_big_group_entries`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -99,7 +100,11 @@ impl InboxIndex {
             .map(|mv| {
                 let chat = &chat;
                 async move {
-                    let result = chat.move_inbox_entries(&mv).await;
+                    let result = if mv.convert {
+                        chat.convert_to_big_group_entries(&mv).await
+                    } else {
+                        chat.move_inbox_entries(&mv).await
+                    };
                     (mv, result)
                 }
             })
@@ -228,11 +233,16 @@ pub fn key_change(
     let Some((before, after)) = conversation_images(old, new)? else {
         return Ok(None);
     };
+    // Its members have big-group entries, which the page places: nothing moves.
+    if after.inbox_by_read {
+        return Ok(None);
+    }
     Ok(Some(KeyChange {
         record,
         conversation_id: after.conversation_id.clone(),
         before: before.map(|b| b.activity_key()),
         after: after.activity_key(),
+        convert: after.bucketed_since.is_some(),
     }))
 }
 

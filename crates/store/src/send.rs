@@ -157,7 +157,8 @@ impl ChatStore {
         // costs a read only when the limit refuses.
         if let Err(limited) = self.limit_send(caller).await {
             let refused = matches!(limited, ChatError::RateLimited { .. });
-            if !refused || self.stored_key(&send).await?.is_none() {
+            // A key that cannot be read leaves the refusal standing: nothing was done.
+            if !refused || !matches!(self.stored_key(&send).await, Ok(Some(_))) {
                 return Err(limited);
             }
         }

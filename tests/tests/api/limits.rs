@@ -198,3 +198,33 @@ async fn a_failed_limiter_write_is_429_and_sends_nothing() {
     let retry = t.send_with_id(&c, &a, &id, "hello").await;
     assert_eq!((retry.status, retry.body["seq"].as_u64()), (201, Some(1)));
 }
+
+/// A refused send whose key cannot be read (to tell a retry of a stored send) is still the
+/// refusal, `429 rate_limited`: nothing was done. Seen answering 503 under a flood on moto.
+#[tokio::test]
+async fn a_refused_send_whose_key_cannot_be_read_is_still_429() {
+    if chat_tests::server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: DynamoDB faults need the strictness layer (on unless CHAT_STRICT=off)");
+        return;
+    }
+    let one = Bucket {
+        per_second: 1,
+        burst: 1,
+    };
+    let t = TestApp::with_rate_limits(RateLimits {
+        sends: one,
+        ..RateLimits::OFF
+    })
+    .await;
+    let (a, b, c) = t.new_direct().await;
+    assert_eq!(t.send(&c, &a, "one").await.status, 201);
+    // Past the SDK's 3 attempts, on the conversation's partition (the refused send's key read).
+    chat_tests::server::dynamodb_faults(&serde_json::json!({"op": "GetItem",
+        "table": "ChatTable", "key": format!("C#{c}"), "kind": "InternalServerError",
+        "count": 3}));
+    let r = t.send(&c, &a, "two").await;
+    assert_limited(&r);
+    chat_tests::server::clear_dynamodb_faults();
+    let page = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    assert_eq!(seqs(&page.body), [1], "nothing more stored");
+}

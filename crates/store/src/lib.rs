@@ -242,6 +242,15 @@ where
     ChatError::internal(format!("{op}: {detail}"))
 }
 
+/// A failure before the request wrote anything: a call that got no answer (`Unavailable`) is no
+/// unknown outcome then, so it becomes `Throttled` (a 429: nothing happened, then or later).
+pub(crate) fn nothing_done(e: ChatError) -> ChatError {
+    match e {
+        ChatError::Unavailable => ChatError::Throttled,
+        other => other,
+    }
+}
+
 /// Whether a TransactWriteItems may or may not have been applied: no answer, or DynamoDB still
 /// working on an earlier attempt of the same token.
 fn ambiguous<R>(err: &SdkError<TransactWriteItemsError, R>) -> bool {

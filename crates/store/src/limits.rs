@@ -239,14 +239,8 @@ impl ChatStore {
                             tat = found;
                         }
                         // No answer (or DynamoDB's own failure): the bucket may or may not
-                        // have been debited, but the request has done nothing yet, so it is
-                        // refused as throttled (a 429: nothing happened), not `Unavailable`.
-                        None => {
-                            return Err(match sdk_error("UpdateItem", e) {
-                                ChatError::Unavailable => ChatError::Throttled,
-                                other => other,
-                            })
-                        }
+                        // have been debited, but the request has done nothing yet.
+                        None => return Err(super::nothing_done(sdk_error("UpdateItem", e))),
                     }
                 }
             }

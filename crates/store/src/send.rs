@@ -157,17 +157,24 @@ impl ChatStore {
         // costs a read only when the limit refuses.
         if let Err(limited) = self.limit_send(caller).await {
             let refused = matches!(limited, ChatError::RateLimited { .. });
-            if !refused || self.stored_key(&send).await?.is_none() {
+            // A key that cannot be read leaves the refusal standing: nothing was done.
+            if !refused || !matches!(self.stored_key(&send).await, Ok(Some(_))) {
                 return Err(limited);
             }
         }
+        // Reads only so far: one that gets no answer leaves nothing done (a 429, not a 503).
         let head = if !request.attachments.is_empty() {
-            Some(self.head_with_attachments(&mut send).await?)
+            Some(
+                self.head_with_attachments(&mut send)
+                    .await
+                    .map_err(super::nothing_done)?,
+            )
         } else if self.seen.busy(id, now_ms()) {
             // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
             None
         } else {
-            Some(self.head(id).await?.ok_or(ChatError::NotFound)?)
+            let head = self.head(id).await.map_err(super::nothing_done)?;
+            Some(head.ok_or(ChatError::NotFound)?)
         };
         // Slow mode (docs/api.md §25), by the rules `head` read (or this instance read last):
         // the sender's slot for this period, given back when the send stores nothing. A retry
@@ -175,7 +182,7 @@ impl ChatStore {
         let claim = match self.claim_slow_mode(id, caller).await {
             Ok(claim) => claim,
             Err(e @ ChatError::SlowMode { .. }) => {
-                if self.stored_key(&send).await?.is_none() {
+                if !matches!(self.stored_key(&send).await, Ok(Some(_))) {
                     return Err(e);
                 }
                 None

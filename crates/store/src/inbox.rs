@@ -4,7 +4,9 @@
 //! conversation's creation and `addMembers` file new members' entries in their transactions,
 //! `removeMember` deletes the target's, and the `inbox-index` function moves every member's entry
 //! when a conversation's activity key changes (`move_inbox_entries`, from the table's stream). A
-//! page reads the next entries, then the conversations and the caller's memberships themselves,
+//! member of a big group has a fixed big-group entry instead (`G#<id>`), which the page places by
+//! the group's exact activity (`convert_to_big_group_entries` for a group that grew big). A page
+//! reads the next entries, then the conversations and the caller's memberships themselves,
 //! strongly consistently: the index only says where to look and in which order.
 
 use std::collections::HashMap;
@@ -42,11 +44,12 @@ pub struct MoveCount {
 
 impl ChatStore {
     /// `inbox`. DynamoDB, whatever the number of memberships: 1 strongly consistent Query of the
-    /// caller's index (the next `limit` + 1 entries), then the page's conversation items and the
-    /// caller's member items, strongly consistent, in 1 BatchGetItem (2, concurrently, for more
-    /// than 50 conversations). When one BatchGetItem did, entries found stale (the caller was
-    /// removed, or left over from an earlier membership or a move) are deleted with 1
-    /// BatchWriteItem: at most 3 calls. Only when copies (a move between its put and its delete)
+    /// caller's index (the next `limit` + 1 entries) and, at the same time, 1 of its big-group
+    /// entries (`big_groups`), then the conversation items, the caller's member items and the
+    /// change heads of the page's entries and big groups, strongly consistent, in 1 BatchGetItem
+    /// (more, concurrently, above 33 conversations). When one BatchGetItem did, entries found
+    /// stale (the caller was removed, or left over from an earlier membership, a move or a
+    /// conversion) are deleted with 1 BatchWriteItem: at most 4 calls in 3 round trips. Only when copies (a move between its put and its delete)
     /// or entries that are not shown took places among those entries does the page read on (the
     /// next entries, then their conversations) until it holds `limit` conversations or the index
     /// ends (`PageWalk`, at most `PAGE_QUERIES` Queries and `PAGE_ROUNDS` rounds of reads).

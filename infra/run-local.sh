@@ -118,15 +118,17 @@ export DYNAMODB_ENDPOINT="$dynamodb"
 # (infra/s3-gate), which checks them as S3 does (moto does not) and forwards to moto's S3. Each
 # upload's S3 event goes to the thumbnailer (functions/thumbnails) through cargo lambda watch's
 # Invoke API, as the bucket's notification invokes it deployed.
-# With CHAT_SCAN_UPLOADS=1 (template ScanUploads, docs/api.md §36) the functions scan-gate what
-# they serve, and the gate's stand-in for GuardDuty Malware Protection for S3 tags each upload
-# CHAT_SCAN_DELAY_MS after it and sends GuardDuty's result event to the thumbnailer, as the
-# deployed EventBridge rule does.
+# Malware scanning is on locally unless CHAT_SCAN_UPLOADS=0 (deployed: template ScanUploads,
+# default off; docs/api.md §36): the functions scan-gate what they serve, and the gate's stand-in
+# for GuardDuty Malware Protection for S3 tags each upload CHAT_SCAN_DELAY_MS after it (0, the
+# default: before the upload is answered) and sends GuardDuty's result event to the thumbnailer,
+# as the deployed EventBridge rule does.
 export CHAT_ATTACHMENTS_BUCKET="${CHAT_ATTACHMENTS_BUCKET:-attachmentsbucket}"
 thumbnailer="http://127.0.0.1:$FUNCTIONS_PORT/2015-03-31/functions/thumbnails/invocations"
 scan_args=()
-case "${CHAT_SCAN_UPLOADS:-}" in
-  1|true|on) scan_args=(--scan "${CHAT_SCAN_DELAY_MS:-1000}" --scan-notify "$thumbnailer") ;;
+export CHAT_SCAN_UPLOADS="${CHAT_SCAN_UPLOADS:-1}"
+case "$CHAT_SCAN_UPLOADS" in
+  1|true|on) scan_args=(--scan "${CHAT_SCAN_DELAY_MS:-0}" --scan-notify "$thumbnailer") ;;
 esac
 gate_log="$repo/.local/s3-gate-$S3_GATE_PORT.log"
 AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}" \

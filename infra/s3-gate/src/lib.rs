@@ -13,7 +13,7 @@
 //! - after a presigned `PUT` stored an object, the S3 event (`ObjectCreated:Put`, S3's event JSON)
 //!   is POSTed to `notify` when set: the local stand-in of the bucket's event notification;
 //! - with `scan` set, the stand-in of GuardDuty Malware Protection for S3: each object a presigned
-//!   `PUT` stored is scanned after `scan.delay` (or when `POST /_scan/<bucket>/<key>` asks, which
+//!   `PUT` stored is scanned after `scan.delay` (a zero delay: before the PUT is answered; or when `POST /_scan/<bucket>/<key>` asks, which
 //!   answers once it is done): a file that begins with the EICAR test string is `THREATS_FOUND`,
 //!   anything else `NO_THREATS_FOUND`; the verdict is added to the object's tags as GuardDuty adds
 //!   it (`GuardDutyMalwareScanStatus`: it reads the tags and writes them back with its own), then
@@ -204,14 +204,25 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
             let state = state.clone();
             tokio::spawn(async move { notify(&state, &url, event).await });
         }
-        if let Some(delay) = state.config.scan.as_ref().and_then(|s| s.delay) {
-            let (state, path) = (state.clone(), parts.uri.path().to_owned());
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                if let Err(e) = scan(&state, &path).await {
+        match state.config.scan.as_ref().and_then(|s| s.delay) {
+            // No delay: scanned (and its verdict delivered) before the upload is answered, so a
+            // client that sends the file next finds it scanned.
+            Some(delay) if delay.is_zero() => {
+                let path = parts.uri.path();
+                if let Err(e) = scan(&state, path).await {
                     eprintln!("s3-gate: scan of {path}: {e}");
                 }
-            });
+            }
+            Some(delay) => {
+                let (state, path) = (state.clone(), parts.uri.path().to_owned());
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    if let Err(e) = scan(&state, &path).await {
+                        eprintln!("s3-gate: scan of {path}: {e}");
+                    }
+                });
+            }
+            None => {}
         }
     }
     let mut r = answer(status, &[], bytes);

@@ -118,11 +118,22 @@ export DYNAMODB_ENDPOINT="$dynamodb"
 # (infra/s3-gate), which checks them as S3 does (moto does not) and forwards to moto's S3. Each
 # upload's S3 event goes to the thumbnailer (functions/thumbnails) through cargo lambda watch's
 # Invoke API, as the bucket's notification invokes it deployed.
+# Malware scanning is on locally unless CHAT_SCAN_UPLOADS=0 (deployed: template ScanUploads,
+# default off; docs/api.md §36): the functions scan-gate what they serve, and the gate's stand-in
+# for GuardDuty Malware Protection for S3 tags each upload CHAT_SCAN_DELAY_MS after it (0, the
+# default: before the upload is answered) and sends GuardDuty's result event to the thumbnailer,
+# as the deployed EventBridge rule does.
 export CHAT_ATTACHMENTS_BUCKET="${CHAT_ATTACHMENTS_BUCKET:-attachmentsbucket}"
+thumbnailer="http://127.0.0.1:$FUNCTIONS_PORT/2015-03-31/functions/thumbnails/invocations"
+scan_args=()
+export CHAT_SCAN_UPLOADS="${CHAT_SCAN_UPLOADS:-1}"
+case "$CHAT_SCAN_UPLOADS" in
+  1|true|on) scan_args=(--scan "${CHAT_SCAN_DELAY_MS:-0}" --scan-notify "$thumbnailer") ;;
+esac
 gate_log="$repo/.local/s3-gate-$S3_GATE_PORT.log"
 AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}" \
   "$bin/s3-gate" --listen "127.0.0.1:$S3_GATE_PORT" --s3 "$S3_ENDPOINT" \
-  --notify "http://127.0.0.1:$FUNCTIONS_PORT/2015-03-31/functions/thumbnails/invocations" >"$gate_log" 2>&1 &
+  --notify "$thumbnailer" "${scan_args[@]}" >"$gate_log" 2>&1 &
 pids+=($!)
 wait_for_line "$gate_log" '^READY' "${pids[-1]}" 100 0.1 "run-local: s3-gate"
 export CHAT_ATTACHMENTS_S3_ENDPOINT="http://127.0.0.1:$S3_GATE_PORT"
@@ -169,7 +180,7 @@ Chat backend running locally
   Management API   $WS_MANAGEMENT_ENDPOINT
   DynamoDB         $DYNAMODB_ENDPOINT  ($dynamodb_what$strict_what; tables $CHAT_TABLE, $CONNECTIONS_TABLE)
   Kinesis          $KINESIS_ENDPOINT  (stream $EVENT_STREAM)
-  Attachments (S3) $CHAT_ATTACHMENTS_S3_ENDPOINT  (bucket $CHAT_ATTACHMENTS_BUCKET; the S3 gate in front of $S3_ENDPOINT)
+  Attachments (S3) $CHAT_ATTACHMENTS_S3_ENDPOINT  (bucket $CHAT_ATTACHMENTS_BUCKET; the S3 gate in front of $S3_ENDPOINT)${scan_args:+; malware scanning on: the EICAR test file is found infected}
   Archive (S3)     $S3_ENDPOINT  (bucket $CHAT_ARCHIVE_BUCKET; messages older than ${CHAT_ARCHIVE_AFTER_SECONDS:-7776000} s move there, checked every $archive_every s)
 Mint a token:      TOKEN=\$(python3 infra/mint_token.py u1)
 Try:               curl -s http://127.0.0.1:$REST_PORT/inbox -H "Authorization: Bearer \$TOKEN"

@@ -7,6 +7,7 @@ pub mod function_process;
 pub mod indexer;
 pub mod notify;
 pub mod push;
+pub mod scan;
 pub mod server;
 
 use std::collections::HashMap;
@@ -502,7 +503,31 @@ impl TestApp {
     }
 
     pub async fn with_auth(auth: Authenticator) -> TestApp {
-        Self::build(auth, Timeouts::LOCAL.request_budget, None, None).await
+        Self::build(auth, Timeouts::LOCAL.request_budget, None, None, None).await
+    }
+
+    /// With malware scanning on (`ScanUploads`, docs/api.md §36): uploads go through an S3 gate
+    /// whose stand-in scanner (`scanner`) tags them and delivers each verdict to the
+    /// thumbnailer, as GuardDuty and its EventBridge rule do deployed (`scan`).
+    pub async fn scanning(scanner: scan::Scanner) -> TestApp {
+        let auth = Authenticator::LocalHs256 {
+            secret: TEST_SECRET.as_bytes().to_vec(),
+        };
+        let gate = scan::gate_endpoint(scanner);
+        Self::build(auth, Timeouts::LOCAL.request_budget, None, None, Some(gate)).await
+    }
+
+    /// `scanning`, with an extra interceptor on the DynamoDB client (`custom`).
+    pub async fn scanning_custom(
+        scanner: scan::Scanner,
+        interceptor: Option<SharedInterceptor>,
+    ) -> TestApp {
+        let auth = Authenticator::LocalHs256 {
+            secret: TEST_SECRET.as_bytes().to_vec(),
+        };
+        let gate = scan::gate_endpoint(scanner);
+        let budget = Timeouts::LOCAL.request_budget;
+        Self::build(auth, budget, interceptor, None, Some(gate)).await
     }
 
     /// Local auth with per-user rate limits on (docs/api.md §24): each function's store keeps
@@ -523,7 +548,14 @@ impl TestApp {
         let auth = Authenticator::LocalHs256 {
             secret: TEST_SECRET.as_bytes().to_vec(),
         };
-        Self::build(auth, Timeouts::LOCAL.request_budget, None, Some(settings)).await
+        Self::build(
+            auth,
+            Timeouts::LOCAL.request_budget,
+            None,
+            Some(settings),
+            None,
+        )
+        .await
     }
 
     /// Local auth, requests bounded by `budget`, and an extra interceptor on the DynamoDB client
@@ -532,14 +564,17 @@ impl TestApp {
         let auth = Authenticator::LocalHs256 {
             secret: TEST_SECRET.as_bytes().to_vec(),
         };
-        Self::build(auth, budget, interceptor, None).await
+        Self::build(auth, budget, interceptor, None, None).await
     }
 
+    /// `scanning`: the S3 gate uploads go through, with malware scanning on (None: the plain
+    /// gate, scanning off).
     async fn build(
         auth: Authenticator,
         budget: Duration,
         interceptor: Option<SharedInterceptor>,
         archive: Option<ArchiveSettings>,
+        scanning: Option<String>,
     ) -> TestApp {
         let config = config();
         let sdk = config.sdk_config().await;
@@ -574,9 +609,11 @@ impl TestApp {
         };
         create_bucket(&sdk, ATTACHMENTS_BUCKET).await;
         // Attachments through the S3 gate, which checks presigned requests as S3 does.
+        let scan_uploads = scanning.is_some();
+        let gate = scanning.unwrap_or_else(server::s3_gate_endpoint);
         let gated_s3 = |function: Option<&str>| {
             let mut conf = aws_sdk_s3::config::Builder::from(&sdk)
-                .endpoint_url(server::s3_gate_endpoint())
+                .endpoint_url(&gate)
                 .force_path_style(true)
                 .interceptor(Counter(calls.clone()));
             if let Some(r) = function.and_then(|f| config.for_function(f).iam_recorder()) {
@@ -588,7 +625,7 @@ impl TestApp {
             let attachments = chat_store::attachments::Attachments::new(
                 gated_s3(function),
                 ATTACHMENTS_BUCKET,
-                chat_domain::attachments::AttachmentPolicy::default(),
+                chat_domain::attachments::AttachmentPolicy::default().with_scanning(scan_uploads),
             );
             // A suspension state stays known for the whole test run: a user's first request reads
             // it, the next ones (which the round-trip budgets count) do not, however slow the

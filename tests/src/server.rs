@@ -303,6 +303,7 @@ pub fn s3_gate_endpoint() -> String {
                 s3: kinesis_endpoint(),
                 secret: "local".into(),
                 notify: None,
+                scan: None,
             };
             on_own_runtime("s3-gate", || async move {
                 let running = s3_gate::start(config).await.expect("the S3 gate starts");

@@ -28,5 +28,7 @@ mod roles;
 mod round_trips;
 #[path = "api/safety.rs"]
 mod safety;
+#[path = "api/scanning.rs"]
+mod scanning;
 #[path = "api/upgrade.rs"]
 mod upgrade;

@@ -385,12 +385,16 @@ function messageItem(m: Message): HTMLLIElement {
   return li;
 }
 
+const SCAN_LABELS = { pending: "being checked for malware", clean: "", unsafe: "blocked: malware", unscannable: "could not be checked" };
+
 /** Shows a message's current state in its item: body or tombstone, "edited", reaction counts. */
 function fillItem(li: HTMLLIElement, m: Message): void {
   const [meta, body, reactions, actions, files] = li.children as unknown as HTMLElement[];
   // Images as their thumbnail (else the image), a click opens the full one; other files as links.
+  // A file the malware scan has not cleared (docs/api.md §36) has no URL: its name and why.
   files!.replaceChildren(
     ...(m.deleted ? [] : (m.attachments ?? [])).map((f) => {
+      if (!f.url) return el("span", "file", `${f.fileName} (${SCAN_LABELS[f.scan ?? "pending"]})`);
       const a = el("a", "file", f.contentType.startsWith("image/") ? "" : f.fileName);
       a.href = f.url;
       a.target = "_blank";

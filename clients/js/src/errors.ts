@@ -17,8 +17,9 @@ export class ChatApiError extends Error {
   }
 
   /**
-   * `Retry-After` in whole seconds (429 `rate_limited`, `slow_mode`, `throttled`; sometimes 503):
-   * when the same request is admitted again (docs/api.md §24, §25).
+   * `Retry-After` in whole seconds (429 `rate_limited`, `slow_mode`, `throttled`; sometimes 503; 409
+   * `attachment_pending`, an attachment whose malware scan has no verdict yet): when the same request
+   * is admitted again (docs/api.md §24, §25, §35).
    */
   get retryAfter(): number | undefined {
     return this.retryAfterMs === undefined ? undefined : Math.ceil(this.retryAfterMs / 1000);

@@ -65,17 +65,31 @@ export interface Message {
   attachments?: Attachment[];
 }
 
-/** A file of a message. `url` is presigned afresh on every read: store `attachmentLink` instead. */
+/**
+ * Where an attachment's malware scan stands (docs/api.md §36), on deployments that scan uploads:
+ * `pending` until the verdict, then `clean` (served), `unsafe` (infected) or `unscannable` (could not
+ * be scanned): never served. The stable link `GET /conversations/{id}/attachments/{attachmentId}`
+ * answers `409` with the code `attachment_pending` (and `retryAfter`) until the verdict, then
+ * redirects to a clean file, or answers `attachment_unsafe` / `attachment_unscannable` for good.
+ */
+export type AttachmentScan = "pending" | "clean" | "unsafe" | "unscannable";
+
+/**
+ * A file of a message. `url` is presigned afresh on every read: store the stable link instead. `url`
+ * and `urlExpiresAt` are absent while `scan` says anything but `clean` (malware scanning, §36).
+ */
 export interface Attachment {
   attachmentId: string;
   fileName: string;
   contentType: string;
   size: number;
-  url: string;
-  urlExpiresAt: string;
+  url?: string;
+  urlExpiresAt?: string;
   width?: number;
   height?: number;
   thumbnailUrl?: string;
+  /** Only where uploads are scanned for malware, for a file uploaded while they were. */
+  scan?: AttachmentScan;
 }
 
 /** `createAttachment`'s answer: the presigned request that carries the bytes straight to S3. */

@@ -18,11 +18,13 @@ pub const MAX_FILE_NAME_CHARS: usize = 255;
 pub const DEFAULT_CONTENT_TYPES: &str =
     "image/*,video/*,audio/*,application/pdf,text/plain,application/zip";
 
-/// What uploads are allowed: a size limit and a content-type allowlist.
+/// What uploads are allowed: a size limit and a content-type allowlist; and whether uploads are
+/// scanned for malware before they are served (template parameter `ScanUploads`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttachmentPolicy {
     pub max_bytes: u64,
     allowed: Vec<String>,
+    pub scan_uploads: bool,
 }
 
 impl Default for AttachmentPolicy {
@@ -39,7 +41,35 @@ impl AttachmentPolicy {
             .map(|t| t.trim().to_ascii_lowercase())
             .filter(|t| !t.is_empty())
             .collect();
-        AttachmentPolicy { max_bytes, allowed }
+        AttachmentPolicy {
+            max_bytes,
+            allowed,
+            scan_uploads: false,
+        }
+    }
+
+    /// The same with malware scanning on or off.
+    pub fn with_scanning(self, scan_uploads: bool) -> Self {
+        AttachmentPolicy {
+            scan_uploads,
+            ..self
+        }
+    }
+
+    /// Whether an attachment whose scan stands at `scan` may be served (its URLs signed, its
+    /// stable link followed), else why not (docs/api.md §35, §36). Never one found unsafe or
+    /// unscannable; while scanning is on, not one still pending; one uploaded while scanning was
+    /// off has no scan and is served (GuardDuty scans only new uploads); a pending one is served
+    /// once scanning is off again (no verdict will come).
+    pub fn may_serve(&self, id: &str, scan: Option<Scan>) -> Result<(), ChatError> {
+        match scan {
+            None | Some(Scan::Clean) => Ok(()),
+            Some(Scan::Pending) if !self.scan_uploads => Ok(()),
+            Some(Scan::Pending) => Err(ChatError::AttachmentPending(format!(
+                "attachment `{id}` is being scanned for malware: retry later"
+            ))),
+            Some(bad) => Err(refused_by_scan(id, bad)),
+        }
     }
 
     /// Whether `content_type` (a bare `type/subtype`, compared case-insensitively) is allowed.
@@ -135,6 +165,54 @@ fn unusable(id: &str, why: &str) -> ChatError {
     ChatError::invalid(format!("attachment `{id}` {why}"))
 }
 
+/// The refusal of an attachment by its scan's verdict (never served, never sent).
+fn refused_by_scan(id: &str, scan: Scan) -> ChatError {
+    match scan {
+        Scan::Unscannable => ChatError::AttachmentUnscannable(format!(
+            "attachment `{id}` could not be scanned for malware"
+        )),
+        _ => ChatError::AttachmentUnsafe(format!("attachment `{id}` failed its malware scan")),
+    }
+}
+
+/// The object tag GuardDuty Malware Protection for S3 writes on a scanned object (and so does
+/// the local stand-in, infra/s3-gate).
+pub const SCAN_TAG: &str = "GuardDutyMalwareScanStatus";
+
+/// An attachment's malware scan (docs/api.md §36). Recorded only while scanning is on: `Pending`
+/// from its creation until the scan's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scan {
+    Pending,
+    Clean,
+    Unsafe,
+    Unscannable,
+}
+
+impl Scan {
+    /// The verdict of GuardDuty's result (its tag's value, its event's `scanResultStatus`): only
+    /// `NO_THREATS_FOUND` is clean and `THREATS_FOUND` unsafe; anything else (`UNSUPPORTED`,
+    /// `ACCESS_DENIED`, `FAILED`, or a value this code does not know) was not scanned, and is not
+    /// served either.
+    pub fn of_guardduty(status: &str) -> Scan {
+        match status {
+            "NO_THREATS_FOUND" => Scan::Clean,
+            "THREATS_FOUND" => Scan::Unsafe,
+            _ => Scan::Unscannable,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scan::Pending => "pending",
+            Scan::Clean => "clean",
+            Scan::Unsafe => "unsafe",
+            Scan::Unscannable => "unscannable",
+        }
+    }
+}
+
 /// An attachment as its record keeps it (docs/data-model.md §10): whose, where, what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -155,12 +233,16 @@ pub struct AttachmentRecord {
     pub width: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub height: Option<u32>,
+    /// Its malware scan (absent: uploaded while scanning was off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<Scan>,
 }
 
 impl AttachmentRecord {
     /// Whether the send of `client_msg_key` by `sender` in `conversation` may carry it, given
     /// whether its object is in the bucket (`uploaded`, as S3 says). Its own replay may: the same
-    /// key used it.
+    /// key used it. One whose scan is still pending may be sent (its message carries it without
+    /// URLs until the verdict); one found unsafe or unscannable may not.
     pub fn check_use(
         &self,
         conversation: &ConversationId,
@@ -181,7 +263,13 @@ impl AttachmentRecord {
         if !uploaded {
             return Err(unusable(id, "is not uploaded yet"));
         }
-        Ok(())
+        let replay = self.used_by.as_deref() == Some(client_msg_key);
+        match self.scan {
+            Some(bad @ (Scan::Unsafe | Scan::Unscannable)) if !replay => {
+                Err(refused_by_scan(id, bad))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// As a message carries it (no URL yet: those are signed on every read).
@@ -196,6 +284,7 @@ impl AttachmentRecord {
             width: self.width,
             height: self.height,
             thumbnail_url: None,
+            scan: self.scan,
         }
     }
 }
@@ -224,6 +313,10 @@ pub struct Attachment {
     pub height: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thumbnail_url: Option<String>,
+    /// Its malware scan, while scanning is on (docs/api.md §36): `url` and `thumbnailUrl` only
+    /// once it is `clean`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<Scan>,
 }
 
 /// The object key of an attachment's bytes: under `a/`, by conversation, so that a policy can
@@ -360,6 +453,7 @@ mod tests {
             used_by: None,
             width: None,
             height: None,
+            scan: None,
         };
         assert!(record.check_use(&conv, &alice, "k1", true).is_ok());
         assert!(record.check_use(&conv, &alice, "k1", false).is_err());
@@ -374,5 +468,77 @@ mod tests {
         assert!(used.check_use(&conv, &alice, "k1", true).is_ok());
         let e = used.check_use(&conv, &alice, "k2", true).unwrap_err();
         assert!(e.to_string().contains("id1"), "{e}");
+    }
+
+    #[test]
+    fn a_scan_verdict_decides_serving_and_sending() {
+        let conv = ConversationId::parse(&format!("d-{}", "1".repeat(32))).unwrap();
+        let alice = UserId::parse("alice").unwrap();
+        let record = |scan, used_by: Option<&str>| AttachmentRecord {
+            attachment_id: "id1".into(),
+            conversation_id: conv.clone(),
+            owner_id: alice.clone(),
+            file_name: "a.txt".into(),
+            content_type: "text/plain".into(),
+            size: 68,
+            created_at: "t".into(),
+            used_by: used_by.map(Into::into),
+            width: None,
+            height: None,
+            scan,
+        };
+        let code = |r: Result<(), ChatError>| r.map_err(|e| e.code());
+        // Sending: a pending one may go; an unsafe or unscannable one may not, but its replay is
+        // answered.
+        let send = |scan, used_by| code(record(scan, used_by).check_use(&conv, &alice, "k1", true));
+        assert_eq!(send(Some(Scan::Pending), None), Ok(()));
+        assert_eq!(send(Some(Scan::Clean), None), Ok(()));
+        assert_eq!(send(Some(Scan::Unsafe), None), Err("attachment_unsafe"));
+        assert_eq!(
+            send(Some(Scan::Unscannable), None),
+            Err("attachment_unscannable")
+        );
+        assert_eq!(send(Some(Scan::Unsafe), Some("k1")), Ok(()));
+        // Serving, scanning on: only clean ones, and those uploaded while it was off.
+        let on = AttachmentPolicy::default().with_scanning(true);
+        assert_eq!(code(on.may_serve("id1", None)), Ok(()));
+        assert_eq!(code(on.may_serve("id1", Some(Scan::Clean))), Ok(()));
+        let pending = on.may_serve("id1", Some(Scan::Pending)).unwrap_err();
+        assert_eq!(
+            (pending.code(), pending.retry_after()),
+            ("attachment_pending", Some(2))
+        );
+        assert_eq!(
+            code(on.may_serve("id1", Some(Scan::Unsafe))),
+            Err("attachment_unsafe")
+        );
+        assert_eq!(
+            code(on.may_serve("id1", Some(Scan::Unscannable))),
+            Err("attachment_unscannable")
+        );
+        // Scanning off: a pending one is served (no verdict will come), never an unsafe one.
+        let off = AttachmentPolicy::default();
+        assert_eq!(code(off.may_serve("id1", Some(Scan::Pending))), Ok(()));
+        assert_eq!(
+            code(off.may_serve("id1", Some(Scan::Unsafe))),
+            Err("attachment_unsafe")
+        );
+    }
+
+    #[test]
+    fn guardduty_results_map_to_verdicts() {
+        assert_eq!(Scan::of_guardduty("NO_THREATS_FOUND"), Scan::Clean);
+        assert_eq!(Scan::of_guardduty("THREATS_FOUND"), Scan::Unsafe);
+        for other in [
+            "UNSUPPORTED",
+            "ACCESS_DENIED",
+            "FAILED",
+            "SOMETHING_NEW",
+            "",
+        ] {
+            assert_eq!(Scan::of_guardduty(other), Scan::Unscannable, "{other}");
+        }
+        let json = serde_json::to_string(&Scan::Unscannable).unwrap();
+        assert_eq!(json, format!("\"{}\"", Scan::Unscannable.as_str()));
     }
 }

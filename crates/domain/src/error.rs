@@ -2,6 +2,10 @@
 
 use thiserror::Error;
 
+/// `Retry-After` of `attachment_pending`: a scan usually takes seconds (GuardDuty's of a
+/// small file; the local stand-in's 1 s).
+pub const SCAN_RETRY_AFTER_SECS: u64 = 2;
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ChatError {
     #[error("{0}")]
@@ -29,6 +33,16 @@ pub enum ChatError {
     /// An attachment's content type outside the allowlist (docs/api.md §34).
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// An attachment whose malware scan has no verdict yet (docs/api.md §35): not served; the
+    /// same request may succeed after `Retry-After`.
+    #[error("{0}")]
+    AttachmentPending(String),
+    /// An attachment its malware scan found infected (docs/api.md §36): never served, never sent.
+    #[error("{0}")]
+    AttachmentUnsafe(String),
+    /// An attachment the malware scan could not scan (docs/api.md §36): never served, never sent.
+    #[error("{0}")]
+    AttachmentUnscannable(String),
     /// Contention or DynamoDB throttling that did not clear within the request's deadline.
     #[error("too many concurrent requests, retry later")]
     Throttled,
@@ -67,7 +81,10 @@ impl ChatError {
             ChatError::Unauthorized(_) => 401,
             ChatError::Forbidden(_) | ChatError::Blocked(_) | ChatError::Suspended => 403,
             ChatError::NotFound | ChatError::MessageNotFound => 404,
-            ChatError::Conflict(_) => 409,
+            ChatError::Conflict(_)
+            | ChatError::AttachmentPending(_)
+            | ChatError::AttachmentUnsafe(_)
+            | ChatError::AttachmentUnscannable(_) => 409,
             ChatError::PayloadTooLarge(_) => 413,
             ChatError::UnsupportedMediaType(_) => 415,
             ChatError::Throttled | ChatError::RateLimited { .. } | ChatError::SlowMode { .. } => {
@@ -90,6 +107,9 @@ impl ChatError {
             ChatError::Conflict(_) => "conflict",
             ChatError::PayloadTooLarge(_) => "payload_too_large",
             ChatError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ChatError::AttachmentPending(_) => "attachment_pending",
+            ChatError::AttachmentUnsafe(_) => "attachment_unsafe",
+            ChatError::AttachmentUnscannable(_) => "attachment_unscannable",
             ChatError::Throttled => "throttled",
             ChatError::RateLimited { .. } => "rate_limited",
             ChatError::SlowMode { .. } => "slow_mode",
@@ -102,6 +122,7 @@ impl ChatError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             ChatError::Throttled | ChatError::Unavailable => Some(1),
+            ChatError::AttachmentPending(_) => Some(SCAN_RETRY_AFTER_SECS),
             ChatError::RateLimited { retry_after } | ChatError::SlowMode { retry_after } => {
                 Some((*retry_after).max(1))
             }
@@ -152,6 +173,21 @@ mod tests {
                 ChatError::UnsupportedMediaType("x".into()),
                 415,
                 "unsupported_media_type",
+            ),
+            (
+                ChatError::AttachmentPending("x".into()),
+                409,
+                "attachment_pending",
+            ),
+            (
+                ChatError::AttachmentUnsafe("x".into()),
+                409,
+                "attachment_unsafe",
+            ),
+            (
+                ChatError::AttachmentUnscannable("x".into()),
+                409,
+                "attachment_unscannable",
             ),
             (ChatError::Throttled, 429, "throttled"),
             (

@@ -16,7 +16,7 @@ use super::items::{from_item, to_item};
 use super::{keys, sdk_error, ChatStore};
 use chat_domain::attachments::{
     object_key, thumbnail_key, unknown_attachment, Attachment, AttachmentPolicy, AttachmentRecord,
-    CreateAttachment,
+    CreateAttachment, Scan, SCAN_TAG,
 };
 use chat_domain::error::ChatError;
 use chat_domain::model::Message;
@@ -93,13 +93,28 @@ impl ChatStore {
             .ok_or_else(|| ChatError::invalid("attachments are not enabled on this deployment"))
     }
 
-    /// What uploads may be (template parameters `MaxAttachmentBytes`, `AttachmentContentTypes`).
+    /// What uploads may be (template parameters `MaxAttachmentBytes`, `AttachmentContentTypes`,
+    /// `ScanUploads`).
     pub fn attachment_policy(&self) -> Result<&AttachmentPolicy, ChatError> {
         Ok(&self.attachments()?.policy)
     }
 
+    /// The attachments bucket's name (None: attachments are off).
+    pub fn attachments_bucket(&self) -> Option<&str> {
+        self.attachments.as_ref().map(|a| a.bucket.as_str())
+    }
+
+    /// Whether uploads are scanned for malware (`ScanUploads`, docs/api.md §36).
+    pub fn scan_uploads(&self) -> bool {
+        self.attachments
+            .as_ref()
+            .is_some_and(|a| a.policy.scan_uploads)
+    }
+
     /// `createAttachment`: a record of the upload, and the presigned PUT that fixes its size,
-    /// content type and tag. DynamoDB: 1 GetItem (membership) + 1 PutItem.
+    /// content type and tag. While scanning is on, the record says `scan: pending` and the PUT
+    /// may not overwrite an object (`If-None-Match: *`): a scanned upload cannot be replaced by
+    /// other bytes under its verdict. DynamoDB: 1 GetItem (membership) + 1 PutItem.
     pub async fn create_attachment(
         &self,
         caller: &UserId,
@@ -120,6 +135,7 @@ impl ChatStore {
             used_by: None,
             width: None,
             height: None,
+            scan: a.policy.scan_uploads.then_some(Scan::Pending),
         };
         let key = attachment_key(&record.attachment_id);
         let (pk, sk) = (s_of(&key, keys::PK), s_of(&key, keys::SK));
@@ -140,6 +156,7 @@ impl ChatStore {
                 .content_type(&record.content_type)
                 .content_length(record.size as i64)
                 .tagging(UNATTACHED_TAG)
+                .set_if_none_match(a.policy.scan_uploads.then(|| "*".to_owned()))
                 .presigned(presign_config(UPLOAD_TTL)?)
                 .await
                 .map_err(|e| ChatError::internal(format!("presign PUT: {e}")))?;
@@ -162,7 +179,9 @@ impl ChatStore {
     }
 
     /// `getAttachment`: a fresh presigned GET of an attachment of this conversation, for a
-    /// member. DynamoDB: 1 BatchGetItem (the member item and the record).
+    /// member, unless its scan refuses it (`AttachmentPolicy::may_serve`). DynamoDB: 1
+    /// BatchGetItem (the member item and the record). S3, only while the record says `pending`:
+    /// 1 GetObjectTagging (the scan's tag, there before its event reached the record).
     pub async fn attachment_url(
         &self,
         caller: &UserId,
@@ -176,12 +195,44 @@ impl ChatStore {
             .iter()
             .any(|i| i.get(keys::PK) != Some(&s(format!("A#{attachment_id}"))));
         let record = records(found)?.into_iter().next();
-        match record {
-            Some(r) if member && &r.conversation_id == id => {
-                Ok(self.sign_get(a, id, &r.attachment_id).await?.0)
-            }
-            _ => Err(ChatError::NotFound),
+        let r = match record {
+            Some(r) if member && &r.conversation_id == id => r,
+            _ => return Err(ChatError::NotFound),
+        };
+        if let Err(refused) = a.policy.may_serve(attachment_id, r.scan) {
+            let ChatError::AttachmentPending(_) = refused else {
+                return Err(refused);
+            };
+            // The scan's tag is written before its event reaches the record.
+            let tagged = self.scan_tag(a, id, attachment_id).await?;
+            a.policy
+                .may_serve(attachment_id, Some(tagged.unwrap_or(Scan::Pending)))?;
         }
+        Ok(self.sign_get(a, id, &r.attachment_id).await?.0)
+    }
+
+    /// The verdict in an upload's scan tag (None: no tag yet, or no object). S3: 1
+    /// GetObjectTagging.
+    async fn scan_tag(
+        &self,
+        a: &Attachments,
+        id: &ConversationId,
+        attachment_id: &str,
+    ) -> Result<Option<Scan>, ChatError> {
+        let out =
+            a.s3.get_object_tagging()
+                .bucket(&a.bucket)
+                .key(object_key(id, attachment_id))
+                .send()
+                .await;
+        let Some(tags) = or_missing("GetObjectTagging", out)? else {
+            return Ok(None);
+        };
+        Ok(tags
+            .tag_set()
+            .iter()
+            .find(|t| t.key() == SCAN_TAG)
+            .map(|t| Scan::of_guardduty(t.value())))
     }
 
     async fn sign_get(
@@ -208,7 +259,9 @@ impl ChatStore {
         Ok((presigned.uri().to_owned(), expires_at(DOWNLOAD_TTL)))
     }
 
-    /// Fills in every attachment's fresh `url` (signing is local: no request).
+    /// Fills in every attachment's fresh `url` (signing is local: no request), and its
+    /// thumbnail's: only for one its scan lets be served (`AttachmentPolicy::may_serve`); the
+    /// others carry their `scan` and no URL.
     pub async fn sign_attachments<'m>(
         &self,
         messages: impl IntoIterator<Item = &'m mut Message>,
@@ -218,6 +271,9 @@ impl ChatStore {
         };
         for m in messages {
             for att in m.attachments.iter_mut() {
+                if a.policy.may_serve(&att.attachment_id, att.scan).is_err() {
+                    continue;
+                }
                 let (url, expires) = self
                     .sign_get(a, &m.conversation_id, &att.attachment_id)
                     .await?;
@@ -257,25 +313,30 @@ impl ChatStore {
             ordered.push(r);
         }
         let untag = ordered.iter().map(|r| async move {
-            let out =
-                a.s3.delete_object_tagging()
-                    .bucket(&a.bucket)
-                    .key(object_key(id, &r.attachment_id))
-                    .send()
-                    .await;
-            match out {
-                Ok(_) => Ok(()),
-                Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => {
-                    r.check_use(id, sender, client_msg_key, false)
-                }
-                Err(e) => Err(ChatError::internal(format!(
-                    "DeleteObjectTagging: {}",
-                    aws_sdk_s3::error::DisplayErrorContext(&e)
-                ))),
+            if self.untag(a, id, &r.attachment_id).await? {
+                Ok(())
+            } else {
+                r.check_use(id, sender, client_msg_key, false)
             }
         });
         futures::future::try_join_all(untag).await?;
         Ok(ordered.iter().map(|r| r.attachment()).collect())
+    }
+
+    /// Removes an upload's tags (false: no such object). S3: 1 DeleteObjectTagging.
+    async fn untag(
+        &self,
+        a: &Attachments,
+        id: &ConversationId,
+        attachment_id: &str,
+    ) -> Result<bool, ChatError> {
+        let out =
+            a.s3.delete_object_tagging()
+                .bucket(&a.bucket)
+                .key(object_key(id, attachment_id))
+                .send()
+                .await;
+        Ok(or_missing("DeleteObjectTagging", out)?.is_some())
     }
 
     /// The keys of a send's attachment records (read with its conversation head).
@@ -379,12 +440,8 @@ impl ChatStore {
                 .key(object_key(id, attachment_id))
                 .send()
                 .await;
-        let out = match out {
-            Ok(o) => o,
-            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => {
-                return Ok(None)
-            }
-            Err(e) => return Err(s3_error("GetObject", e)),
+        let Some(out) = or_missing("GetObject", out)? else {
+            return Ok(None);
         };
         if out
             .content_length()
@@ -436,12 +493,9 @@ impl ChatStore {
         Ok(())
     }
 
-    /// Records that an attachment's thumbnail exists, with its original's `width` × `height`:
-    /// on its record, conditioned on the record still existing (a deleted attachment is not
-    /// resurrected: false, and the caller removes the thumbnail), and, when a message already
-    /// carries it, on that message's copy (conditioned on the message still existing).
-    /// DynamoDB: 1 UpdateItem; when a message uses it, + 2 GetItem (its send key, the message's
-    /// attachments) + 1 UpdateItem.
+    /// Records that an attachment's thumbnail exists, with its original's `width` × `height`
+    /// (`record_on_attachment`); false: the attachment was deleted (the caller removes the
+    /// thumbnail). DynamoDB: as `record_on_attachment`.
     pub async fn record_thumbnail(
         &self,
         id: &ConversationId,
@@ -449,23 +503,99 @@ impl ChatStore {
         width: u32,
         height: u32,
     ) -> Result<bool, ChatError> {
-        let (w, h) = (n(u64::from(width)), n(u64::from(height)));
+        let fields = [
+            ("width", n(u64::from(width))),
+            ("height", n(u64::from(height))),
+        ];
+        Ok(self
+            .record_on_attachment(id, attachment_id, &fields)
+            .await?
+            .is_some())
+    }
+
+    /// Records a malware scan's verdict (docs/api.md §36) as `scan` (`record_on_attachment`).
+    /// When a message uses the attachment, its object's tags are then removed once more: a
+    /// scanner adds its tag by reading the tags and writing them back with its own, so one that
+    /// read them before the send removed the unattached tag puts that tag back, and the bucket's
+    /// lifecycle rule would delete a sent file (the send, for its part, untags again after its
+    /// commit: `untag_after_send`). False: the attachment was deleted. DynamoDB: as
+    /// `record_on_attachment`; S3, when a message uses it: + 1 DeleteObjectTagging.
+    pub async fn record_scan(
+        &self,
+        id: &ConversationId,
+        attachment_id: &str,
+        scan: Scan,
+    ) -> Result<bool, ChatError> {
+        let fields = [("scan", s(scan.as_str().to_owned()))];
+        let Some(record) = self
+            .record_on_attachment(id, attachment_id, &fields)
+            .await?
+        else {
+            return Ok(false);
+        };
+        if get_s(&record, "usedBy").is_some() {
+            self.untag(self.attachments()?, id, attachment_id).await?;
+        }
+        Ok(true)
+    }
+
+    /// After a send committed, while scanning is on: its attachments whose scan was still
+    /// pending lose their tags once more, for the same reason as in `record_scan` (a verdict
+    /// tagged between the send's untag and its commit; a verdict after the commit finds the
+    /// record used). S3: 1 DeleteObjectTagging per such attachment, at once; none otherwise.
+    pub(crate) async fn untag_after_send(&self, message: &Message) -> Result<(), ChatError> {
+        let Some(a) = self.attachments.as_ref() else {
+            return Ok(());
+        };
+        if !a.policy.scan_uploads {
+            return Ok(());
+        }
+        let pending = message
+            .attachments
+            .iter()
+            .filter(|att| att.scan == Some(Scan::Pending))
+            .map(|att| self.untag(a, &message.conversation_id, &att.attachment_id));
+        futures::future::try_join_all(pending).await?;
+        Ok(())
+    }
+
+    /// Sets `fields` on an attachment's record, conditioned on the record still existing (a
+    /// deleted attachment is not resurrected: None), and, when a message already carries it, on
+    /// that message's copy (conditioned on the message still existing). Returns the record as
+    /// updated. DynamoDB: 1 UpdateItem; when a message uses it, + 2 GetItem (its send key, the
+    /// message's attachments) + 1 UpdateItem.
+    async fn record_on_attachment(
+        &self,
+        id: &ConversationId,
+        attachment_id: &str,
+        fields: &[(&str, AttributeValue)],
+    ) -> Result<Option<Item>, ChatError> {
+        // By `#name` (`scan` is one of DynamoDB's reserved words).
+        let set = |prefix: &str| {
+            let parts: Vec<String> = fields
+                .iter()
+                .map(|(name, _)| format!("{prefix}#{name} = :{name}"))
+                .collect();
+            format!("SET {}", parts.join(", "))
+        };
         let mut attempt = 0;
         let out = loop {
             attempt += 1;
-            let out = self
+            let mut update = self
                 .db
                 .update_item()
                 .table_name(&self.table)
                 .set_key(Some(attachment_key(attachment_id)))
-                .update_expression("SET width = :w, height = :h")
+                .update_expression(set(""))
                 .condition_expression("attribute_exists(pk) AND conversationId = :c")
-                .expression_attribute_values(":w", w.clone())
-                .expression_attribute_values(":h", h.clone())
                 .expression_attribute_values(":c", s(id.as_str().to_owned()))
-                .return_values(ReturnValue::AllNew)
-                .send()
-                .await;
+                .return_values(ReturnValue::AllNew);
+            for (name, value) in fields {
+                update = update
+                    .expression_attribute_names(format!("#{name}"), *name)
+                    .expression_attribute_values(format!(":{name}"), value.clone());
+            }
+            let out = update.send().await;
             // The send claiming this record in its transaction at this moment: a moment later it
             // has committed (then `usedBy` says where its message is) or not.
             match &out {
@@ -483,23 +613,23 @@ impl ChatStore {
                     Some(UpdateItemError::ConditionalCheckFailedException(_))
                 ) =>
             {
-                return Ok(false)
+                return Ok(None)
             }
             Err(e) => return Err(sdk_error("UpdateItem", e)),
         };
-        // Not sent yet: the send copies the dimensions from the record.
+        // Not sent yet: the send copies the fields from the record.
         let Some(used_by) = get_s(&record, "usedBy") else {
-            return Ok(true);
+            return Ok(Some(record));
         };
         let Some(key) = self
             .item_fields(keys::send_key(id, used_by), Some("seq"))
             .await?
         else {
-            // Queued, or archived already: the record keeps the dimensions.
-            return Ok(true);
+            // Queued, or archived already: the record keeps the fields.
+            return Ok(Some(record));
         };
         let Some(seq) = get_n(&key, "seq") else {
-            return Ok(true);
+            return Ok(Some(record));
         };
         let message = self
             .item_fields(keys::message_key(id, seq), Some("attachments"))
@@ -515,24 +645,23 @@ impl ChatStore {
                 })
             });
         let Some(i) = index else {
-            return Ok(true);
+            return Ok(Some(record));
         };
-        let out = self
+        let mut update = self
             .db
             .update_item()
             .table_name(&self.table)
             .set_key(Some(keys::message_key(id, seq)))
-            .update_expression(format!(
-                "SET attachments[{i}].width = :w, attachments[{i}].height = :h"
-            ))
+            .update_expression(set(&format!("attachments[{i}].")))
             .condition_expression(format!("attachments[{i}].attachmentId = :a"))
-            .expression_attribute_values(":w", w)
-            .expression_attribute_values(":h", h)
-            .expression_attribute_values(":a", s(attachment_id.to_owned()))
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(true),
+            .expression_attribute_values(":a", s(attachment_id.to_owned()));
+        for (name, value) in fields {
+            update = update
+                .expression_attribute_names(format!("#{name}"), *name)
+                .expression_attribute_values(format!(":{name}"), value.clone());
+        }
+        match update.send().await {
+            Ok(_) => Ok(Some(record)),
             // Deleted meanwhile: its deletion removes the objects.
             Err(e)
                 if matches!(
@@ -540,10 +669,22 @@ impl ChatStore {
                     Some(UpdateItemError::ConditionalCheckFailedException(_))
                 ) =>
             {
-                Ok(true)
+                Ok(Some(record))
             }
             Err(e) => Err(sdk_error("UpdateItem", e)),
         }
+    }
+}
+
+/// An S3 call's output; None: S3's 404 (no such object).
+fn or_missing<T, E: std::error::Error + 'static>(
+    call: &str,
+    out: Result<T, aws_sdk_s3::error::SdkError<E>>,
+) -> Result<Option<T>, ChatError> {
+    match out {
+        Ok(o) => Ok(Some(o)),
+        Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => Ok(None),
+        Err(e) => Err(s3_error(call, e)),
     }
 }
 

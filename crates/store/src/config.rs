@@ -92,7 +92,8 @@ pub struct Config {
     /// gate, infra/s3-gate, which clients reach with the presigned URLs signed for it).
     pub attachments_s3_endpoint: Option<String>,
     /// What uploads may be (`CHAT_MAX_ATTACHMENT_BYTES`, `CHAT_ATTACHMENT_CONTENT_TYPES`:
-    /// template parameters `MaxAttachmentBytes`, `AttachmentContentTypes`).
+    /// template parameters `MaxAttachmentBytes`, `AttachmentContentTypes`), and whether they are
+    /// scanned for malware (`CHAT_SCAN_UPLOADS`: `ScanUploads`).
     pub attachment_policy: chat_domain::attachments::AttachmentPolicy,
 }
 
@@ -108,10 +109,20 @@ fn attachment_policy() -> Result<chat_domain::attachments::AttachmentPolicy, Str
             .map_err(|_| format!("CHAT_MAX_ATTACHMENT_BYTES must be a number, not {v:?}"))?,
     };
     let types = var("CHAT_ATTACHMENT_CONTENT_TYPES");
-    Ok(AttachmentPolicy::new(
-        max,
-        types.as_deref().unwrap_or(DEFAULT_CONTENT_TYPES),
-    ))
+    // Template parameter `ScanUploads` ("true"/"false"); locally `1`.
+    let scan = match var("CHAT_SCAN_UPLOADS").as_deref().map(str::trim) {
+        None | Some("" | "false" | "0" | "off") => false,
+        Some("true" | "1" | "on") => true,
+        Some(other) => {
+            return Err(format!(
+                "CHAT_SCAN_UPLOADS must be true or false, not {other:?}"
+            ))
+        }
+    };
+    Ok(
+        AttachmentPolicy::new(max, types.as_deref().unwrap_or(DEFAULT_CONTENT_TYPES))
+            .with_scanning(scan),
+    )
 }
 
 fn millis(name: &str, default: Duration) -> Result<Duration, String> {

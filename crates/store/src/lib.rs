@@ -659,6 +659,13 @@ impl ChatStore {
         Ok(())
     }
 
+    pub(crate) async fn untag_after_send(
+        &self,
+        _message: &chat_domain::model::Message,
+    ) -> Result<(), ChatError> {
+        Ok(())
+    }
+
     pub async fn sign_attachments<'m>(
         &self,
         _messages: impl IntoIterator<Item = &'m mut chat_domain::model::Message>,

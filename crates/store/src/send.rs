@@ -116,6 +116,9 @@ impl ChatStore {
     /// A direct conversation's member whose peer blocks it is refused by the same condition as a
     /// non-member (its member item's `blocked`, docs/data-model.md §10.1); only then is its member
     /// item read to tell the two apart (`403 blocked`).
+    ///
+    /// S3, with attachments: `attachments_for_send`'s; while scanning is on, + those of
+    /// `untag_after_send` once the message is stored.
     pub async fn send_message(
         &self,
         caller: &UserId,
@@ -134,7 +137,11 @@ impl ChatStore {
                     _ => Err(ChatError::NotFound),
                 }
             }
-            sent => sent,
+            Ok(sent) => {
+                self.untag_after_send(&sent.0).await?;
+                Ok(sent)
+            }
+            refused => refused,
         }
     }
 

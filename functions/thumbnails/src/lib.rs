@@ -4,13 +4,19 @@
 //! attachment (`ChatStore::record_thumbnail`); anything else gets none. It never fails an upload
 //! it cannot thumbnail (no retry loop): only S3 or DynamoDB failures are errors, which Lambda's
 //! asynchronous invocation retries.
+//!
+//! While uploads are scanned for malware (`ScanUploads`), the upload event does nothing: the
+//! scan's result does it all. GuardDuty's "GuardDuty Malware Protection Object Scan Result" event
+//! (an EventBridge rule, template.yaml; locally the S3 gate's stand-in scanner, `--scan-notify`)
+//! records the verdict on the attachment (`ChatStore::record_scan`), and only a clean upload is
+//! then thumbnailed: nothing of an infected file is ever decoded or served.
 
 pub mod thumb;
 
 /// The image crate, for tests that decode thumbnails.
 pub use image;
 
-use chat_domain::attachments::parse_object_key;
+use chat_domain::attachments::{parse_object_key, Scan};
 use chat_domain::ChatError;
 use chat_store::{ChatStore, Config};
 
@@ -26,7 +32,14 @@ pub enum Outcome {
     None,
     /// The upload (or its record) is gone: nothing kept.
     Gone,
+    /// Scanning is on: the upload waits for its scan's verdict (whose event thumbnails it).
+    AwaitsScan,
+    /// The scan's verdict, recorded, refuses it (`unsafe`, `unscannable`): no thumbnail.
+    Refused(Scan),
 }
+
+/// The `detail-type` of GuardDuty's scan result event (and of the local stand-in's).
+pub const SCAN_RESULT: &str = "GuardDuty Malware Protection Object Scan Result";
 
 #[derive(Clone, Debug)]
 pub struct Thumbnailer {
@@ -43,15 +56,48 @@ impl Thumbnailer {
         })
     }
 
-    /// An S3 event: each record's object, one after the other.
+    /// An S3 event (each record's object, one after the other), or a scan result.
     pub async fn handle(&self, event: &serde_json::Value) -> Result<Vec<Outcome>, ChatError> {
+        if event["detail-type"] == SCAN_RESULT {
+            return Ok(vec![self.scan_result(&event["detail"]).await?]);
+        }
         let records = event["Records"].as_array().cloned().unwrap_or_default();
         let mut out = Vec::with_capacity(records.len());
         for r in records {
+            if self.store.scan_uploads() {
+                out.push(Outcome::AwaitsScan);
+                continue;
+            }
             let key = r["s3"]["object"]["key"].as_str().unwrap_or_default();
             out.push(self.object(&url_decode(key)).await?);
         }
         Ok(out)
+    }
+
+    /// A scan's result (the event's `detail`): its verdict recorded on the attachment, and a
+    /// clean upload thumbnailed. Only `NO_THREATS_FOUND` is clean (`Scan::of_guardduty`).
+    pub async fn scan_result(&self, detail: &serde_json::Value) -> Result<Outcome, ChatError> {
+        let object = &detail["s3ObjectDetails"];
+        let bucket = object["bucketName"].as_str().unwrap_or_default();
+        if Some(bucket) != self.store.attachments_bucket() {
+            tracing::warn!(bucket, "a scan result of another bucket: ignored");
+            return Ok(Outcome::None);
+        }
+        let key = url_decode(object["objectKey"].as_str().unwrap_or_default());
+        let Some((id, attachment_id)) = parse_object_key(&key) else {
+            tracing::info!(key, "a scan result of no attachment's object: ignored");
+            return Ok(Outcome::None);
+        };
+        let status = detail["scanResultDetails"]["scanResultStatus"].as_str();
+        let scan = Scan::of_guardduty(status.unwrap_or_default());
+        tracing::info!(key, ?status, verdict = scan.as_str(), "scan result");
+        if !self.store.record_scan(&id, &attachment_id, scan).await? {
+            return Ok(Outcome::Gone);
+        }
+        if scan != Scan::Clean {
+            return Ok(Outcome::Refused(scan));
+        }
+        self.object(&key).await
     }
 
     /// One uploaded object, by key.

@@ -11,7 +11,14 @@
 //! - CORS for browsers (a preflight `OPTIONS` is answered here, as a bucket's CORS rule would);
 //! - moto's 500 to a `DeleteObjectTagging` of a missing object becomes S3's 404 `NoSuchKey`;
 //! - after a presigned `PUT` stored an object, the S3 event (`ObjectCreated:Put`, S3's event JSON)
-//!   is POSTed to `notify` when set: the local stand-in of the bucket's event notification.
+//!   is POSTed to `notify` when set: the local stand-in of the bucket's event notification;
+//! - with `scan` set, the stand-in of GuardDuty Malware Protection for S3: each object a presigned
+//!   `PUT` stored is scanned after `scan.delay` (a zero delay: before the PUT is answered; or when `POST /_scan/<bucket>/<key>` asks, which
+//!   answers once it is done): a file that begins with the EICAR test string is `THREATS_FOUND`,
+//!   anything else `NO_THREATS_FOUND`; the verdict is added to the object's tags as GuardDuty adds
+//!   it (`GuardDutyMalwareScanStatus`: it reads the tags and writes them back with its own), then
+//!   GuardDuty's EventBridge event ("GuardDuty Malware Protection Object Scan Result") is POSTed
+//!   to `scan.notify` when set.
 
 use bytes::Bytes;
 use hmac::{KeyInit, Mac};
@@ -37,7 +44,28 @@ pub struct GateConfig {
     pub secret: String,
     /// Where S3 events of uploads are POSTed (None: nowhere).
     pub notify: Option<String>,
+    /// The stand-in malware scanner (None: uploads are not scanned).
+    pub scan: Option<ScanConfig>,
 }
+
+/// The stand-in of GuardDuty Malware Protection for S3.
+#[derive(Debug, Clone)]
+pub struct ScanConfig {
+    /// How long after an upload it is scanned (None: only when `POST /_scan/…` asks).
+    pub delay: Option<Duration>,
+    /// Where each scan's result event is POSTed (None: nowhere).
+    pub notify: Option<String>,
+}
+
+/// The tag GuardDuty writes on a scanned object.
+pub const SCAN_TAG: &str = "GuardDutyMalwareScanStatus";
+
+/// The EICAR anti-virus test file's content (split, so that this source is not itself a test
+/// file to a scanner).
+pub const EICAR: &str = concat!(
+    "X5O!P%@AP[4\\PZX54(P^)7CC)7}$",
+    "EICAR-STANDARD-ANTIVIRUS-TEST-FILE!$H+H*"
+);
 
 struct State {
     config: GateConfig,
@@ -126,6 +154,9 @@ fn refuse(status: StatusCode, code: &str, message: &str) -> Answer {
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyper::Error> {
     let (parts, body) = req.into_parts();
+    if let Some(object) = parts.uri.path().strip_prefix("/_scan") {
+        return Ok(scan_on_request(&state, &parts, object).await);
+    }
     if parts.method == Method::OPTIONS {
         let allow = [
             (
@@ -173,6 +204,26 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
             let state = state.clone();
             tokio::spawn(async move { notify(&state, &url, event).await });
         }
+        match state.config.scan.as_ref().and_then(|s| s.delay) {
+            // No delay: scanned (and its verdict delivered) before the upload is answered, so a
+            // client that sends the file next finds it scanned.
+            Some(delay) if delay.is_zero() => {
+                let path = parts.uri.path();
+                if let Err(e) = scan(&state, path).await {
+                    eprintln!("s3-gate: scan of {path}: {e}");
+                }
+            }
+            Some(delay) => {
+                let (state, path) = (state.clone(), parts.uri.path().to_owned());
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    if let Err(e) = scan(&state, &path).await {
+                        eprintln!("s3-gate: scan of {path}: {e}");
+                    }
+                });
+            }
+            None => {}
+        }
     }
     let mut r = answer(status, &[], bytes);
     for (k, v) in &headers {
@@ -209,6 +260,191 @@ async fn forward(
     let (p, b) = resp.into_parts();
     let bytes = b.collect().await.map_err(|e| e.to_string())?.to_bytes();
     Ok((p.status, p.headers, bytes))
+}
+
+/// `POST /_scan/<bucket>/<key>`: scans that object now; answers its verdict once the object is
+/// tagged and the result event delivered.
+async fn scan_on_request(state: &State, parts: &Parts, object: &str) -> Answer {
+    if parts.method != Method::POST || state.config.scan.is_none() {
+        return refuse(StatusCode::NOT_FOUND, "NoSuchKey", "no scanner here");
+    }
+    match scan(state, object).await {
+        Ok(status) => answer(StatusCode::OK, &[], Bytes::from(status)),
+        Err(e) => refuse(StatusCode::NOT_FOUND, "NoSuchKey", &e),
+    }
+}
+
+/// GuardDuty's verdict of a file, as the stand-in decides it.
+pub fn verdict(bytes: &[u8]) -> &'static str {
+    if bytes.starts_with(EICAR.as_bytes()) {
+        "THREATS_FOUND"
+    } else {
+        "NO_THREATS_FOUND"
+    }
+}
+
+/// Scans the object at path-style `path` (`/bucket/key`): reads it, tags it with its verdict
+/// (the other tags kept), and delivers the result event. Err: no such object (deleted meanwhile),
+/// or moto failed.
+async fn scan(state: &State, path: &str) -> Result<&'static str, String> {
+    let s3 = state.config.s3.trim_end_matches('/');
+    let (status, headers, body) = plain(state, Method::GET, &format!("{s3}{path}"), None).await?;
+    if !status.is_success() {
+        return Err(format!("GET {path}: {status}"));
+    }
+    let verdict = verdict(&body);
+    let etag = headers
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .trim_matches('"')
+        .to_owned();
+    let tagging = format!("{s3}{path}?tagging");
+    let (status, _, xml) = plain(state, Method::GET, &tagging, None).await?;
+    if !status.is_success() {
+        return Err(format!("GET {path}?tagging: {status}"));
+    }
+    let mut tags: Vec<(String, String)> = parse_tags(&String::from_utf8_lossy(&xml))
+        .into_iter()
+        .filter(|(k, _)| k != SCAN_TAG)
+        .collect();
+    tags.push((SCAN_TAG.into(), verdict.into()));
+    let body = Bytes::from(tagging_xml(&tags));
+    let (status, _, _) = plain(state, Method::PUT, &tagging, Some(body)).await?;
+    if !status.is_success() {
+        return Err(format!("PUT {path}?tagging: {status}"));
+    }
+    if let Some(url) = state.config.scan.as_ref().and_then(|s| s.notify.clone()) {
+        notify(
+            state,
+            &url,
+            scan_result_event(path, &etag, verdict, now_secs()),
+        )
+        .await;
+    }
+    Ok(verdict)
+}
+
+/// A request of the scanner to moto: moto does not check signatures, but treats a request
+/// without an `Authorization` header as anonymous (refused: the bucket is private), so it carries
+/// one in the local credentials' name.
+async fn plain(
+    state: &State,
+    method: Method,
+    url: &str,
+    body: Option<Bytes>,
+) -> Result<(StatusCode, hyper::HeaderMap, Bytes), String> {
+    let auth = "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/s3/aws4_request, \
+                SignedHeaders=host, Signature=0";
+    let req = Request::builder()
+        .method(method)
+        .uri(url)
+        .header("authorization", auth)
+        .body(Full::new(body.unwrap_or_default()))
+        .map_err(|e| e.to_string())?;
+    let resp = state.client.request(req).await.map_err(|e| e.to_string())?;
+    let (p, b) = resp.into_parts();
+    let bytes = b.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((p.status, p.headers, bytes))
+}
+
+/// The tags of S3's `Tagging` XML, in order.
+pub fn parse_tags(xml: &str) -> Vec<(String, String)> {
+    let field = |tag: &str, name: &str| {
+        let open = format!("<{name}>");
+        let start = tag.find(&open)? + open.len();
+        let end = tag[start..].find(&format!("</{name}>"))? + start;
+        Some(xml_unescape(&tag[start..end]))
+    };
+    xml.split("<Tag>")
+        .skip(1)
+        .filter_map(|tag| Some((field(tag, "Key")?, field(tag, "Value")?)))
+        .collect()
+}
+
+/// S3's `Tagging` XML of `tags`.
+pub fn tagging_xml(tags: &[(String, String)]) -> String {
+    let tags: String = tags
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "<Tag><Key>{}</Key><Value>{}</Value></Tag>",
+                xml_escape(k),
+                xml_escape(v)
+            )
+        })
+        .collect();
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Tagging><TagSet>{tags}</TagSet></Tagging>"
+    )
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+/// GuardDuty's EventBridge event of a scan's result, for the object at path-style `path`, at
+/// `now` (Unix seconds).
+pub fn scan_result_event(path: &str, etag: &str, status: &str, now: u64) -> serde_json::Value {
+    let path = path.trim_start_matches('/');
+    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+    let threats = (status == "THREATS_FOUND")
+        .then(|| serde_json::json!([{"name": "EICAR-Test-File (not a virus)"}]));
+    serde_json::json!({
+        "version": "0",
+        "id": format!("local-scan-{now}-{etag}"),
+        "detail-type": "GuardDuty Malware Protection Object Scan Result",
+        "source": "aws.guardduty",
+        "account": "123456789012",
+        "time": rfc3339(now),
+        "region": "us-east-1",
+        "resources": ["arn:aws:guardduty:us-east-1:123456789012:malware-protection-plan/local"],
+        "detail": {
+            "schemaVersion": "1.0",
+            "scanStatus": "COMPLETED",
+            "resourceType": "S3_OBJECT",
+            "s3ObjectDetails": {
+                "bucketName": bucket,
+                "objectKey": key,
+                "eTag": etag,
+                "versionId": null,
+                "s3Throttled": false,
+            },
+            "scanResultDetails": {"scanResultStatus": status, "threats": threats},
+        },
+    })
+}
+
+/// Unix seconds → `2026-12-03T13:05:00Z`.
+fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days (Howard Hinnant's algorithm), the inverse of `amz_date_secs`.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// S3's event notification JSON for an object created at path-style `path` (`/bucket/key`).
@@ -434,6 +670,27 @@ mod tests {
         assert_eq!(amz_date_secs("19700101T000000Z"), Some(0));
         assert_eq!(amz_date_secs("20261203T130500Z"), Some(1_796_303_100));
         assert_eq!(amz_date_secs("2026-12-03"), None);
+    }
+
+    #[test]
+    fn event_times() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_303_100), "2026-12-03T13:05:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn tags_round_trip_and_eicar_is_found() {
+        let tags = vec![
+            ("chat-unattached".to_owned(), "1".to_owned()),
+            (SCAN_TAG.to_owned(), "a<&>b".to_owned()),
+        ];
+        assert_eq!(parse_tags(&tagging_xml(&tags)), tags);
+        assert_eq!(parse_tags("<Tagging><TagSet/></Tagging>"), vec![]);
+        assert_eq!(EICAR.len(), 68);
+        assert_eq!(verdict(EICAR.as_bytes()), "THREATS_FOUND");
+        assert_eq!(verdict(format!("{EICAR}\n").as_bytes()), "THREATS_FOUND");
+        assert_eq!(verdict(b"hello"), "NO_THREATS_FOUND");
     }
 
     #[test]

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { uploadAttachment } from "../../src/attachments.js";
 import { ChatApiError, ChatClient } from "../../src/index.js";
+import type { Attachment, AttachmentScan } from "../../src/index.js";
 
 function stub(s3Status = 200) {
   const seen: { url: string; method: string; headers: Record<string, string>; body: unknown }[] = [];
@@ -48,6 +49,28 @@ describe("attachments", () => {
     const m = await client.send("c", "", { attachments: [id] });
     assert.deepEqual((seen[2]!.body as { attachments: string[] }).attachments, ["att-1"]);
     assert.equal(m.attachments?.[0]?.attachmentId, "att-1");
+    client.close();
+  });
+
+  it("types a file the malware scan has not cleared, and its stable link's 409", async () => {
+    const fetch = (async (input: string | URL) => {
+      const url = String(input);
+      if (url.endsWith("/attachments/att-1")) {
+        const error = { error: { code: "attachment_pending", message: "being scanned" } };
+        return new Response(JSON.stringify(error), { status: 409, headers: { "Retry-After": "2" } });
+      }
+      const att: Attachment = { attachmentId: "att-1", fileName: "a.txt", contentType: "text/plain", size: 3, scan: "pending" };
+      return new Response(JSON.stringify({ messages: [{ conversationId: "c", seq: 1, clientMsgId: "m", senderId: "alice",
+        body: "", createdAt: "t", version: 1, attachments: [att] }], lastSeq: 1, hasMore: false }), { status: 200 });
+    }) as typeof globalThis.fetch;
+    const client = new ChatClient({ apiUrl: "http://api.test", wsUrl: "ws://ws.test", token: "alice", fetch });
+    const page = await client.history("c");
+    const file = page.messages[0]!.attachments![0]!;
+    const scan: AttachmentScan | undefined = file.scan;
+    assert.equal(scan, "pending");
+    assert.equal(file.url, undefined);
+    await assert.rejects(client.request("GET", "/conversations/c/attachments/att-1"), (e) =>
+      e instanceof ChatApiError && e.status === 409 && e.code === "attachment_pending" && e.retryAfter === 2);
     client.close();
   });
 

@@ -353,6 +353,7 @@ mod tests {
             width: None,
             height: None,
             thumbnail_url: None,
+            scan: None,
         });
         assert!(Event::message_new(&m).is_light());
     }

@@ -618,14 +618,21 @@ async fn a_group_past_200_members_gets_big_group_entries_and_moves_nothing() {
     );
     // The newcomer joined a big group: a big-group entry, no moving one.
     assert_eq!(index_entries(&t, &newcomer).await, []);
-    assert_eq!(big_group_entries(&t, &newcomer).await, std::slice::from_ref(&g));
+    assert_eq!(
+        big_group_entries(&t, &newcomer).await,
+        std::slice::from_ref(&g)
+    );
     let created = c["createdAt"].as_s().unwrap().clone();
     assert_eq!(
         index_entries(&t, &owner).await,
         [(created.clone(), g.clone())]
     );
     for user in [&owner, &newcomer, &members[0]] {
-        assert_eq!(ids(&t.get("/inbox", user).await), std::slice::from_ref(&g), "{user}");
+        assert_eq!(
+            ids(&t.get("/inbox", user).await),
+            std::slice::from_ref(&g),
+            "{user}"
+        );
     }
 
     // Its next 5-second step converts the others: big-group entries, moving ones gone, and the
@@ -641,7 +648,11 @@ async fn a_group_past_200_members_gets_big_group_entries_and_moves_nothing() {
     assert_eq!(item(&t).await["inboxByRead"].as_bool(), Ok(&true));
     for user in [&owner, &newcomer, &members[0], &members[198]] {
         assert_eq!(index_entries(&t, user).await, [], "{user}");
-        assert_eq!(big_group_entries(&t, user).await, std::slice::from_ref(&g), "{user}");
+        assert_eq!(
+            big_group_entries(&t, user).await,
+            std::slice::from_ref(&g),
+            "{user}"
+        );
         let page = t.get("/inbox", user).await;
         assert_eq!(ids(&page), std::slice::from_ref(&g), "{user}");
         assert_eq!(

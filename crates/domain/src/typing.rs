@@ -17,9 +17,8 @@ pub const TYPING_TTL_MS: i64 = 6_000;
 pub const START_INTERVAL_MS: i64 = 2_000;
 /// At most one typing frame per conversation per second (so per recipient).
 pub const FRAME_INTERVAL_MS: i64 = 1_000;
-/// Pushes are claimed this much more than [`FRAME_INTERVAL_MS`] apart: a push's posts take some
-/// tens of ms and go out in the same order every time, so each recipient's frames stay a second
-/// apart however the posts of two pushes drift.
+/// Pushes are claimed this much more than [`FRAME_INTERVAL_MS`] apart: what a push's reads and
+/// posts may take after [`SETTLE_MS`] before its claim is moved on ([`renewed_claim`]).
 pub const FRAME_SLACK_MS: i64 = 50;
 /// A push's claimant reads the set this long after its claim, and every change written before
 /// then is in what it sends: a burst of starts (20 typists refreshing at once) is one frame, not
@@ -202,6 +201,17 @@ pub fn push_due(entries: &[TypingEntry], last: LastPush, done_ms: i64, now_ms: i
         }
         _ => Broadcast::Now,
     }
+}
+
+/// The time a push's claim (`claimed_ms`) should say once its posts ended at `posted_ms`, when
+/// they ran late: the next push is claimed [`FRAME_INTERVAL_MS`] + [`FRAME_SLACK_MS`] after the
+/// claim at the earliest and posts [`SETTLE_MS`] after its own claim at the earliest, so it reaches
+/// no recipient within a second of this push's last post. (A push of a big group posts for a few
+/// hundred ms; one a second after the claim would reach the first recipients of its order less than
+/// a second after this one reached its last.)
+pub fn renewed_claim(claimed_ms: i64, posted_ms: i64) -> Option<i64> {
+    let as_if = posted_ms + CLOCK_MARGIN_MS - SETTLE_MS - FRAME_SLACK_MS;
+    (as_if > claimed_ms).then_some(as_if)
 }
 
 /// Whether the push whose claimant read the set at `last_read_ms` may have shown `member` someone
@@ -494,6 +504,25 @@ mod tests {
             entry("next", "b", 10_100, None),
         ];
         assert_eq!(push_due(&later, last, 10_010, 11_000), Broadcast::Nothing);
+    }
+
+    #[test]
+    fn a_push_that_posted_late_moves_its_claim_on() {
+        // Posted within the slack after the settle: the claim stands.
+        let quick = 1_000 + SETTLE_MS + FRAME_SLACK_MS - CLOCK_MARGIN_MS;
+        assert_eq!(renewed_claim(1_000, quick), None);
+        // Posted until 1.4 s: the next push is claimed 1.4 s + a second − settle at the earliest,
+        // so it posts a second after this one's last post (and the clocks' margin).
+        let late = 1_400;
+        let renewed = renewed_claim(1_000, late).unwrap();
+        let next_claim = renewed + FRAME_INTERVAL_MS + FRAME_SLACK_MS;
+        assert_eq!(
+            next_claim + SETTLE_MS,
+            late + FRAME_INTERVAL_MS + CLOCK_MARGIN_MS
+        );
+        // Unrenewed, the same holds for a push that posted quickly.
+        let next = 1_000 + FRAME_INTERVAL_MS + FRAME_SLACK_MS + SETTLE_MS;
+        assert!(next >= quick + FRAME_INTERVAL_MS + CLOCK_MARGIN_MS);
     }
 
     #[test]

@@ -218,7 +218,8 @@ impl ConnectionStore {
 
     /// Claims a push at `now_ms`, its claimant to read the set at `read_ms`: succeeds only if the
     /// last push is still the one read (`seen`), so that one caller pushes, at most one a second.
-    /// 1 PutItem of a small item (1 write unit).
+    /// (Also moves a late push's own claim on: chat_domain::typing::renewed_claim.) 1 PutItem of a
+    /// small item (1 write unit).
     pub async fn claim_typing_push(
         &self,
         id: &ConversationId,

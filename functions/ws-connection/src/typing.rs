@@ -9,18 +9,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chat_domain::typing::{
-    error_frame, may_have_shown_someone, parse_client_frame, prunable, push_due, typing_event,
-    typing_now, Broadcast, ClientFrame, TypingEntry, TypingState, SETTLE_MS,
+    error_frame, may_have_shown_someone, parse_client_frame, prunable, push_due, renewed_claim,
+    typing_event, typing_now, Broadcast, ClientFrame, LastPush, TypingEntry, TypingState,
+    FRAME_INTERVAL_MS, FRAME_SLACK_MS, SETTLE_MS,
 };
 use chat_domain::{ChatError, ConversationId, UserId};
+use chat_store::connections::LiveConnection;
 use chat_store::presence_push::Pusher;
 use chat_store::{ChatStore, ConnectionStore};
 
 /// Reads of the set one change may take before its invocation leaves the push: the first, the
-/// one after waiting out the second, and two more after a claim lost to another invocation.
-const PUBLISH_ROUNDS: usize = 4;
+/// one after waiting out the second (twice if that push's claim was moved on), and two more after
+/// a claim lost to another invocation.
+const PUBLISH_ROUNDS: usize = 5;
 /// The longest wait for a push's second to be over (the frame interval and its slack).
-const MAX_WAIT_MS: i64 = 1_100;
+const MAX_WAIT_MS: i64 = FRAME_INTERVAL_MS + FRAME_SLACK_MS;
 
 /// A conversation's member ids and the `membersVersion` they belong to.
 type MemberList = (u64, Arc<Vec<UserId>>);
@@ -139,23 +142,12 @@ impl Typing {
                     tokio::time::sleep(Duration::from_millis(wait)).await;
                 }
                 Broadcast::Now => {
-                    let read = now + SETTLE_MS;
                     if self
                         .connections
-                        .claim_typing_push(id, state.last, now, read)
+                        .claim_typing_push(id, state.last, now, now + SETTLE_MS)
                         .await?
                     {
-                        // The changes written meanwhile (a burst of starts) go in this push.
-                        tokio::time::sleep(Duration::from_millis(SETTLE_MS as u64)).await;
-                        let current = self.connections.typing_state(id).await?;
-                        let now = now_ms();
-                        self.push(id, &current.entries, state.last.read_ms, now)
-                            .await?;
-                        let prune = prunable(&current.entries, now);
-                        if !prune.is_empty() {
-                            self.connections.prune_typing(id, &prune).await?;
-                        }
-                        return Ok(());
+                        return self.claimed(id, now, state.last.read_ms).await;
                     }
                     // Another invocation claimed it since the read: read again.
                 }
@@ -164,26 +156,66 @@ impl Typing {
         Ok(())
     }
 
+    /// The push claimed at `claimed`: after [`SETTLE_MS`] (the changes written meanwhile, a
+    /// burst of starts, go in it; who is online is read meanwhile) reads the set and sends it;
+    /// moves the claim on if the posts ran late; prunes. `last_read`: when the last push read its
+    /// set.
+    async fn claimed(
+        &self,
+        id: &ConversationId,
+        claimed: i64,
+        last_read: Option<i64>,
+    ) -> Result<(), ChatError> {
+        let settle = tokio::time::sleep(Duration::from_millis(SETTLE_MS as u64));
+        let (online, ()) = tokio::join!(self.online_members(id, claimed), settle);
+        let current = self.connections.typing_state(id).await?;
+        let now = now_ms();
+        self.push(id, &current.entries, last_read, now, online?)
+            .await;
+        if let Some(as_if) = renewed_claim(claimed, now_ms()) {
+            // Else the next push could reach a recipient within a second of this one.
+            let claim = LastPush {
+                claimed_ms: Some(claimed),
+                read_ms: Some(claimed + SETTLE_MS),
+            };
+            self.connections
+                .claim_typing_push(id, claim, as_if, claimed + SETTLE_MS)
+                .await?;
+        }
+        let prune = prunable(&current.entries, now);
+        if !prune.is_empty() {
+            self.connections.prune_typing(id, &prune).await?;
+        }
+        Ok(())
+    }
+
+    /// The conversation's online members' connections. Reads: 1 GetItem (membersVersion; + 1
+    /// Query when the membership changed), ⌈members/100⌉ BatchGetItem of the presence items.
+    async fn online_members(
+        &self,
+        id: &ConversationId,
+        now: i64,
+    ) -> Result<Vec<LiveConnection>, ChatError> {
+        let Some(members) = self.member_list(id).await? else {
+            return Ok(Vec::new());
+        };
+        self.connections
+            .live_connections(&members, now / 1000)
+            .await
+    }
+
     /// The set at `now` to every online member who is shown someone typing, or may have been by
     /// the last push (its set read at `last_read`), in the same order every time (so that each
-    /// recipient's frames are as far apart as the pushes' claims). Reads: 1 GetItem
-    /// (membersVersion; + 1 Query when the membership changed), ⌈members/100⌉ BatchGetItem of the
-    /// presence items.
+    /// recipient's frames are as far apart as the pushes' claims).
     async fn push(
         &self,
         id: &ConversationId,
         entries: &[TypingEntry],
         last_read: Option<i64>,
         now: i64,
-    ) -> Result<(), ChatError> {
-        let Some(members) = self.member_list(id).await? else {
-            return Ok(());
-        };
+        online: Vec<LiveConnection>,
+    ) {
         let typing = typing_now(entries, now);
-        let online = self
-            .connections
-            .live_connections(&members, now / 1000)
-            .await?;
         let mut online: Vec<_> = online
             .into_iter()
             .filter(|c| {
@@ -197,7 +229,6 @@ impl Typing {
                 serde_json::to_string(&typing_event(id, &typing, user)).unwrap_or_default()
             })
             .await;
-        Ok(())
     }
 
     /// The member ids, from the cache while `membersVersion` is unchanged. None: no such

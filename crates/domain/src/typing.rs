@@ -17,9 +17,10 @@ pub const TYPING_TTL_MS: i64 = 6_000;
 pub const START_INTERVAL_MS: i64 = 2_000;
 /// At most one typing frame per conversation per second (so per recipient).
 pub const FRAME_INTERVAL_MS: i64 = 1_000;
-/// Pushes are claimed this much more than [`FRAME_INTERVAL_MS`] apart: what a push's reads and
-/// posts may take after [`SETTLE_MS`] before its claim is moved on ([`renewed_claim`]).
-pub const FRAME_SLACK_MS: i64 = 50;
+/// Pushes are claimed this much more than [`FRAME_INTERVAL_MS`] apart: less the clocks' margin,
+/// what a push's reads and posts may take after [`SETTLE_MS`] before its claim is moved on
+/// ([`renewed_claim`]): 50 ms, enough for a direct conversation's one or two posts.
+pub const FRAME_SLACK_MS: i64 = 100;
 /// A push's claimant reads the set this long after its claim, and every change written before
 /// then is in what it sends: a burst of starts (20 typists refreshing at once) is one frame, not
 /// a frame of its first few and another of the rest a second later.

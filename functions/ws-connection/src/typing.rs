@@ -60,8 +60,8 @@ impl Typing {
     /// (`{"type":"error",…}`); a non-member's frame, an early `start` and a `stop` of nobody are
     /// ignored. DynamoDB: 2 GetItem (owner, member item), 1 UpdateItem of the connection's
     /// typing item, 1 Query of the set (2 when the change waits out the second), and when a
-    /// frame goes out 1 PutItem (the claim), 1 Query (the set, read after the claim) + the
-    /// push's reads.
+    /// frame goes out 1 PutItem (the claim; 1 more when its posts ran late), 1 Query (the set,
+    /// read after the claim) + the push's reads.
     pub async fn frame(&self, connection: &str, body: &[u8]) -> Result<(), ChatError> {
         self.frame_at(connection, body, now_ms()).await
     }

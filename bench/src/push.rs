@@ -24,7 +24,8 @@
 //!   per user, and missed messages: each user must end holding exactly 1..lastSeq of each of its
 //!   conversations, judged against the server's lastSeq without a final fetch.
 //! * **typing**: a 1,000-member group with 300 (`--online`) members online, 20 of them typing
-//!   (a `start` every 2 s, the fastest the server accepts) for 20 s (docs/api.md §37). Reported:
+//!   (a `start` every 2 s, the fastest the server accepts) for 20 s (docs/api.md §37), all at
+//!   once, then spread out (one every 100 ms, so the set changes every second). Reported:
 //!   the typing frames in and out per second, per recipient the most frames in any 1 s and the
 //!   shortest gap between two, the time from the first start to each recipient's first frame, and
 //!   the largest `count` seen (20: nothing of the set lost).
@@ -94,7 +95,8 @@ pub async fn run(args: &[String]) {
         big_group(&stack, online, 20, Duration::ZERO).await;
     }
     if all || named("typing") {
-        typing(&stack, online, 20, Duration::from_secs(20)).await;
+        typing(&stack, online, 20, Duration::from_secs(20), false).await;
+        typing(&stack, online, 20, Duration::from_secs(20), true).await;
     }
 }
 
@@ -134,7 +136,9 @@ async fn typing_member(
     (arrivals, most)
 }
 
-async fn typing(stack: &Stack, online: usize, typists: usize, period: Duration) {
+/// `spread`: the typists start one after another over the 2 s (each then every 2 s), instead of
+/// all at once.
+async fn typing(stack: &Stack, online: usize, typists: usize, period: Duration, spread: bool) {
     let owner = unique("ty");
     let members: Vec<String> = (1..1000).map(|i| format!("{owner}-{i}")).collect();
     let conv = stack.target.create_group(&owner, "typing", &members).await;
@@ -146,7 +150,21 @@ async fn typing(stack: &Stack, online: usize, typists: usize, period: Duration) 
     let tasks: Vec<_> = clients
         .into_iter()
         .enumerate()
-        .map(|(i, c)| tokio::spawn(typing_member(c, conv.clone(), i < typists, first, until)))
+        .map(|(i, c)| {
+            let offset = if spread && i < typists {
+                Duration::from_millis(2_000 * i as u64 / typists as u64)
+            } else {
+                Duration::ZERO
+            };
+            let typist = i < typists;
+            tokio::spawn(typing_member(
+                c,
+                conv.clone(),
+                typist,
+                first + offset,
+                until,
+            ))
+        })
         .collect();
     let (mut frames, mut most_count, mut worst_second, mut min_gap) = (0, 0, 0, Duration::MAX);
     let mut first_frames = Vec::new();
@@ -172,11 +190,12 @@ async fn typing(stack: &Stack, online: usize, typists: usize, period: Duration) 
     let secs = period.as_secs_f64();
     let starts = typists as f64 * (secs / 2.0).ceil();
     println!(
-        "typing, 1,000 members, {} online, {typists} typing for {secs:.0} s: {:.0} starts/s in, \
+        "typing, 1,000 members, {} online, {typists} typing {} for {secs:.0} s: {:.0} starts/s in, \
          {:.0} typing frames/s out ({frames} in all, {:.2} per recipient per s); per recipient \
          at most {worst_second} in any 1 s, shortest gap {:.0} ms; first frame p50 {:.0} ms, \
          p99 {:.0} ms; largest count {most_count}; {} of {} members got a frame",
         online.len(),
+        if spread { "one every 100 ms" } else { "at once" },
         starts / secs,
         frames as f64 / secs,
         frames as f64 / secs / online.len() as f64,

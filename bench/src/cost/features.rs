@@ -36,12 +36,11 @@ pub struct FeatureAssumptions {
     /// `DeleteObjectTagging`, PUT-class) and per download (one GET).
     pub s3_puts_per_upload: f64,
     pub s3_gets_per_download: f64,
-    /// Typing frames out per frame in (docs/benchmarks.md, 2026-12-03 "Typing": 165 out for
+    /// Typing frames out per frame in (docs/benchmarks.md, 2026-12-06 "Typing": 150 out for
     /// 10 in a second, 300 online and 20 typing in a 1,000-member group) and bytes per frame out.
     pub typing_out_per_in: f64,
     pub typing_frame_bytes: f64,
-    /// ws-connection's duration per typing frame, the notifier's per window, in ms.
-    pub typing_ms: f64,
+    /// The notifier's duration per window, in ms.
     pub notifier_ms: f64,
     /// Devices per member notified (one SNS publish each).
     pub devices_per_member: f64,
@@ -51,9 +50,8 @@ pub const FEATURES_ASSUMED: FeatureAssumptions = FeatureAssumptions {
     attachment_bytes: 1_000_000.0,
     s3_puts_per_upload: 2.0,
     s3_gets_per_download: 1.0,
-    typing_out_per_in: 16.5,
+    typing_out_per_in: 15.0,
     typing_frame_bytes: 100.0,
-    typing_ms: 30.0,
     notifier_ms: 15.0,
     devices_per_member: 1.0,
 };
@@ -87,6 +85,11 @@ pub struct FeaturesMeasured {
     /// A typing `start` frame in steady state (not the connection's first in the conversation),
     /// pushes' claims and reads included, per frame.
     pub typing_frame: Units,
+    /// The same with every user id 128 characters long (the longest allowed).
+    pub typing_frame_long_ids: Units,
+    /// ws-connection's time per typing frame (its waits included; posts not: the bench has no
+    /// Management API), in ms.
+    pub typing_frame_ms: f64,
 }
 
 impl Bench<'_> {
@@ -124,7 +127,8 @@ impl Bench<'_> {
 
         f.limit_per_send = limiter_units(n, &c, &a).await;
         self.notifications(&mut f).await;
-        f.typing_frame = self.typing().await;
+        (f.typing_frame, f.typing_frame_ms) = self.typing(false).await;
+        f.typing_frame_long_ids = self.typing(true).await.0;
         f
     }
 
@@ -184,12 +188,26 @@ impl Bench<'_> {
 
     /// A 1,000-member group with 300 members online: 20 of them start typing, one every 100 ms,
     /// and again 2 s later (the steady state: a start every 2 s per connection); per frame of
-    /// the second round.
-    async fn typing(&self) -> Units {
+    /// the second round. `long_ids`: every user id 128 characters long.
+    /// Also the mean time a frame's invocation takes (billed Lambda time: a frame that changes
+    /// the set within a second of the last push waits out that second).
+    async fn typing(&self, long_ids: bool) -> (Units, f64) {
         let t = self.t;
         let owner = unique("typing-owner");
-        let members: Vec<String> = (0..999).map(|i| format!("{owner}-{i}")).collect();
-        let g = t.group(&owner, &members).await;
+        let id = |i: usize| {
+            if long_ids {
+                format!("{:x<128}", format!("{owner}-{i}-"))
+            } else {
+                format!("{owner}-{i}")
+            }
+        };
+        let members: Vec<String> = (0..999).map(id).collect();
+        // A request body is at most 64 KB: 999 long ids go in parts.
+        let g = t.group(&owner, &members[..300]).await;
+        for part in members[300..].chunks(300) {
+            let r = t.add_members(&g, &owner, json!(part)).await;
+            assert_eq!(r.status, 200, "{r:?}");
+        }
         let table = chat_tests::config().connections_table;
         let connections = ConnectionStore::new(t.db.clone(), table);
         self.connect(&connections, &members[20..300]).await;
@@ -210,27 +228,29 @@ impl Bench<'_> {
                 let (typing, frame) = (&typing, &frame);
                 async move {
                     tokio::time::sleep(Duration::from_millis(100 * i as u64)).await;
-                    typing.frame(connection, frame.as_bytes()).await
+                    let started = std::time::Instant::now();
+                    typing.frame(connection, frame.as_bytes()).await.unwrap();
+                    started.elapsed()
                 }
             }))
         };
-        for r in all().await {
-            r.unwrap();
-        }
+        all().await;
         tokio::time::sleep(Duration::from_millis(2_100)).await;
         self.forget();
-        for r in all().await {
-            r.unwrap();
-        }
+        let durations = all().await;
         let u = self
             .dynamodb_in(&[&t.table, &chat_tests::config().connections_table])
             .await;
         let frames = typists.len() as f64;
-        Units {
-            calls: u.calls / frames,
-            wru: u.wru / frames,
-            rru: u.rru / frames,
-        }
+        let ms = durations.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / frames;
+        (
+            Units {
+                calls: u.calls / frames,
+                wru: u.wru / frames,
+                rru: u.rru / frames,
+            },
+            ms,
+        )
     }
 
     /// What was recorded since the last take, in the chat table.
@@ -394,9 +414,9 @@ pub fn feature_costs(
             vec![
                 line("WebSocket message in", MILLION * WS_MESSAGE),
                 line(
-                    "ws-connection (assumed ms)",
+                    "ws-connection (measured ms)",
                     LAMBDA_REQUEST * MILLION
-                        + MILLION * a.typing_ms / 1000.0 * MEMORY_GB * LAMBDA_GB_S,
+                        + MILLION * f.typing_frame_ms / 1000.0 * MEMORY_GB * LAMBDA_GB_S,
                 ),
                 line("DynamoDB", ddb(f.typing_frame.wru, f.typing_frame.rru)),
                 line(
@@ -433,6 +453,7 @@ pub fn print_features(f: &FeaturesMeasured, a: &FeatureAssumptions) {
         ("a message while its window is open", f.window_open_again),
         ("a window's job (100 members, 99 notified)", f.window),
         ("a typing start, steady state, per frame", f.typing_frame),
+        ("the same, 128-character user ids", f.typing_frame_long_ids),
     ];
     for (name, u) in units {
         println!(
@@ -440,6 +461,10 @@ pub fn print_features(f: &FeaturesMeasured, a: &FeatureAssumptions) {
             u.calls, u.wru, u.rru
         );
     }
+    println!(
+        "  ws-connection per typing frame: {:.0} ms (mean, waits included)",
+        f.typing_frame_ms
+    );
     println!();
     println!("  assumed (counted from the code, not measurable locally): {a:?}");
     println!("| feature cost | per 1 M | parts |");

@@ -17,10 +17,14 @@ pub const TYPING_TTL_MS: i64 = 6_000;
 pub const START_INTERVAL_MS: i64 = 2_000;
 /// At most one typing frame per conversation per second (so per recipient).
 pub const FRAME_INTERVAL_MS: i64 = 1_000;
-/// While someone types, the set is sent again once this old, so that a client, which clears a
-/// set it was not sent again within [`TYPING_TTL_MS`], keeps showing it (refreshes come every
-/// ≤ 3 s, so the gap between two frames stays under 6 s).
-pub const RESEND_AFTER_MS: i64 = 2_000;
+/// Pushes are claimed this much more than [`FRAME_INTERVAL_MS`] apart: less the clocks' margin,
+/// what a push's reads and posts may take after [`SETTLE_MS`] before its claim is moved on
+/// ([`renewed_claim`]): 50 ms, enough for a direct conversation's one or two posts.
+pub const FRAME_SLACK_MS: i64 = 100;
+/// A push's claimant reads the set this long after its claim, and every change written before
+/// then is in what it sends: a burst of starts (20 typists refreshing at once) is one frame, not
+/// a frame of its first few and another of the rest a second later.
+pub const SETTLE_MS: i64 = 150;
 /// Typists a frame names; `count` says how many type in all.
 pub const LISTED_TYPISTS: usize = 3;
 /// The largest client frame read; bigger ones are answered with `payload_too_large`.
@@ -100,67 +104,142 @@ pub fn start_cutoff(now_ms: i64) -> i64 {
     now_ms - START_INTERVAL_MS
 }
 
-/// Who types now: the users with an unexpired entry (any of their connections), in the order
-/// they started (earliest first), each once.
-pub fn typing_now(entries: &[(UserId, i64)], now_ms: i64) -> Vec<UserId> {
+/// One connection's typing in a conversation, as stored (one small item each, so that a `start`
+/// writes one item of well under 1 KB whatever the other typists' ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypingEntry {
+    pub connection: String,
+    pub user: UserId,
+    /// The connection's last accepted `start` (unix ms, the time the frame came).
+    pub started_ms: i64,
+    /// Its `stop` after that start, if any.
+    pub stopped_ms: Option<i64>,
+}
+
+impl TypingEntry {
+    /// Whether it shows its user typing at `now_ms`: started less than 6 s ago and not stopped.
+    pub fn typing_at(&self, now_ms: i64) -> bool {
+        self.stopped_ms.is_none() && now_ms - self.started_ms < TYPING_TTL_MS
+    }
+
+    /// When its last change (start or stop) was stamped.
+    pub fn changed_ms(&self) -> i64 {
+        self.stopped_ms
+            .map_or(self.started_ms, |s| s.max(self.started_ms))
+    }
+}
+
+/// Who types now: the users with an entry that shows them typing (any of their connections), in
+/// the order they started (earliest first), each once.
+pub fn typing_now(entries: &[TypingEntry], now_ms: i64) -> Vec<UserId> {
     let mut first: BTreeMap<&UserId, i64> = BTreeMap::new();
-    for (user, started) in entries {
-        if now_ms - started < TYPING_TTL_MS {
-            let e = first.entry(user).or_insert(*started);
-            *e = (*e).min(*started);
-        }
+    for e in entries.iter().filter(|e| e.typing_at(now_ms)) {
+        let s = first.entry(&e.user).or_insert(e.started_ms);
+        *s = (*s).min(e.started_ms);
     }
     let mut users: Vec<(i64, &UserId)> = first.into_iter().map(|(u, s)| (s, u)).collect();
     users.sort();
     users.into_iter().map(|(_, u)| u.clone()).collect()
 }
 
-/// The entries a cleanup may remove: expired, nobody's current typing and no rate limit left.
-pub fn expired_entries(entries: &[(String, UserId, i64)], now_ms: i64) -> Vec<&str> {
+/// How far two invocations' clocks may be apart (Lambda hosts keep theirs synchronised to well
+/// under a millisecond; this is the margin over that). Every comparison of one invocation's time
+/// with another's allows it.
+pub const CLOCK_MARGIN_MS: i64 = 50;
+
+/// Whether a writer whose change was written by `done_ms` (its clock when the write returned) may
+/// leave the push to the writer of another entry: one stamped at least [`CLOCK_MARGIN_MS`] after
+/// that, so written after this change, and so pushed by a claim that reads the set after this
+/// change too (or by that writer's own). A change stamped earlier, or only just after, may have
+/// been written, read and pushed before this one landed, so this writer goes on. (Only the last
+/// writer of a second claims the push: 20 typists do not wake 20 claims, each a billed write
+/// even when it fails.)
+pub fn later_change(entries: &[TypingEntry], done_ms: i64) -> bool {
     entries
         .iter()
-        .filter(|(_, _, started)| now_ms - started >= TYPING_TTL_MS)
-        .map(|(c, _, _)| c.as_str())
-        .collect()
+        .any(|e| e.changed_ms() >= done_ms + CLOCK_MARGIN_MS)
 }
 
-/// The set as last sent, stored to compare: the ids, comma separated.
-pub fn signature(typing: &[UserId]) -> String {
-    typing
-        .iter()
-        .map(UserId::as_str)
-        .collect::<Vec<_>>()
-        .join(",")
+/// Stopped or expired entries are left in place (a connection that types again overwrites its
+/// own, TTL removes it) until a claim finds this many: then they cost about a read unit (4 KB)
+/// per read of the set, and the push's claimant removes them, 1 write unit each.
+pub const PRUNE_INACTIVE_AT: usize = 16;
+
+/// The entries a push's claimant removes: every inactive one, once there are
+/// [`PRUNE_INACTIVE_AT`] of them.
+pub fn prunable(entries: &[TypingEntry], now_ms: i64) -> Vec<&TypingEntry> {
+    let inactive: Vec<&TypingEntry> = entries.iter().filter(|e| !e.typing_at(now_ms)).collect();
+    if inactive.len() >= PRUNE_INACTIVE_AT {
+        inactive
+    } else {
+        Vec::new()
+    }
 }
 
-/// When the conversation's typing frame goes out.
+/// The conversation's last push as its claim recorded it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LastPush {
+    /// When it was claimed (ms): the next claim comes a second later at the earliest.
+    pub claimed_ms: Option<i64>,
+    /// When its claimant read the set it sent, at the earliest (ms).
+    pub read_ms: Option<i64>,
+}
+
+/// What a writer whose change was written by `done_ms` does about its push, reading the entries
+/// and the last push at `now_ms`: nothing when a claim reads the set after its change (that push
+/// has it) or a later change's writer takes it over ([`later_change`]); else claim the push now,
+/// or when the last push's second is over (then read again).
+pub fn push_due(entries: &[TypingEntry], last: LastPush, done_ms: i64, now_ms: i64) -> Broadcast {
+    let covered = last
+        .read_ms
+        .is_some_and(|read| read >= done_ms + CLOCK_MARGIN_MS);
+    if covered || later_change(entries, done_ms) {
+        return Broadcast::Nothing;
+    }
+    match last.claimed_ms {
+        Some(at) if now_ms < at + FRAME_INTERVAL_MS + FRAME_SLACK_MS => {
+            Broadcast::At(at + FRAME_INTERVAL_MS + FRAME_SLACK_MS)
+        }
+        _ => Broadcast::Now,
+    }
+}
+
+/// The time a push's claim (`claimed_ms`) should say once its posts ended at `posted_ms`, when
+/// they ran late: the next push is claimed [`FRAME_INTERVAL_MS`] + [`FRAME_SLACK_MS`] after the
+/// claim at the earliest and posts [`SETTLE_MS`] after its own claim at the earliest, so it reaches
+/// no recipient within a second of this push's last post. (A push of a big group posts for a few
+/// hundred ms; one a second after the claim would reach the first recipients of its order less than
+/// a second after this one reached its last.)
+pub fn renewed_claim(claimed_ms: i64, posted_ms: i64) -> Option<i64> {
+    let as_if = posted_ms + CLOCK_MARGIN_MS - SETTLE_MS - FRAME_SLACK_MS;
+    (as_if > claimed_ms).then_some(as_if)
+}
+
+/// Whether the push whose claimant read the set at `last_read_ms` may have shown `member` someone
+/// typing: an entry of another user that showed typing then, or has changed since (its earlier
+/// state is not kept; a stop or a close leaves the entry, marked stopped). A member shown nobody
+/// then and now is not sent the (empty) set again.
+pub fn may_have_shown_someone(
+    entries: &[TypingEntry],
+    member: &UserId,
+    last_read_ms: Option<i64>,
+) -> bool {
+    let Some(read) = last_read_ms else {
+        return false;
+    };
+    entries.iter().any(|e| {
+        &e.user != member && (e.changed_ms() + CLOCK_MARGIN_MS > read || e.typing_at(read))
+    })
+}
+
+/// When the conversation's typing frame (or a user's presence push) goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Broadcast {
     Now,
-    /// Changed, but a frame went out less than a second ago: at this time.
+    /// Due, but a frame went out less than the interval ago: at this time.
     At(i64),
-    /// What the members hold is current.
+    /// What the members hold is current, or another invocation sends it.
     Nothing,
-}
-
-/// Whether the current set (`current`, by [`signature`]) must be sent, given what was sent last
-/// and when.
-pub fn broadcast(
-    current: &str,
-    sent: Option<&str>,
-    sent_at_ms: Option<i64>,
-    now_ms: i64,
-) -> Broadcast {
-    let changed = sent != Some(current) && !(sent.is_none() && current.is_empty());
-    let age = sent_at_ms.map_or(i64::MAX, |t| now_ms - t);
-    let stale = !current.is_empty() && age >= RESEND_AFTER_MS;
-    if !changed && !stale {
-        Broadcast::Nothing
-    } else if age >= FRAME_INTERVAL_MS {
-        Broadcast::Now
-    } else {
-        Broadcast::At(sent_at_ms.unwrap_or(now_ms) + FRAME_INTERVAL_MS)
-    }
 }
 
 /// `{"type":"typing","conversationId","typing":[≤ 3 ids],"count"}` for `recipient`: the others
@@ -328,53 +407,145 @@ mod tests {
         assert_eq!(start_cutoff(3_000), 1_000);
     }
 
-    #[test]
-    fn typists_expire_six_seconds_after_their_last_start() {
-        let entries = vec![
-            (u("bob"), 10_000),
-            (u("alice"), 5_000),
-            (u("bob"), 12_000),
-            (u("carol"), 3_999),
-        ];
-        assert_eq!(typing_now(&entries, 10_000), vec![u("alice"), u("bob")]);
-        // alice's 5 s start expires at 11 s; carol's was expired from 9.999 s.
-        assert_eq!(typing_now(&entries, 11_000), vec![u("bob")]);
-        assert_eq!(typing_now(&entries, 18_000), Vec::<UserId>::new());
-        let rows = vec![
-            ("c1".to_string(), u("a"), 1_000),
-            ("c2".into(), u("b"), 6_000),
-        ];
-        assert_eq!(expired_entries(&rows, 7_000), vec!["c1"]);
+    fn entry(c: &str, user: &str, started: i64, stopped: Option<i64>) -> TypingEntry {
+        TypingEntry {
+            connection: c.into(),
+            user: u(user),
+            started_ms: started,
+            stopped_ms: stopped,
+        }
     }
 
     #[test]
-    fn at_most_one_frame_a_second_and_the_set_resent_while_typing() {
-        let ab = signature(&[u("a"), u("b")]);
-        assert_eq!(ab, "a,b");
-        assert_eq!(broadcast("a", None, None, 5_000), Broadcast::Now);
-        assert_eq!(broadcast("", None, None, 5_000), Broadcast::Nothing);
+    fn typists_expire_six_seconds_after_their_last_start_or_at_their_stop() {
+        let entries = vec![
+            entry("c1", "bob", 10_000, None),
+            entry("c2", "alice", 5_000, None),
+            entry("c3", "bob", 12_000, None),
+            entry("c4", "carol", 3_999, None),
+            entry("c5", "dave", 9_000, Some(9_500)),
+        ];
+        assert_eq!(typing_now(&entries, 10_000), vec![u("alice"), u("bob")]);
+        // alice's 5 s start expires at 11 s; carol's was expired from 9.999 s; dave stopped.
+        assert_eq!(typing_now(&entries, 11_000), vec![u("bob")]);
+        assert_eq!(typing_now(&entries, 18_000), Vec::<UserId>::new());
+        assert_eq!(entries[4].changed_ms(), 9_500);
+        assert_eq!(entries[0].changed_ms(), 10_000);
+        // A stop stamped before a later start (another invocation's clock) is not the change.
+        assert_eq!(entry("c", "a", 2_000, Some(1_990)).changed_ms(), 2_000);
+    }
+
+    #[test]
+    fn only_a_change_stamped_after_this_write_returned_takes_the_push_over() {
+        let entries = vec![
+            entry("mine", "a", 1_000, None),
+            entry("other", "b", 1_100, None),
+        ];
+        // This write returned at 1_020: b's change, stamped 80 ms later, read the set after it.
+        assert!(later_change(&entries, 1_020));
+        // This write returned at 1_080: b stamped its change 20 ms later, within the clocks'
+        // margin, so it may have read the set before this write landed.
+        assert!(!later_change(&entries, 1_080));
+        // Stamped later than this change but written before it returned (this write was slow):
+        // b's set may lack it. A rule of "a later stamp pushes" would drop this change.
+        assert!(!later_change(&entries, 1_500));
+        assert!(later_change(&entries, 1_100 - CLOCK_MARGIN_MS));
+        let stopped = vec![entry("other", "b", 500, Some(1_100))];
+        assert!(later_change(&stopped, 1_020));
+        assert!(!later_change(&[], 0));
+    }
+
+    #[test]
+    fn inactive_entries_are_pruned_once_they_cost_a_read_unit() {
+        let mut entries = vec![entry("live", "a", 10_000, None)];
+        for i in 0..PRUNE_INACTIVE_AT - 1 {
+            let stopped = (i % 2 == 0).then_some(2_000);
+            entries.push(entry(&format!("c{i}"), "b", 1_000, stopped));
+        }
+        assert!(prunable(&entries, 10_000).is_empty());
+        entries.push(entry("last", "c", 3_999, None));
+        let pruned = prunable(&entries, 10_000);
+        assert_eq!(pruned.len(), PRUNE_INACTIVE_AT);
+        assert!(pruned.iter().all(|e| e.connection != "live"));
+    }
+
+    #[test]
+    fn a_change_is_pushed_by_a_claim_that_reads_after_it_at_most_once_a_second() {
+        let entries = vec![entry("mine", "a", 10_000, None)];
+        let never = LastPush::default();
+        assert_eq!(push_due(&entries, never, 10_010, 10_020), Broadcast::Now);
+        let last = LastPush {
+            claimed_ms: Some(9_500),
+            read_ms: Some(9_500 + SETTLE_MS),
+        };
+        // Claimed 0.5 s ago, read before this change landed: due when the second is over.
+        let due = 9_500 + FRAME_INTERVAL_MS + FRAME_SLACK_MS;
+        assert_eq!(push_due(&entries, last, 10_010, 10_020), Broadcast::At(due));
+        assert_eq!(push_due(&entries, last, 10_010, due), Broadcast::Now);
+        // A claim that reads the set after this write returned (with the clocks' margin) has it.
+        let reading = LastPush {
+            claimed_ms: Some(9_990),
+            read_ms: Some(9_990 + SETTLE_MS),
+        };
         assert_eq!(
-            broadcast("a", Some("a"), Some(4_500), 5_000),
+            push_due(&entries, reading, 10_010, 10_020),
             Broadcast::Nothing
         );
+        let just_before = LastPush {
+            claimed_ms: Some(9_900),
+            read_ms: Some(10_010 + CLOCK_MARGIN_MS - 1),
+        };
         assert_eq!(
-            broadcast(&ab, Some("a"), Some(4_500), 5_000),
-            Broadcast::At(5_500)
+            push_due(&entries, just_before, 10_010, 10_020),
+            Broadcast::At(9_900 + FRAME_INTERVAL_MS + FRAME_SLACK_MS)
         );
+        // A later writer takes it over.
+        let later = vec![
+            entry("mine", "a", 10_000, None),
+            entry("next", "b", 10_100, None),
+        ];
+        assert_eq!(push_due(&later, last, 10_010, 11_000), Broadcast::Nothing);
+    }
+
+    #[test]
+    fn a_push_that_posted_late_moves_its_claim_on() {
+        // Posted within the slack after the settle: the claim stands.
+        let quick = 1_000 + SETTLE_MS + FRAME_SLACK_MS - CLOCK_MARGIN_MS;
+        assert_eq!(renewed_claim(1_000, quick), None);
+        // Posted until 1.4 s: the next push is claimed 1.4 s + a second − settle at the earliest,
+        // so it posts a second after this one's last post (and the clocks' margin).
+        let late = 1_400;
+        let renewed = renewed_claim(1_000, late).unwrap();
+        let next_claim = renewed + FRAME_INTERVAL_MS + FRAME_SLACK_MS;
         assert_eq!(
-            broadcast(&ab, Some("a"), Some(4_000), 5_000),
-            Broadcast::Now
+            next_claim + SETTLE_MS,
+            late + FRAME_INTERVAL_MS + CLOCK_MARGIN_MS
         );
-        assert_eq!(
-            broadcast("", Some("a"), Some(4_800), 5_000),
-            Broadcast::At(5_800)
-        );
-        // Unchanged but 2 s old while someone types: sent again, so clients keep showing it.
-        assert_eq!(
-            broadcast("a", Some("a"), Some(3_000), 5_000),
-            Broadcast::Now
-        );
-        assert_eq!(broadcast("", Some(""), Some(0), 5_000), Broadcast::Nothing);
+        // Unrenewed, the same holds for a push that posted quickly.
+        let next = 1_000 + FRAME_INTERVAL_MS + FRAME_SLACK_MS + SETTLE_MS;
+        assert!(next >= quick + FRAME_INTERVAL_MS + CLOCK_MARGIN_MS);
+    }
+
+    #[test]
+    fn a_member_shown_nobody_before_and_now_is_not_sent_the_empty_set() {
+        let (a, b) = (u("a"), u("b"));
+        // a types alone: b is shown a; a is shown nobody, now and at the last push (read at 5 s).
+        let alone = vec![entry("ca", "a", 4_000, None)];
+        assert!(!may_have_shown_someone(&alone, &a, Some(5_000)));
+        assert!(may_have_shown_someone(&alone, &b, Some(5_000)));
+        assert!(!may_have_shown_someone(&alone, &b, None));
+        // b stopped after that push read the set: a may have been shown b.
+        let stopped = vec![
+            entry("ca", "a", 4_000, None),
+            entry("cb", "b", 3_000, Some(5_500)),
+        ];
+        assert!(may_have_shown_someone(&stopped, &a, Some(5_000)));
+        // b had stopped (or expired) long before it.
+        let long_ago = vec![
+            entry("cb", "b", 1_000, Some(1_500)),
+            entry("cc", "c", -2_000, None),
+        ];
+        assert!(!may_have_shown_someone(&long_ago, &a, Some(5_000)));
     }
 
     #[test]

@@ -2,81 +2,65 @@
 //!
 //! | pk | sk | item |
 //! |---|---|---|
-//! | `Y#<conversationId>` | `T` | typing: map `t` of connection id → `"<start ms, 13 digits> <userId>"`, `ver` bumped by every start and stop, `sent`/`sentAt` (the set last pushed and when), `expiresAt` (TTL, an hour after the last start) |
+//! | `Y#<conversationId>` | `T#<connectionId>` | one typing connection: `userId`, `startedAt` (ms, its last accepted start), `stoppedAt` (ms, a `stop` or the close since), `expiresAt` (TTL, 2 h after the last change) |
+//! | `Y#<conversationId>` | `S` | the last push's claim: `sentAt` (ms, when claimed), `readAt` (ms, when its claimant reads the set, at the earliest), `expiresAt` (TTL, an hour) |
 //! | `U#<userId>` | `P` | presence (connections.rs), with `lastActiveAt` (ms) written when a connection closes |
 //! | `U#<userId>` | `V` | `hidden`: the user shows offline (no TTL: it outlives connections) |
 //! | `U#<userId>` | `Q` | the last presence push: `online` as pushed, `sentAt` (ms), `expiresAt` (TTL, a day) |
 //! | `W#<connectionId>` | `U` | owner (connections.rs), with `typingIn`: the conversations it typed in, for `$disconnect` |
 //!
-//! A refreshing typist costs 1 UpdateItem of ≤ 1 KB (20 typists' entries are ~800 bytes): 1 write
-//! unit; the first start of a connection in a conversation adds 1 small UpdateItem of its owner
-//! item, and a push (at most one a second per conversation) 1 UpdateItem of the state.
+//! A `start` or `stop` writes its connection's item alone (≤ ~300 bytes with a 128-character user
+//! id: 1 write unit however many type and however long their ids); the set is one strongly
+//! consistent Query of the conversation's items; a push (at most one a second per conversation)
+//! is claimed by a conditional PutItem of the small `S` item, and its claimant reads the set
+//! after the claim (chat_domain::typing::push_due).
 
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use std::collections::HashMap;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use super::attrs::{get_n, get_s, Item};
-use super::connections::{conditional_failed, ConnectionStore};
+use super::connections::{conditional_failed, ConnectionStore, CONNECTION_TTL_SECS};
 use super::{batch_get, keys, sdk_error};
 use crate::retry::Deadline;
 use chat_domain::error::ChatError;
-use chat_domain::typing::{presence_of, start_cutoff, Presence};
+use chat_domain::typing::{
+    presence_of, start_cutoff, LastPush, Presence, TypingEntry, TYPING_TTL_MS,
+};
 use chat_domain::{ConversationId, UserId};
 
-/// How long the typing state of a quiet conversation is kept before TTL removes it.
-const TYPING_ITEM_TTL_SECS: i64 = 60 * 60;
+/// How long the last push's claim of a quiet conversation is kept before TTL removes it.
+const SENT_ITEM_TTL_SECS: i64 = 60 * 60;
 /// How long `lastActiveAt` is kept after the last connection closed (TTL of the presence item).
 const LAST_ACTIVE_KEPT_SECS: i64 = 30 * 24 * 60 * 60;
+/// The sort key prefix of a connection's typing item.
+const ENTRY_SK: &str = "T#";
 
 /// A conversation's typing state as read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TypingSnapshot {
-    /// Connection id, user, start (unix ms).
-    pub entries: Vec<(String, UserId, i64)>,
-    pub sent: Option<String>,
-    pub sent_at: Option<i64>,
-    pub ver: u64,
+    pub entries: Vec<TypingEntry>,
+    /// The last push (none: never, or over an hour ago).
+    pub last: LastPush,
 }
 
-impl TypingSnapshot {
-    fn from_item(item: &Item) -> TypingSnapshot {
-        let entries = item
-            .get("t")
-            .and_then(|v| v.as_m().ok())
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(c, v)| {
-                        let (ms, user) = v.as_s().ok()?.split_once(' ')?;
-                        Some((c.clone(), UserId::parse(user)?, ms.parse().ok()?))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        TypingSnapshot {
-            entries,
-            sent: get_s(item, "sent").map(str::to_owned),
-            sent_at: get_n(item, "sentAt").map(|n| n as i64),
-            ver: get_n(item, "ver").unwrap_or(0),
-        }
-    }
-
-    /// The (user, start) pairs, for `typing_now`.
-    pub fn starts(&self) -> Vec<(UserId, i64)> {
-        self.entries
-            .iter()
-            .map(|(_, u, s)| (u.clone(), *s))
-            .collect()
-    }
+fn entry_of(item: &Item) -> Option<TypingEntry> {
+    Some(TypingEntry {
+        connection: get_s(item, keys::SK)?.strip_prefix(ENTRY_SK)?.to_owned(),
+        user: UserId::parse(get_s(item, "userId")?)?,
+        started_ms: get_n(item, "startedAt")? as i64,
+        stopped_ms: get_n(item, "stoppedAt").map(|n| n as i64),
+    })
 }
 
-/// 13 digits, so that entries compare as strings in time order.
-fn entry_value(user: &UserId, started_ms: i64) -> String {
-    format!("{started_ms:013} {user}")
+fn typing_pk(id: &ConversationId) -> String {
+    format!("Y#{id}")
 }
 
-fn typing_key(id: &ConversationId) -> Item {
-    keys::key(format!("Y#{id}"), "T")
+fn entry_key(id: &ConversationId, connection: &str) -> Item {
+    keys::key(typing_pk(id), format!("{ENTRY_SK}{connection}"))
+}
+
+fn sent_key(id: &ConversationId) -> Item {
+    keys::key(typing_pk(id), "S")
 }
 
 fn presence_push_key(user: &UserId) -> Item {
@@ -102,98 +86,47 @@ impl ConnectionStore {
         Ok(get_s(&item, "userId").and_then(UserId::parse))
     }
 
-    /// A `start` of `connection` (of `user`) in `id` at `now_ms`: the state after it, or None
-    /// when it came within 2 s of the connection's last accepted start (ignored). DynamoDB:
-    /// 1 UpdateItem (2 for the first start of an idle conversation), + 1 UpdateItem of the owner
-    /// item on the connection's first start in the conversation.
+    /// A `start` of `connection` (of `user`) in `id`, its frame come at `now_ms`: whether it was
+    /// accepted (not within 2 s of the connection's last accepted start, unless stopped since).
+    /// DynamoDB: 1 UpdateItem of the connection's item (an ignored start fails its condition,
+    /// billed all the same), + 1 UpdateItem of the owner item when the connection had no item in
+    /// `id` (its first start there).
     pub async fn typing_start(
         &self,
         id: &ConversationId,
         connection: &str,
         user: &UserId,
         now_ms: i64,
-    ) -> Result<Option<TypingSnapshot>, ChatError> {
-        let value = AttributeValue::S(entry_value(user, now_ms));
-        // An entry is older than the cutoff iff its string sorts below the next millisecond's.
-        let below = AttributeValue::S(format!("{:013}", start_cutoff(now_ms) + 1));
-        let ttl = n(now_ms / 1000 + TYPING_ITEM_TTL_SECS);
-        let mut old = None;
-        for _ in 0..3 {
-            let updated = self
-                .db
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(typing_key(id)))
-                .update_expression("SET t.#c = :v, expiresAt = :ttl ADD ver :one")
-                .condition_expression(
-                    "attribute_exists(t) AND (attribute_not_exists(t.#c) OR t.#c < :below)",
-                )
-                .expression_attribute_names("#c", connection)
-                .expression_attribute_values(":v", value.clone())
-                .expression_attribute_values(":below", below.clone())
-                .expression_attribute_values(":ttl", ttl.clone())
-                .expression_attribute_values(":one", n(1))
-                .return_values(ReturnValue::AllOld)
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send()
-                .await;
-            match updated {
-                Ok(out) => {
-                    old = Some(out.attributes.unwrap_or_default());
-                    break;
-                }
-                Err(e) => match e.into_service_error() {
-                    UpdateItemError::ConditionalCheckFailedException(f)
-                        if f.item().is_some_and(|i| i.contains_key("t")) =>
-                    {
-                        return Ok(None);
-                    }
-                    UpdateItemError::ConditionalCheckFailedException(_) => {}
-                    other => return Err(ChatError::internal(format!("UpdateItem: {other}"))),
-                },
-            }
-            // No map yet: create it with this entry.
-            let created = self
-                .db
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(typing_key(id)))
-                .update_expression("SET t = :m, expiresAt = :ttl ADD ver :one")
-                .condition_expression("attribute_not_exists(t)")
-                .expression_attribute_values(
-                    ":m",
-                    AttributeValue::M(HashMap::from([(connection.to_owned(), value.clone())])),
-                )
-                .expression_attribute_values(":ttl", ttl.clone())
-                .expression_attribute_values(":one", n(1))
-                .return_values(ReturnValue::AllOld)
-                .send()
-                .await;
-            match created {
-                Ok(out) => {
-                    old = Some(out.attributes.unwrap_or_default());
-                    break;
-                }
-                Err(e) if conditional_failed(&e) => continue,
-                Err(e) => return Err(sdk_error("UpdateItem", e)),
-            }
-        }
-        let Some(old) = old else {
-            return Err(ChatError::Throttled);
+    ) -> Result<bool, ChatError> {
+        let r = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(entry_key(id, connection)))
+            .update_expression(
+                "SET userId = :u, startedAt = :now, expiresAt = :ttl REMOVE stoppedAt",
+            )
+            // startedAt < cutoff + 1: the last accepted start is at least 2 s old.
+            .condition_expression(
+                "attribute_not_exists(startedAt) OR startedAt < :below \
+                 OR attribute_exists(stoppedAt)",
+            )
+            .expression_attribute_values(":u", AttributeValue::S(user.to_string()))
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":below", n(start_cutoff(now_ms) + 1))
+            .expression_attribute_values(":ttl", n(now_ms / 1000 + CONNECTION_TTL_SECS))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await;
+        let first = match r {
+            Ok(out) => out.attributes.is_none_or(|a| a.is_empty()),
+            Err(e) if conditional_failed(&e) => return Ok(false),
+            Err(e) => return Err(sdk_error("UpdateItem", e)),
         };
-        let mut state = TypingSnapshot::from_item(&old);
-        let first = !state.entries.iter().any(|(c, _, _)| c == connection);
-        state.entries.retain(|(c, _, _)| c != connection);
-        state
-            .entries
-            .push((connection.to_owned(), user.clone(), now_ms));
-        state.ver += 1;
         if first {
             self.note_typing_in(connection, id).await?;
         }
-        Ok(Some(state))
+        Ok(true)
     }
 
     /// Records on the connection's owner item that it types in `id`, so that its `$disconnect`
@@ -219,78 +152,26 @@ impl ConnectionStore {
         }
     }
 
-    /// A `stop` (or the close) of `connection` in `id`: the state after it, or None when it was
-    /// not typing there. 1 UpdateItem.
+    /// A `stop` of `connection` in `id`, its frame come at `now_ms`, or its close: whether it
+    /// stopped a typist (false: it was not typing there, or had expired). The item stays, marked
+    /// stopped: the next push tells who was shown it that it stopped, and the connection's next
+    /// start finds it (no second note on the owner item). 1 UpdateItem.
     pub async fn typing_stop(
         &self,
         id: &ConversationId,
         connection: &str,
-    ) -> Result<Option<TypingSnapshot>, ChatError> {
+        now_ms: i64,
+    ) -> Result<bool, ChatError> {
         let r = self
             .db
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(typing_key(id)))
-            .update_expression("REMOVE t.#c ADD ver :one")
-            .condition_expression("attribute_exists(t.#c)")
-            .expression_attribute_names("#c", connection)
-            .expression_attribute_values(":one", n(1))
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await;
-        match r {
-            Ok(out) => Ok(Some(TypingSnapshot::from_item(
-                &out.attributes.unwrap_or_default(),
-            ))),
-            Err(e) if conditional_failed(&e) => Ok(None),
-            Err(e) => Err(sdk_error("UpdateItem", e)),
-        }
-    }
-
-    /// The typing state of `id`. 1 strongly consistent GetItem.
-    pub async fn typing_state(&self, id: &ConversationId) -> Result<TypingSnapshot, ChatError> {
-        Ok(TypingSnapshot::from_item(
-            &self.item_at(typing_key(id)).await?,
-        ))
-    }
-
-    /// Claims the push of `sent` at `now_ms`: succeeds only if the state is still `seen` (same
-    /// version, same last push), so one caller pushes each set; removes the expired entries
-    /// `prune` on the way. 1 UpdateItem.
-    pub async fn claim_typing_push(
-        &self,
-        id: &ConversationId,
-        seen: &TypingSnapshot,
-        sent: &str,
-        prune: &[&str],
-        now_ms: i64,
-    ) -> Result<bool, ChatError> {
-        let mut update = self
-            .db
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(typing_key(id)))
+            .set_key(Some(entry_key(id, connection)))
+            .update_expression("SET stoppedAt = :now, expiresAt = :ttl")
+            .condition_expression("startedAt > :expired AND attribute_not_exists(stoppedAt)")
             .expression_attribute_values(":now", n(now_ms))
-            .expression_attribute_values(":sent", AttributeValue::S(sent.to_owned()))
-            .expression_attribute_values(":ver", n(seen.ver as i64));
-        let mut expression = "SET sentAt = :now, sent = :sent".to_owned();
-        if !prune.is_empty() {
-            let names: Vec<String> = (0..prune.len()).map(|i| format!("t.#p{i}")).collect();
-            for (i, c) in prune.iter().enumerate() {
-                update = update.expression_attribute_names(format!("#p{i}"), *c);
-            }
-            expression.push_str(&format!(" REMOVE {}", names.join(", ")));
-        }
-        let condition = match seen.sent_at {
-            Some(at) => {
-                update = update.expression_attribute_values(":at", n(at));
-                "ver = :ver AND sentAt = :at"
-            }
-            None => "ver = :ver AND attribute_not_exists(sentAt)",
-        };
-        let r = update
-            .update_expression(expression)
-            .condition_expression(condition)
+            .expression_attribute_values(":expired", n(now_ms - TYPING_TTL_MS))
+            .expression_attribute_values(":ttl", n(now_ms / 1000 + CONNECTION_TTL_SECS))
             .send()
             .await;
         match r {
@@ -298,6 +179,100 @@ impl ConnectionStore {
             Err(e) if conditional_failed(&e) => Ok(false),
             Err(e) => Err(sdk_error("UpdateItem", e)),
         }
+    }
+
+    /// The typing state of `id`: every connection's item and the set last pushed. 1 strongly
+    /// consistent Query (a read unit per 4 KB: ~15 typists with 128-character ids, more with
+    /// shorter), one more per MB.
+    pub async fn typing_state(&self, id: &ConversationId) -> Result<TypingSnapshot, ChatError> {
+        let mut state = TypingSnapshot::default();
+        let mut start = None;
+        loop {
+            let page = self
+                .db
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", AttributeValue::S(typing_pk(id)))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| sdk_error("Query", e))?;
+            for item in page.items.unwrap_or_default() {
+                if get_s(&item, keys::SK) == Some("S") {
+                    state.last = LastPush {
+                        claimed_ms: get_n(&item, "sentAt").map(|n| n as i64),
+                        read_ms: get_n(&item, "readAt").map(|n| n as i64),
+                    };
+                } else if let Some(entry) = entry_of(&item) {
+                    state.entries.push(entry);
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(state),
+            }
+        }
+    }
+
+    /// Claims a push at `now_ms`, its claimant to read the set at `read_ms`: succeeds only if the
+    /// last push is still the one read (`seen`), so that one caller pushes, at most one a second.
+    /// (Also moves a late push's own claim on: chat_domain::typing::renewed_claim.) 1 PutItem of a
+    /// small item (1 write unit).
+    pub async fn claim_typing_push(
+        &self,
+        id: &ConversationId,
+        seen: LastPush,
+        now_ms: i64,
+        read_ms: i64,
+    ) -> Result<bool, ChatError> {
+        let mut item = sent_key(id);
+        item.insert("sentAt".into(), n(now_ms));
+        item.insert("readAt".into(), n(read_ms));
+        item.insert("expiresAt".into(), n(now_ms / 1000 + SENT_ITEM_TTL_SECS));
+        let put = self
+            .db
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        let put = match seen.claimed_ms {
+            Some(at) => put
+                .condition_expression("sentAt = :at")
+                .expression_attribute_values(":at", n(at)),
+            None => put.condition_expression("attribute_not_exists(sentAt)"),
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if conditional_failed(&e) => Ok(false),
+            Err(e) => Err(sdk_error("PutItem", e)),
+        }
+    }
+
+    /// Removes these (inactive) entries of `id`, each only if its connection has not started
+    /// again since it was read. 1 conditional DeleteItem each, concurrently.
+    pub async fn prune_typing(
+        &self,
+        id: &ConversationId,
+        entries: &[&TypingEntry],
+    ) -> Result<(), ChatError> {
+        let deletes = entries.iter().map(|e| async move {
+            let r = self
+                .db
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(entry_key(id, &e.connection)))
+                .condition_expression("startedAt = :seen")
+                .expression_attribute_values(":seen", n(e.started_ms))
+                .send()
+                .await;
+            match r {
+                Ok(_) => Ok(()),
+                Err(e) if conditional_failed(&e) => Ok(()),
+                Err(e) => Err(sdk_error("DeleteItem", e)),
+            }
+        });
+        futures::future::try_join_all(deletes).await.map(|_| ())
     }
 
     /// What `user`'s direct peers were last told of their presence, and when (ms). 1 strongly

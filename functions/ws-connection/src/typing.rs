@@ -9,16 +9,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chat_domain::typing::{
-    broadcast, error_frame, expired_entries, parse_client_frame, signature, typing_event,
-    typing_now, Broadcast, ClientFrame, TypingState,
+    error_frame, may_have_shown_someone, parse_client_frame, prunable, push_due, renewed_claim,
+    typing_event, typing_now, Broadcast, ClientFrame, LastPush, TypingEntry, TypingState,
+    FRAME_INTERVAL_MS, FRAME_SLACK_MS, SETTLE_MS,
 };
 use chat_domain::{ChatError, ConversationId, UserId};
+use chat_store::connections::LiveConnection;
 use chat_store::presence_push::Pusher;
-use chat_store::typing::TypingSnapshot;
 use chat_store::{ChatStore, ConnectionStore};
 
-/// Claims lost to a concurrent change before this invocation leaves the push to it.
-const CLAIM_ROUNDS: usize = 3;
+/// Reads of the set one change may take before its invocation leaves the push: the first, the
+/// one after waiting out the second (twice if that push's claim was moved on), and two more after
+/// a claim lost to another invocation.
+const PUBLISH_ROUNDS: usize = 5;
+/// The longest wait for a push's second to be over (the frame interval and its slack).
+const MAX_WAIT_MS: i64 = FRAME_INTERVAL_MS + FRAME_SLACK_MS;
 
 /// A conversation's member ids and the `membersVersion` they belong to.
 type MemberList = (u64, Arc<Vec<UserId>>);
@@ -53,9 +58,21 @@ impl Typing {
 
     /// A client frame on the `typing` route. A bad frame is answered to its connection alone
     /// (`{"type":"error",…}`); a non-member's frame, an early `start` and a `stop` of nobody are
-    /// ignored. DynamoDB: 2 GetItem (owner, member item), 1 UpdateItem of the state, and when a
-    /// frame goes out 1 UpdateItem (the claim) + the push's reads.
+    /// ignored. DynamoDB: 2 GetItem (owner, member item), 1 UpdateItem of the connection's
+    /// typing item, 1 Query of the set (2 when the change waits out the second), and when a
+    /// frame goes out 1 PutItem (the claim; 1 more when its posts ran late), 1 Query (the set,
+    /// read after the claim) + the push's reads.
     pub async fn frame(&self, connection: &str, body: &[u8]) -> Result<(), ChatError> {
+        self.frame_at(connection, body, now_ms()).await
+    }
+
+    /// [`Self::frame`] of a frame come at `at_ms` (its start or stop is stamped with it).
+    pub async fn frame_at(
+        &self,
+        connection: &str,
+        body: &[u8],
+        at_ms: i64,
+    ) -> Result<(), ChatError> {
         let frame = match parse_client_frame(body) {
             Ok(ClientFrame::Typing(frame)) => frame,
             Ok(ClientFrame::Ping) => return Ok(()),
@@ -72,31 +89,30 @@ impl Typing {
         if !self.chat.is_member(&frame.conversation, &user).await? {
             return Ok(());
         }
-        let now = now_ms();
-        let state = match frame.state {
+        let changed = match frame.state {
             TypingState::Start => {
                 self.connections
-                    .typing_start(&frame.conversation, connection, &user, now)
+                    .typing_start(&frame.conversation, connection, &user, at_ms)
                     .await?
             }
             TypingState::Stop => {
                 self.connections
-                    .typing_stop(&frame.conversation, connection)
+                    .typing_stop(&frame.conversation, connection, at_ms)
                     .await?
             }
         };
-        match state {
-            Some(state) => self.publish(&frame.conversation, state).await,
-            None => Ok(()),
+        if changed {
+            self.publish(&frame.conversation, now_ms()).await?;
         }
+        Ok(())
     }
 
     /// `$disconnect`: the closed connection stops typing wherever it typed.
     pub async fn closed(&self, connection: &str, typing_in: &[ConversationId]) {
         for id in typing_in {
-            let stopped = match self.connections.typing_stop(id, connection).await {
-                Ok(Some(state)) => self.publish(id, state).await,
-                Ok(None) => Ok(()),
+            let stopped = match self.connections.typing_stop(id, connection, now_ms()).await {
+                Ok(true) => self.publish(id, now_ms()).await,
+                Ok(false) => Ok(()),
                 Err(e) => Err(e),
             };
             if let Err(e) = stopped {
@@ -111,81 +127,108 @@ impl Typing {
         self.pusher.presence_changed(user).await
     }
 
-    /// Sends the current set if it is due: at once, or (changed within a second of the last
-    /// frame) when that second is over, waiting for it here; whoever claims the push sends it.
-    async fn publish(
-        &self,
-        id: &ConversationId,
-        mut state: TypingSnapshot,
-    ) -> Result<(), ChatError> {
-        for _ in 0..CLAIM_ROUNDS {
+    /// After a change written by `done` (this clock, when the write returned): sees that a push
+    /// sends it (chat_domain::typing::push_due). Another invocation's claim that reads the set
+    /// after it, or a later change's writer, does; else this one claims the push, at once or when
+    /// the last push's second is over (waiting for it here), then reads the set and sends it.
+    async fn publish(&self, id: &ConversationId, done: i64) -> Result<(), ChatError> {
+        for _ in 0..PUBLISH_ROUNDS {
+            let state = self.connections.typing_state(id).await?;
             let now = now_ms();
-            let typing = typing_now(&state.starts(), now);
-            let current = signature(&typing);
-            match broadcast(&current, state.sent.as_deref(), state.sent_at, now) {
+            match push_due(&state.entries, state.last, done, now) {
                 Broadcast::Nothing => return Ok(()),
                 Broadcast::At(at) => {
-                    // ≤ 1 s: the frame interval. Another start or stop meanwhile may push first.
-                    let wait = (at - now).clamp(0, 1_000) as u64;
+                    let wait = (at - now).clamp(0, MAX_WAIT_MS) as u64;
                     tokio::time::sleep(Duration::from_millis(wait)).await;
-                    let mine = state.ver;
-                    state = self.connections.typing_state(id).await?;
-                    if state.ver != mine {
-                        // A later change: its writer, which saw this one in the state it
-                        // updated, publishes the set. Only the last writer of a second claims
-                        // (a failed claim is a billed write: 20 typists woke 20 claims for one).
-                        return Ok(());
-                    }
                 }
                 Broadcast::Now => {
-                    let prune = expired_entries(&state.entries, now);
-                    if !self
+                    if self
                         .connections
-                        .claim_typing_push(id, &state, &current, &prune, now)
+                        .claim_typing_push(id, state.last, now, now + SETTLE_MS)
                         .await?
                     {
-                        // Changed or pushed since read: the writer of that change publishes.
-                        return Ok(());
+                        return self.claimed(id, now, state.last.read_ms).await;
                     }
-                    let before: Vec<UserId> = state
-                        .sent
-                        .as_deref()
-                        .unwrap_or_default()
-                        .split(',')
-                        .filter_map(UserId::parse)
-                        .collect();
-                    return self.push(id, &typing, &before).await;
+                    // Another invocation claimed it since the read: read again.
                 }
             }
         }
         Ok(())
     }
 
-    /// The set to every online member whose view of it is not empty before and after. Reads:
-    /// 1 GetItem (membersVersion; + 1 Query when the membership changed), ⌈members/100⌉
-    /// BatchGetItem of the presence items.
+    /// The push claimed at `claimed`: after [`SETTLE_MS`] (the changes written meanwhile, a
+    /// burst of starts, go in it; who is online is read meanwhile) reads the set and sends it;
+    /// moves the claim on if the posts ran late; prunes. `last_read`: when the last push read its
+    /// set.
+    async fn claimed(
+        &self,
+        id: &ConversationId,
+        claimed: i64,
+        last_read: Option<i64>,
+    ) -> Result<(), ChatError> {
+        let settle = tokio::time::sleep(Duration::from_millis(SETTLE_MS as u64));
+        let (online, ()) = tokio::join!(self.online_members(id, claimed), settle);
+        let current = self.connections.typing_state(id).await?;
+        let now = now_ms();
+        self.push(id, &current.entries, last_read, now, online?)
+            .await;
+        if let Some(as_if) = renewed_claim(claimed, now_ms()) {
+            // Else the next push could reach a recipient within a second of this one.
+            let claim = LastPush {
+                claimed_ms: Some(claimed),
+                read_ms: Some(claimed + SETTLE_MS),
+            };
+            self.connections
+                .claim_typing_push(id, claim, as_if, claimed + SETTLE_MS)
+                .await?;
+        }
+        let prune = prunable(&current.entries, now);
+        if !prune.is_empty() {
+            self.connections.prune_typing(id, &prune).await?;
+        }
+        Ok(())
+    }
+
+    /// The conversation's online members' connections. Reads: 1 GetItem (membersVersion; + 1
+    /// Query when the membership changed), ⌈members/100⌉ BatchGetItem of the presence items.
+    async fn online_members(
+        &self,
+        id: &ConversationId,
+        now: i64,
+    ) -> Result<Vec<LiveConnection>, ChatError> {
+        let Some(members) = self.member_list(id).await? else {
+            return Ok(Vec::new());
+        };
+        self.connections
+            .live_connections(&members, now / 1000)
+            .await
+    }
+
+    /// The set at `now` to every online member who is shown someone typing, or may have been by
+    /// the last push (its set read at `last_read`), in the same order every time (so that each
+    /// recipient's frames are as far apart as the pushes' claims).
     async fn push(
         &self,
         id: &ConversationId,
-        typing: &[UserId],
-        before: &[UserId],
-    ) -> Result<(), ChatError> {
-        let Some(members) = self.member_list(id).await? else {
-            return Ok(());
-        };
-        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
-        let online = self.connections.live_connections(&members, now).await?;
-        let only_self = |set: &[UserId], u: &UserId| set.iter().all(|t| t == u);
-        let online = online
+        entries: &[TypingEntry],
+        last_read: Option<i64>,
+        now: i64,
+        online: Vec<LiveConnection>,
+    ) {
+        let typing = typing_now(entries, now);
+        let mut online: Vec<_> = online
             .into_iter()
-            .filter(|c| !(only_self(typing, &c.user) && only_self(before, &c.user)))
+            .filter(|c| {
+                typing.iter().any(|t| *t != c.user)
+                    || may_have_shown_someone(entries, &c.user, last_read)
+            })
             .collect();
+        online.sort_by(|a, b| a.connection_id.cmp(&b.connection_id));
         self.pusher
             .post_all(online, |user| {
-                serde_json::to_string(&typing_event(id, typing, user)).unwrap_or_default()
+                serde_json::to_string(&typing_event(id, &typing, user)).unwrap_or_default()
             })
             .await;
-        Ok(())
     }
 
     /// The member ids, from the cache while `membersVersion` is unchanged. None: no such

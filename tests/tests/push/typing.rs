@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use chat_tests::push::{bounded, WsClient};
+use chat_domain::typing::{typing_now, LastPush, TypingEntry, PRUNE_INACTIVE_AT};
+use chat_domain::{ConversationId, UserId};
+use chat_tests::push::{bounded, chat_config, connection_ids, connection_store, gateway, WsClient};
 use chat_tests::{unique, TestApp};
 use serde_json::{json, Value};
 
@@ -175,6 +177,164 @@ async fn bad_frames_are_answered_or_dropped_and_nobody_is_disconnected() {
         assert!(!c[0].closed && !c[1].closed);
     })
     .await
+}
+
+fn now_ms() -> i64 {
+    chat_domain::time::unix_millis(chat_domain::time::now()) as i64
+}
+
+/// The ws-connection function's typing handler, pushing through the shared gateway, driven
+/// directly so that a test can say when each frame came.
+async fn typing_handler() -> ws_connection::Typing {
+    let config = chat_store::Config {
+        ws_management_endpoint: Some(gateway().management_url.clone()),
+        ..chat_config()
+    }
+    .for_function("ws-connection");
+    let sdk = config.sdk_config().await;
+    ws_connection::Typing::new(
+        config.chat_store(&sdk),
+        config.connection_store(&sdk),
+        config.management_client(&sdk),
+    )
+}
+
+/// The race of leaving the push to a later change (functions/ws-connection/src/typing.rs,
+/// `publish`): a's start is stamped after b's, but a's is written, read and pushed before b's
+/// lands (b's invocation was slow). b's writer must not leave the push to a's (whose set lacks
+/// b): only a change stamped after b's write returned has read b's.
+#[tokio::test]
+async fn a_start_written_late_is_pushed_though_a_later_stamped_one_went_out_first() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (conv, users, mut c) = group_online(&t, 3).await;
+        let typing = typing_handler().await;
+        let store = connection_store().await;
+        let a = connection_ids(&store, &users[0]).await.remove(0);
+        let b = connection_ids(&store, &users[1]).await.remove(0);
+        let start = self::typing(&conv, "start");
+        let now = now_ms();
+        typing
+            .frame_at(&a, start.as_bytes(), now - 200)
+            .await
+            .unwrap();
+        until_typing(&mut c[2], &conv, &[&users[0]]).await;
+        typing
+            .frame_at(&b, start.as_bytes(), now - 500)
+            .await
+            .unwrap();
+        // b started first, so is listed first.
+        let e = until_typing(&mut c[2], &conv, &[&users[1], &users[0]]).await;
+        assert_eq!(e["count"], 2);
+    })
+    .await
+}
+
+/// One connection's typing item stays under 1 KB (1 write unit per start) with the longest user
+/// id; a start after a stop counts at once; a claim is won once per last push seen; a prune
+/// spares a connection that started again after the set was read (seen failing with an
+/// unconditional delete).
+#[tokio::test]
+async fn typing_items_stay_small_and_their_races_are_conditional() {
+    let store = connection_store().await;
+    let conv = ConversationId::parse(&format!("g-{}", uuid::Uuid::new_v4().simple())).unwrap();
+    let long = UserId::parse(&format!("{:x<128}", unique("long"))).unwrap();
+    let long_connection = format!("{:x<128}", unique("conn"));
+    let now = now_ms();
+    assert!(store
+        .typing_start(&conv, &long_connection, &long, now)
+        .await
+        .unwrap());
+    assert!(!store
+        .typing_start(&conv, &long_connection, &long, now + 1_999)
+        .await
+        .unwrap());
+    assert!(store
+        .typing_stop(&conv, &long_connection, now + 2_100)
+        .await
+        .unwrap());
+    assert!(!store
+        .typing_stop(&conv, &long_connection, now + 2_200)
+        .await
+        .unwrap());
+    assert!(store
+        .typing_start(&conv, &long_connection, &long, now + 2_300)
+        .await
+        .unwrap());
+    let t = TestApp::new().await;
+    let item =
+        t.db.get_item()
+            .table_name(chat_tests::config().connections_table)
+            .key(
+                "pk",
+                aws_sdk_dynamodb::types::AttributeValue::S(format!("Y#{conv}")),
+            )
+            .key(
+                "sk",
+                aws_sdk_dynamodb::types::AttributeValue::S(format!("T#{long_connection}")),
+            )
+            .send()
+            .await
+            .unwrap()
+            .item
+            .expect("the connection's typing item");
+    let size = chat_tests::capacity::item_size(
+        chat_tests::capacity::item_json(&item).as_object().unwrap(),
+    );
+    assert!(size < 1024, "{size} bytes");
+
+    // The claim of a push: once per last push read.
+    let never = LastPush::default();
+    assert!(store
+        .claim_typing_push(&conv, never, now, now + 150)
+        .await
+        .unwrap());
+    assert!(!store
+        .claim_typing_push(&conv, never, now + 1, now + 151)
+        .await
+        .unwrap());
+    let state = store.typing_state(&conv).await.unwrap();
+    let claimed = LastPush {
+        claimed_ms: Some(now),
+        read_ms: Some(now + 150),
+    };
+    assert_eq!(state.last, claimed);
+    assert!(store
+        .claim_typing_push(&conv, claimed, now + 1_100, now + 1_250)
+        .await
+        .unwrap());
+    assert!(!store
+        .claim_typing_push(&conv, claimed, now + 1_200, now + 1_350)
+        .await
+        .unwrap());
+
+    // Expired entries, read; one connection starts again; the prune spares it.
+    let user = UserId::parse(&unique("p")).unwrap();
+    for i in 0..PRUNE_INACTIVE_AT {
+        let connection = format!("c{i}");
+        assert!(store
+            .typing_start(&conv, &connection, &user, now - 10_000)
+            .await
+            .unwrap());
+    }
+    let read = store.typing_state(&conv).await.unwrap();
+    let expired: Vec<&TypingEntry> = read
+        .entries
+        .iter()
+        .filter(|e| !e.typing_at(now + 3_000))
+        .collect();
+    assert_eq!(expired.len(), PRUNE_INACTIVE_AT);
+    assert!(store.typing_start(&conv, "c0", &user, now).await.unwrap());
+    store.prune_typing(&conv, &expired).await.unwrap();
+    let after = store.typing_state(&conv).await.unwrap();
+    let mut left: Vec<&str> = after
+        .entries
+        .iter()
+        .map(|e| e.connection.as_str())
+        .collect();
+    left.sort();
+    assert_eq!(left, vec!["c0", long_connection.as_str()]);
+    assert_eq!(typing_now(&after.entries, now + 3_000), vec![user, long]);
 }
 
 /// `presence` for these users, as `caller` asks.

@@ -391,18 +391,16 @@ impl ChatStore {
     /// prefix; a missing thumbnail is no error).
     pub(crate) async fn delete_attachment_objects(
         &self,
-        message: &Message,
+        id: &ConversationId,
+        attachment_ids: &[String],
     ) -> Result<(), ChatError> {
-        if message.attachments.is_empty() {
+        if attachment_ids.is_empty() {
             return Ok(());
         }
         let a = self.attachments()?;
-        let keys = message.attachments.iter().flat_map(|att| {
-            [
-                object_key(&message.conversation_id, &att.attachment_id),
-                thumbnail_key(&message.conversation_id, &att.attachment_id),
-            ]
-        });
+        let keys = attachment_ids
+            .iter()
+            .flat_map(|att| [object_key(id, att), thumbnail_key(id, att)]);
         let deletes = keys.map(|key| async move {
             a.s3.delete_object()
                 .bucket(&a.bucket)

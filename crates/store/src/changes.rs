@@ -378,6 +378,7 @@ impl ChatStore {
                     seq,
                     version: after.version,
                     at: after.edited_at.clone(),
+                    attachments: Vec::new(),
                 },
             )?);
             parts.push(self.message_part(&after, message_change, change.change_seq)?);
@@ -441,8 +442,12 @@ impl ChatStore {
             let message = read.reactions.apply(message);
             if let Some(key) = &read.key {
                 check_replay(&key.fingerprint, &fingerprint)?;
-                // A retry after a 503: the erasure may not have happened.
+                // A retry after a 503: the erasure, or the deletion of its files, may not have
+                // happened.
                 self.erase_after_deletion(id, seq).await?;
+                self.delete_attachment_objects(id, &key.attachments)
+                    .await
+                    .map_err(|_| ChatError::Unavailable)?;
                 return Ok(message);
             }
             let target = Target {
@@ -456,11 +461,17 @@ impl ChatStore {
                 message: &message,
                 archived: false,
             };
+            let files: Vec<String> = message
+                .attachments
+                .iter()
+                .map(|a| a.attachment_id.clone())
+                .collect();
             let key = ChangeKeyItem {
                 fingerprint: fingerprint.clone(),
                 seq,
                 version: 0,
                 at: None,
+                attachments: files.clone(),
             };
             if !check_delete(&target)? {
                 // Already deleted: nothing changes, but the key is kept, so that this
@@ -495,8 +506,9 @@ impl ChatStore {
                 // Archived, or archived since it was read (the archiver's own erasure covers
                 // an advance after this looks).
                 self.erase_after_deletion(id, seq).await?;
-                // Its files go with it (their records went in the transaction).
-                self.delete_attachment_objects(&message)
+                // Its files go with it (their records went in the transaction; a replay of this
+                // deletion deletes them again, from its key).
+                self.delete_attachment_objects(id, &files)
                     .await
                     .map_err(|_| ChatError::Unavailable)?;
                 return Ok(tomb);

@@ -427,6 +427,10 @@ pub struct ChangeKeyItem {
     pub version: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
+    /// A deletion's: the attachments of the message it deleted, whose records went in its
+    /// transaction, so that a replay (after a `503`) deletes their objects again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<String>,
 }
 
 /// `pk = RX#<conversationId>, sk = C#<seq>`: a message's reaction counts, or (`deleted`) the mark

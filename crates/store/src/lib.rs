@@ -654,7 +654,8 @@ impl ChatStore {
 
     pub(crate) async fn delete_attachment_objects(
         &self,
-        _message: &chat_domain::model::Message,
+        _id: &ConversationId,
+        _attachment_ids: &[String],
     ) -> Result<(), ChatError> {
         Ok(())
     }

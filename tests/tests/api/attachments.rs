@@ -249,6 +249,43 @@ async fn deleting_the_message_deletes_its_objects() {
     assert_eq!(t.get(&link, &b).await.status, 404);
 }
 
+/// A deletion answered `503` because its files' deletion failed is finished by its retry: the
+/// files' ids stay on the deletion's key, whose replay deletes them again.
+#[tokio::test]
+async fn a_retried_deletion_deletes_files_its_first_attempt_left() {
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_direct().await;
+    let id = uploaded(&t, &c, &a, b"to be deleted").await;
+    assert_eq!(send_with(&t, &c, &a, &new_uuid(), &[&id]).await.status, 201);
+    let change = new_uuid();
+    assert_eq!(t.delete_message(&c, 1, &a, &change).await.status, 200);
+    // As if the first attempt's DeleteObject had failed: the file is still there.
+    let sdk = chat_tests::config().sdk_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .endpoint_url(chat_tests::server::kinesis_endpoint())
+            .force_path_style(true)
+            .build(),
+    );
+    let key = format!("a/{c}/{id}");
+    s3.put_object()
+        .bucket(chat_tests::ATTACHMENTS_BUCKET)
+        .key(&key)
+        .body(b"left behind".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let retry = t.delete_message(&c, 1, &a, &change).await;
+    assert_eq!(retry.status, 200, "{retry:?}");
+    let left = s3
+        .head_object()
+        .bucket(chat_tests::ATTACHMENTS_BUCKET)
+        .key(&key)
+        .send()
+        .await;
+    assert!(left.is_err(), "the retry deleted it: {left:?}");
+}
+
 #[tokio::test]
 async fn attachments_cost_a_send_no_extra_dynamodb_round_trip() {
     let t = TestApp::new().await;

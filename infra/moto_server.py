@@ -4,10 +4,11 @@
     python infra/moto_server.py [--host 127.0.0.1] [--port 4566] [--template template.yaml]
                                 [--region us-east-1] [--log-requests] [--exit-with-stdin]
 
-It serves Kinesis and SQS to the local stack and the tests (DynamoDB Local has no Kinesis), and
-DynamoDB with DynamoDB Streams on the fallback path (`CHAT_DYNAMODB=moto`, machines without
-Java). `POST /moto-api/reset` clears all state. Changes to moto 5.2.5 (pinned: they rely on its
-internals):
+It serves Kinesis and SQS to the local stack and the tests (DynamoDB Local has no Kinesis), SNS
+mobile push to the tests (platform applications and endpoints; `GET /moto-api/data.json` shows
+what each endpoint was sent), and DynamoDB with DynamoDB Streams on the fallback path
+(`CHAT_DYNAMODB=moto`, machines without Java). `POST /moto-api/reset` clears all state. Changes
+to moto 5.2.5 (pinned: they rely on its internals):
 
 * Requests are processed one at a time. moto has no locking: its Kinesis numbers a shard's next
   record from the last one ("not safe for concurrency": two concurrent puts get the same number

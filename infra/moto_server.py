@@ -4,16 +4,23 @@
     python infra/moto_server.py [--host 127.0.0.1] [--port 4566] [--template template.yaml]
                                 [--region us-east-1] [--log-requests] [--exit-with-stdin]
 
-It serves Kinesis and SQS to the local stack and the tests (DynamoDB Local has no Kinesis), and
-DynamoDB with DynamoDB Streams on the fallback path (`CHAT_DYNAMODB=moto`, machines without
-Java). `POST /moto-api/reset` clears all state. Changes to moto 5.2.5 (pinned: they rely on its
-internals):
+It serves Kinesis and SQS to the local stack and the tests (DynamoDB Local has no Kinesis), SNS
+mobile push to the tests (platform applications and endpoints; `GET /moto-api/data.json` shows
+what each endpoint was sent), and DynamoDB with DynamoDB Streams on the fallback path
+(`CHAT_DYNAMODB=moto`, machines without Java). `POST /moto-api/reset` clears all state. Changes
+to moto 5.2.5 (pinned: they rely on its internals):
 
 * Requests are processed one at a time. moto has no locking: its Kinesis numbers a shard's next
   record from the last one ("not safe for concurrency": two concurrent puts get the same number
   and one record is lost), and concurrent conditional DynamoDB writes race (two "successful"
   attribute_not_exists puts, lost updates). The HTTP server stays threaded, and request bodies
   are read before taking the lock, so a slow client cannot stall the others.
+* An SQS long poll (ReceiveMessage with WaitTimeSeconds, AWS JSON protocol) does not hold that
+  lock while it waits: it is tried every 50 ms without waiting, and answered as soon as a message
+  is visible, as SQS does. moto's own long poll held the lock for the whole wait (the local
+  stack's notification poller blocked every Kinesis and SQS call for up to a second at a time)
+  and noticed a delayed message only when one of its one-second waits ended (up to a second
+  late).
 * Kinesis fault injection for tests: `POST /moto-api/chat/faults` with JSON
   `{"kinesisPutFailures": N}` makes the next N entries of PutRecords calls (counted across
   calls, in order) fail the way Kinesis throttling does: not written, reported with `ErrorCode`
@@ -84,6 +91,7 @@ from create_resources import create_resources  # noqa: E402
 MOTO_VERSION = "5.2.5"  # the patches below rely on its internals: re-check them before a bump
 FAULTS_PATH = "/moto-api/chat/faults"
 LISTEN_BACKLOG = 1024
+LONG_POLL_STEP = 0.05  # seconds between an SQS long poll's attempts (Serialized.long_poll)
 
 
 # --- one request at a time, and the fault injection endpoint -----------------------------------
@@ -114,17 +122,70 @@ class Serialized:
         environ.pop("HTTP_TRANSFER_ENCODING", None)
         environ["wsgi.input_terminated"] = False
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
+        wait = sqs_long_poll(environ, body)
+        if wait:
+            return self.long_poll(environ, body, wait, start_response)
         with self.lock:
             if path == FAULTS_PATH:
                 return faults_response(method, body, start_response)
             if path == "/moto-api/reset" and method == "POST":
                 FAULTS.kinesis_put_failures = 0
-            result = self.app(environ, start_response)
-            try:  # the whole response under the lock: moto may produce it lazily
-                return list(result)
-            finally:
-                if hasattr(result, "close"):
-                    result.close()
+            return self.run(environ, start_response)
+
+    def run(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        """The wrapped app's whole response (the caller holds the lock)."""
+        result = self.app(environ, start_response)
+        try:  # the whole response under the lock: moto may produce it lazily
+            return list(result)
+        finally:
+            if hasattr(result, "close"):
+                result.close()
+
+    def long_poll(self, environ: dict[str, Any], body: bytes, wait: float,
+                  start_response: Callable[..., Any]) -> list[bytes]:
+        """An SQS ReceiveMessage with WaitTimeSeconds, as SQS answers it: at once when a message
+        is (or becomes) visible, else empty after the wait. moto's own long poll holds the lock
+        for the whole wait (every other request waits behind it) and notices a delayed message
+        only when its one-second waits end; here each attempt is a receive without waiting, and
+        the lock is free between attempts."""
+        request = json.loads(body)
+        request["WaitTimeSeconds"] = 0
+        short = json.dumps(request).encode()
+        deadline = time.monotonic() + wait
+        while True:
+            environ["wsgi.input"] = io.BytesIO(short)
+            environ["CONTENT_LENGTH"] = str(len(short))
+            answer: list[Any] = []
+
+            def keep(status: str, headers: list[Any], exc_info: Any = None) -> Callable[[bytes], None]:
+                answer[:] = [status, headers]
+                return lambda _data: None  # moto returns its body; it never writes
+
+            with self.lock:
+                chunks = self.run(environ, keep)
+            status, headers = answer
+            if not status.startswith("200") or time.monotonic() >= deadline or _has_messages(chunks):
+                start_response(status, headers)
+                return chunks
+            time.sleep(min(LONG_POLL_STEP, max(deadline - time.monotonic(), 0)))
+
+
+def sqs_long_poll(environ: dict[str, Any], body: bytes) -> float:
+    """The WaitTimeSeconds of an SQS ReceiveMessage (AWS JSON protocol) that asks for one, else 0."""
+    if environ.get("HTTP_X_AMZ_TARGET") != "AmazonSQS.ReceiveMessage":
+        return 0
+    try:
+        wait = json.loads(body).get("WaitTimeSeconds")
+    except (ValueError, AttributeError):
+        return 0  # moto answers what it makes of it
+    return float(wait) if isinstance(wait, int) and not isinstance(wait, bool) and 0 < wait <= 20 else 0
+
+
+def _has_messages(chunks: list[bytes]) -> bool:
+    try:
+        return bool(json.loads(b"".join(chunks)).get("Messages"))
+    except (ValueError, AttributeError):
+        return True  # not an answer this loop understands: hand it over
 
 
 def faults_response(method: str, body: bytes, start_response: Callable[..., Any]) -> list[bytes]:

@@ -10,8 +10,9 @@ AWS clients record, with `CHAT_IAM_LOG` set, one JSON line per distinct need (cr
 `{"function": "<binary>", "action": "dynamodb:PutItem", "resource": "table/ChatTable",
 "leadingKey": "C#"}`. Policies are read from template.yaml (inline statements, and SAM policy
 templates resolved with aws-sam-translator's own definitions); resources are compared in the same
-short form (`table/<name>`, `stream/<name>`, `queue/<name>`, `POST/@connections/*`), names being
-the logical ids the local stack creates its tables and streams under.
+short form (`table/<name>`, `stream/<name>`, `queue/<name>`, `POST/@connections/*`, an SNS ARN's
+part after the account: `endpoint/*`), names being the logical ids the local stack creates its
+tables and streams under.
 """
 from __future__ import annotations
 
@@ -44,10 +45,6 @@ UNUSED_WITH_REASON: dict[tuple[str, str], str] = {
                  "kinesis:GetShardIterator", "kinesis:ListShards", "kinesis:DescribeStreamConsumer",
                  "kinesis:SubscribeToShard")},
     **{(f, "sqs:SendMessage"): ON_FAILURE for f in ("relay", "fanout", "inbox-index")},
-    **{("notifier", a): "SNS mobile push: on the local stack and in the tests the push sink stands "
-       "in for SNS (docs/api.md §33)" for a in ("sns:CreatePlatformEndpoint", "sns:Publish")},
-    ("notifier", "dynamodb:DeleteItem"): "removes a device whose SNS endpoint is disabled, which "
-    "only SNS reports",
     ("notifier", "dynamodb:BatchWriteItem"): "the badge's inbox reads delete stale inbox entries "
     "they meet (as inbox does): a race the notification tests do not force",
     ("ws-connection", "dynamodb:GetItem"): "re-reads the user's presence when a concurrent $connect "
@@ -136,6 +133,8 @@ class Resolver:
             name, rest = text.split(":table/${", 1)[1].split("}", 1)
             (short,) = self.resource(names.get(name, {"Ref": name}))
             return (short if short.startswith("table/") else f"table/{short}") + rest
+        if ":sns:${AWS::Region}:${AWS::AccountId}:" in text:  # app/*, endpoint/*: after the account
+            return text.split(":${AWS::AccountId}:", 1)[1]
         if text.startswith("${") and "}" in text:  # ${ChatTable.Arn}/index/*
             ref, rest = text[2:].split("}", 1)
             logical_id, _, attribute = ref.partition(".")
@@ -290,6 +289,9 @@ class ResolverTest(unittest.TestCase):
         self.assertEqual(
             r.resource({"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WebSocketApi}/${WebSocketStage}/POST/@connections/*"}),
             ["POST/@connections/*"])
+        self.assertEqual(
+            r.resource({"Fn::Sub": "arn:${AWS::Partition}:sns:${AWS::Region}:${AWS::AccountId}:endpoint/*"}),
+            ["endpoint/*"])
 
     def test_sam_policy_templates_resolve_to_their_actions(self):
         template = {"Resources": {

@@ -6,7 +6,8 @@ Starts the launcher on a free loopback port with the repository's template.yaml 
 it changes in moto: serialised requests; in-place rollback of cancelled transactions (stream
 iterators keep working, no stream records, no item changes); fast transactions and Queries on a
 big table, and Queries that answer as moto's own; Kinesis fault injection and its reset; Kinesis
-shard reads that answer as moto's own.
+shard reads that answer as moto's own; SQS long polls that block nobody and answer when a message
+is due.
 """
 from __future__ import annotations
 
@@ -429,6 +430,53 @@ class MotoServerTest(unittest.TestCase):
         finally:
             ddb.delete_table(TableName=numeric)
             ddb.delete_table(TableName=plain)
+
+    # --- (f) SQS long polls ------------------------------------------------------------------------
+
+    def test_a_long_poll_blocks_nobody_and_answers_when_a_delayed_message_is_due(self) -> None:
+        sqs, kinesis = self.client("sqs"), self.client("kinesis")
+        name = f"poll-{uuid.uuid4().hex[:8]}"
+        queue = sqs.create_queue(QueueName=name)["QueueUrl"]
+        self.assertEqual(sqs.meta.service_model.protocol, "json")  # what the launcher handles
+        got: dict[str, Any] = {}
+
+        def receive(key: str, wait: int) -> None:
+            started = time.monotonic()
+            answer = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=wait, MaxNumberOfMessages=10)
+            got[key] = (time.monotonic() - started, [m["Body"] for m in answer.get("Messages", [])])
+
+        # While a long poll waits on an empty queue, other requests are answered at once.
+        waiting = threading.Thread(target=receive, args=("empty", 2))
+        waiting.start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        kinesis.put_record(StreamName="EventStream", Data=b"x", PartitionKey="poll")
+        sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])
+        others = time.monotonic() - started
+        waiting.join(10)
+        self.assertLess(others, 0.5, "requests answered while a long poll waits")
+        elapsed, bodies = got["empty"]
+        self.assertEqual(bodies, [])
+        self.assertGreaterEqual(elapsed, 1.9, "an empty long poll waits its WaitTimeSeconds")
+        # A delayed message is received when it is due, not when a one-second wait of moto's ends.
+        sent = time.monotonic()
+        sqs.send_message(QueueUrl=queue, MessageBody="due", DelaySeconds=1)
+        time.sleep(0.5)
+        receive("due", 5)
+        due_after = time.monotonic() - sent
+        self.assertEqual(got["due"][1], ["due"])
+        self.assertGreaterEqual(due_after, 1.0)
+        self.assertLess(due_after, 1.3, "received within 0.3 s of its delay")
+        # A message sent while a long poll waits is received at once.
+        poller = threading.Thread(target=receive, args=("sent", 5))
+        poller.start()
+        time.sleep(0.3)
+        sent = time.monotonic()
+        sqs.send_message(QueueUrl=queue, MessageBody="now")
+        poller.join(10)
+        self.assertEqual(got["sent"][1], ["now"])
+        self.assertLess(time.monotonic() - sent, 0.3)
+        sqs.delete_queue(QueueUrl=queue)
 
 
 def _rss_mib(pid: int) -> str:

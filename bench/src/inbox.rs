@@ -222,6 +222,7 @@ async fn set_up_memberships(t: &TestApp, user: &str, n: usize) {
                 body: "See you at the station at 7, I'll bring the tickets and snacks".into(),
                 created_at: at.clone(),
                 truncated: false,
+                has_attachments: false,
             }),
             ..ConversationItem::new(&id, kind, &at)
         };

@@ -5,9 +5,10 @@
 //! - DynamoDB + DynamoDB Streams: Amazon DynamoDB Local by default (`CHAT_DYNAMODB=local`), which
 //!   serves requests in parallel as DynamoDB does; our moto launcher with `CHAT_DYNAMODB=moto`;
 //!   or `DYNAMODB_ENDPOINT` when set (the launcher then creates the tables there).
-//! - Kinesis and SQS (the failure queues): our moto launcher (infra/moto_server.py), which also
-//!   takes the Kinesis fault injection; `KINESIS_ENDPOINT` when set together with
-//!   `DYNAMODB_ENDPOINT` (then nothing is started and the resources are expected to exist).
+//! - Kinesis, SQS (the failure queues, the notification delay queue) and SNS (mobile push
+//!   endpoints): our moto launcher (infra/moto_server.py), which also takes the Kinesis fault
+//!   injection; `KINESIS_ENDPOINT` when set together with `DYNAMODB_ENDPOINT` (then nothing is
+//!   started and the resources are expected to exist).
 //!
 //! Neither DynamoDB Local nor moto has transaction conflicts, throttling, latency or faults: the
 //! strictness layer (infra/dynamodb-strict) in front of either adds them, on by default
@@ -365,6 +366,13 @@ pub fn sqs(action: &str, request: serde_json::Value) -> serde_json::Value {
         ),
         &request.to_string(),
     )
+}
+
+/// What moto holds, by service and model (`GET /moto-api/data.json`): e.g. `["sns"]
+/// ["PlatformEndpoint"]`, each with its public attributes (`arn`, `token`, `attributes`,
+/// `messages`).
+pub fn moto_data() -> serde_json::Value {
+    request("GET", &kinesis_endpoint(), "/moto-api/data.json", "", "")
 }
 
 const JSON: &str = "Content-Type: application/json\r\n";

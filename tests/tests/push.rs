@@ -100,6 +100,39 @@ async fn a_body_longer_than_the_preview_arrives_whole() {
     .await
 }
 
+/// A message with attachments is pushed light: their URLs are signed per read, so the client
+/// fetches it (docs/api.md §34). The conversation item's preview has no attachments: pushed from
+/// it, the message arrived without them.
+#[tokio::test]
+async fn a_message_with_attachments_is_pushed_light() {
+    bounded(60, async {
+        let (t, _, b, conv, mut wa) = connected_direct().await;
+        let bytes = b"\x89PNG not really an image".to_vec();
+        let body = json!({"fileName": "a.png", "contentType": "image/png", "size": bytes.len()});
+        let created = t
+            .post(&format!("/conversations/{conv}/attachments"), &b, body)
+            .await;
+        assert_eq!(created.status, 201, "{created:?}");
+        assert_eq!(
+            chat_tests::upload_with(&created.body["upload"], bytes, &[]).await,
+            200
+        );
+        let send = json!({"clientMsgId": chat_tests::new_uuid(), "body": "look",
+                          "attachments": [created.body["attachmentId"]]});
+        let sent = t
+            .post(&format!("/conversations/{conv}/messages"), &b, send)
+            .await;
+        assert_eq!(sent.status, 201, "{sent:?}");
+        let events = wa.until_message(EVENT, &conv, 1).await;
+        assert_eq!(
+            message(&events, &conv, 1),
+            &json!({"type": "message.new", "conversationId": conv, "seq": 1}),
+            "light: no content, no attachments without their URLs"
+        );
+    })
+    .await
+}
+
 #[tokio::test]
 async fn forty_quick_messages_all_arrive_in_seq_order() {
     bounded(90, async {

@@ -293,6 +293,9 @@ async function openConversation(id: string): Promise<void> {
   // Open it before the fetches answer, so live messages arriving meanwhile land in it too.
   const target: OpenConversation = { id, type: "direct", messages: new Map(), oldest: 0, hasOlder: false, memberIds: [], reads: new Map() };
   open = target;
+  // The toggle shows this conversation's settings once they are read, never the previous one's
+  // (a click meanwhile would set them from the wrong state).
+  $("mute").hidden = true;
   renderList();
   renderTyping();
   renderMessages("bottom");

@@ -6,8 +6,9 @@
 //!
 //! Actions are IAM's, not the API's: a TransactWriteItems is authorized per part (PutItem,
 //! UpdateItem, DeleteItem, ConditionCheckItem), a TransactGetItems as GetItem per part, and every
-//! Management API call as `execute-api:ManageConnections` on `<METHOD>/@connections/*`, and an S3
-//! call as its object action on `bucket/<name>/*`.
+//! Management API call as `execute-api:ManageConnections` on `<METHOD>/@connections/*`, an S3
+//! call as its object action on `bucket/<name>/*`, and an SNS call on the part of its ARN after
+//! the account (`endpoint/GCM/<app>/<id>`).
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -172,10 +173,37 @@ pub fn s3_needs(method: &str, uri: &str) -> Vec<Need> {
     }]
 }
 
-/// Whether a signed request is for S3 (its SigV4 credential scope names the service; a presigned
-/// one has it in its query, `X-Amz-Credential=…%2Fs3%2Faws4_request`).
-fn signed_for_s3(authorization: &str) -> bool {
-    authorization.contains("/s3/aws4_request")
+/// What an SNS request needs (the query protocol: a form body naming its `Action`): `sns:<Action>`
+/// on the resource its ARN parameter names, as the part of the ARN after the account
+/// (`app/GCM/<name>`, `endpoint/GCM/<name>/<id>`; a topic as `topic/<name>`).
+pub fn sns_needs(body: &[u8]) -> Vec<Need> {
+    let params: std::collections::HashMap<String, String> =
+        form_urlencoded::parse(body).into_owned().collect();
+    let action = params.get("Action").map_or("?", String::as_str);
+    let arn = [
+        "PlatformApplicationArn",
+        "EndpointArn",
+        "TargetArn",
+        "TopicArn",
+    ]
+    .iter()
+    .find_map(|p| params.get(*p));
+    let resource = match arn.and_then(|a| a.splitn(6, ':').nth(5)) {
+        Some(r) if r.contains('/') => r.to_owned(),
+        Some(topic) => format!("topic/{topic}"),
+        None => "*".to_owned(),
+    };
+    vec![Need {
+        action: format!("sns:{action}"),
+        resource,
+        leading_key: None,
+    }]
+}
+
+/// Whether a signed request is for `service` (its SigV4 credential scope names the service; a
+/// presigned one has it in its query, `X-Amz-Credential=…%2Fs3%2Faws4_request`).
+fn signed_for(authorization: &str, service: &str) -> bool {
+    authorization.contains(&format!("/{service}/aws4_request"))
 }
 
 /// What this process has written already, by file: every client of a function (tests build many)
@@ -242,6 +270,7 @@ impl ReadBeforeTransmit for IamNeeds {
             .bytes()
             .and_then(|b| serde_json::from_slice(b).ok())
             .unwrap_or(Value::Null);
+        let authorization = req.headers().get("authorization").unwrap_or_default();
         let needs = match target.split_once('.') {
             Some(("DynamoDB_20120810", op)) => dynamodb_needs(op, &body),
             Some(("Kinesis_20131202", op)) => kinesis_needs(op, &body),
@@ -256,10 +285,11 @@ impl ReadBeforeTransmit for IamNeeds {
                 ),
                 leading_key: None,
             }],
+            _ if signed_for(authorization, "sns") => {
+                sns_needs(req.body().bytes().unwrap_or_default())
+            }
             // Sent signed, or presigned for a client to send (the signer's grants authorize it).
-            _ if signed_for_s3(req.headers().get("authorization").unwrap_or_default())
-                || req.uri().contains("%2Fs3%2Faws4_request") =>
-            {
+            _ if signed_for(authorization, "s3") || req.uri().contains("%2Fs3%2Faws4_request") => {
                 let mut needs = s3_needs(req.method(), req.uri());
                 // An object put with tags needs PutObjectTagging too.
                 if req.method() == "PUT" && req.headers().get("x-amz-tagging").is_some() {
@@ -372,12 +402,42 @@ mod tests {
             s3_needs("DELETE", "http://localhost:4566/b/k")[0].action,
             "s3:DeleteObject"
         );
-        assert!(signed_for_s3(
-            "AWS4-HMAC-SHA256 Credential=local/20261201/us-east-1/s3/aws4_request, SignedHeaders=host"
+        assert!(signed_for(
+            "AWS4-HMAC-SHA256 Credential=local/20261201/us-east-1/s3/aws4_request, SignedHeaders=host",
+            "s3"
         ));
-        assert!(!signed_for_s3(
-            "AWS4-HMAC-SHA256 Credential=local/20261201/us-east-1/dynamodb/aws4_request"
+        assert!(!signed_for(
+            "AWS4-HMAC-SHA256 Credential=local/20261201/us-east-1/dynamodb/aws4_request",
+            "s3"
         ));
+    }
+
+    #[test]
+    fn sns_needs_name_the_action_and_the_arn_after_the_account() {
+        let create = b"Action=CreatePlatformEndpoint&Version=2010-03-31&PlatformApplicationArn=\
+arn%3Aaws%3Asns%3Aus-east-1%3A123456789012%3Aapp%2FGCM%2Fchat&Token=t%2B1&Attributes.entry.1.key=Enabled";
+        assert_eq!(
+            sns_needs(create),
+            vec![need("sns:CreatePlatformEndpoint", "app/GCM/chat", None)]
+        );
+        let publish = b"Action=Publish&TargetArn=arn%3Aaws%3Asns%3Aus-east-1%3A1%3Aendpoint%2FAPNS%2Fchat%2Fe-1&Message=%7B%7D";
+        assert_eq!(
+            sns_needs(publish),
+            vec![need("sns:Publish", "endpoint/APNS/chat/e-1", None)]
+        );
+        let enable = b"Action=SetEndpointAttributes&EndpointArn=arn%3Aaws%3Asns%3Aus-east-1%3A1%3Aendpoint%2FGCM%2Fchat%2Fe-2";
+        assert_eq!(
+            sns_needs(enable),
+            vec![need(
+                "sns:SetEndpointAttributes",
+                "endpoint/GCM/chat/e-2",
+                None
+            )]
+        );
+        assert_eq!(
+            sns_needs(b"Action=Publish&TopicArn=arn%3Aaws%3Asns%3Aus-east-1%3A1%3AAlarms"),
+            vec![need("sns:Publish", "topic/Alarms", None)]
+        );
     }
 
     #[test]

@@ -364,6 +364,10 @@ pub struct LastMessage {
     pub created_at: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// The message has attachments, which the preview leaves out: its push is light (their URLs
+    /// are signed per read, docs/api.md §34).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub has_attachments: bool,
 }
 
 impl LastMessage {
@@ -376,12 +380,13 @@ impl LastMessage {
             body: cut.to_owned(),
             created_at: m.created_at.clone(),
             truncated: cut.len() < m.body.len(),
+            has_attachments: !m.attachments.is_empty(),
         }
     }
 
-    /// The whole message, when the preview is all of it.
+    /// The whole message, when the preview is all of it (no cut, no attachments).
     pub fn complete(&self, conversation_id: &ConversationId) -> Option<Message> {
-        (!self.truncated).then(|| {
+        (!self.truncated && !self.has_attachments).then(|| {
             Message::new(
                 conversation_id.clone(),
                 self.seq,
@@ -726,6 +731,7 @@ mod tests {
                 body: "hi".into(),
                 created_at: "2026-01-01T00:00:01.000Z".into(),
                 truncated: false,
+                has_attachments: false,
             }),
             members_version: 2,
             members_change: Some(MembersChange {
@@ -787,6 +793,23 @@ mod tests {
         assert_eq!(long.complete(&id), None);
         let item: Item = serde_dynamo::to_item(&short).unwrap();
         assert!(!item.contains_key("truncated"), "absent when false");
+        assert!(!item.contains_key("hasAttachments"), "absent when false");
+        // The preview leaves attachments out: it is not the message.
+        let mut with = m("look");
+        with.attachments.push(chat_domain::attachments::Attachment {
+            attachment_id: "a".into(),
+            file_name: "f.png".into(),
+            content_type: "image/png".into(),
+            size: 1,
+            url: None,
+            url_expires_at: None,
+            width: None,
+            height: None,
+            thumbnail_url: None,
+        });
+        let attached = LastMessage::of(&with);
+        assert!(attached.has_attachments && !attached.truncated);
+        assert_eq!(attached.complete(&id), None);
     }
 
     #[test]

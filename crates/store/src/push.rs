@@ -238,18 +238,7 @@ impl Notifier {
         };
         let endpoint = match &device.endpoint_arn {
             Some(arn) => arn.clone(),
-            None => {
-                let made = sns
-                    .create_platform_endpoint()
-                    .platform_application_arn(app)
-                    .token(&device.token)
-                    .send()
-                    .await
-                    .map_err(|e| sns_error("CreatePlatformEndpoint", e))?;
-                let arn = made.endpoint_arn.unwrap_or_default();
-                self.store.set_device_endpoint(device, &arn).await?;
-                arn
-            }
+            None => self.make_endpoint(sns, app, device).await?,
         };
         let message = sns_message(device.platform, n);
         let published = sns
@@ -282,6 +271,65 @@ impl Notifier {
             Err(e) => Err(sns_error("Publish", e)),
         }
     }
+}
+
+impl Notifier {
+    /// A device's first notification makes its SNS endpoint, enabled. A token SNS already has an
+    /// endpoint for (a device registered again, or by another user) is answered "already exists
+    /// with the same Token, but different attributes" when that endpoint was disabled: it is
+    /// enabled again, since its app has just registered the token anew. SNS: 1
+    /// CreatePlatformEndpoint (+ 1 SetEndpointAttributes for a disabled one); DynamoDB: 1
+    /// UpdateItem.
+    async fn make_endpoint(
+        &self,
+        sns: &aws_sdk_sns::Client,
+        app: &str,
+        device: &DeviceItem,
+    ) -> Result<String, ChatError> {
+        let made = sns
+            .create_platform_endpoint()
+            .platform_application_arn(app)
+            .token(&device.token)
+            .attributes("Enabled", "true")
+            .send()
+            .await;
+        let arn = match made {
+            Ok(made) => made.endpoint_arn.unwrap_or_default(),
+            Err(e) => {
+                let Some(arn) = e
+                    .as_service_error()
+                    .filter(|s| s.is_invalid_parameter_exception())
+                    .and_then(|s| existing_endpoint(s.meta().message()?))
+                else {
+                    return Err(sns_error("CreatePlatformEndpoint", e));
+                };
+                sns.set_endpoint_attributes()
+                    .endpoint_arn(&arn)
+                    .attributes("Enabled", "true")
+                    .attributes("Token", &device.token)
+                    .send()
+                    .await
+                    .map_err(|e| sns_error("SetEndpointAttributes", e))?;
+                arn
+            }
+        };
+        self.store.set_device_endpoint(device, &arn).await?;
+        Ok(arn)
+    }
+}
+
+/// The endpoint named by CreatePlatformEndpoint's "Endpoint <arn> already exists with the same
+/// Token, but different attributes".
+pub fn existing_endpoint(message: &str) -> Option<String> {
+    if !message.contains("already exists") {
+        return None;
+    }
+    let start = message.find("arn:")?;
+    let arn: String = message[start..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    Some(arn.trim_end_matches(['.', ',']).to_owned())
 }
 
 fn sns_error<E: std::error::Error + Send + Sync + 'static, R: std::fmt::Debug>(
@@ -368,5 +416,36 @@ impl ChatStore {
             }
             Err(e) => Err(super::sdk_error("UpdateItem", e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn existing_endpoint_is_the_arn_sns_names_as_already_existing() {
+        let arn = "arn:aws:sns:us-east-1:123456789012:endpoint/GCM/chat/5e3e9847-3183-3f18-a7e8-671c3a57d4b3";
+        let answer = format!(
+            "Invalid parameter: Token Reason: Endpoint {arn} already exists with the same Token, but different attributes."
+        );
+        assert_eq!(existing_endpoint(&answer), Some(arn.to_owned()));
+        assert_eq!(
+            existing_endpoint(&format!("Endpoint {arn}. already exists")),
+            Some(arn.to_owned()),
+            "trailing punctuation is not the ARN's"
+        );
+        // Other invalid parameters, even naming an ARN, are not this answer.
+        assert_eq!(
+            existing_endpoint(&format!(
+                "Invalid parameter: PlatformApplicationArn Reason: {arn} is not valid"
+            )),
+            None
+        );
+        assert_eq!(
+            existing_endpoint("Invalid parameter: Token Reason: malformed"),
+            None
+        );
+        assert_eq!(existing_endpoint("Endpoint already exists"), None);
     }
 }

@@ -85,15 +85,19 @@ fn change_events(old: &Item, new: &Item) -> Result<Change, ChatError> {
 fn conversation_events(before: Option<&ConversationItem>, after: &ConversationItem) -> Change {
     let mut events = Vec::new();
     let (seq_before, version_before) = before.map_or((0, 0), |b| (b.last_seq, b.members_version));
-    let last = after
+    let newest = after
         .last_message
         .as_ref()
-        .filter(|m| m.seq == after.last_seq)
-        .and_then(|m| m.complete(&after.conversation_id));
+        .filter(|m| m.seq == after.last_seq);
+    let last = newest.and_then(|m| m.complete(&after.conversation_id));
+    // A message with attachments is pushed light whatever is read (Event::message_new): nothing
+    // to fill.
+    let attached = newest.filter(|m| m.has_attachments).map(|m| m.seq);
     let mut light = false;
     for seq in seq_before + 1..=after.last_seq {
         events.push(match &last {
             Some(m) if m.seq == seq => Event::message_new(m),
+            _ if attached == Some(seq) => Event::light(&after.conversation_id, seq),
             _ => {
                 light = true;
                 Event::light(&after.conversation_id, seq)
@@ -148,6 +152,7 @@ mod tests {
                 body: "b".into(),
                 created_at: "t".into(),
                 truncated: false,
+                has_attachments: false,
             }),
             members_version,
             members_change: (members_version > 0).then(|| MembersChange {
@@ -211,6 +216,28 @@ mod tests {
         long.last_message.as_mut().unwrap().truncated = true;
         let change = events_from_change(&image(&group(6, 0), "C"), &image(&long, "C")).unwrap();
         assert_eq!(change.events, vec![Event::light(&conversation(), 7)]);
+        assert!(change.fill);
+    }
+
+    #[test]
+    fn a_message_with_attachments_is_pushed_light_with_nothing_to_fill() {
+        // Its preview carries no attachments: a full push of it would show none (docs/api.md §34).
+        let mut with = group(2, 0);
+        with.last_message.as_mut().unwrap().has_attachments = true;
+        let change = events_from_change(&image(&group(1, 0), "C"), &image(&with, "C")).unwrap();
+        assert_eq!(change.events, vec![Event::light(&conversation(), 2)]);
+        assert!(!change.fill, "a read would push it light all the same");
+        // In a group commit, the earlier ones are still filled.
+        let mut with = group(4, 0);
+        with.last_message.as_mut().unwrap().has_attachments = true;
+        let change = events_from_change(&image(&group(2, 0), "C"), &image(&with, "C")).unwrap();
+        assert_eq!(
+            change.events,
+            vec![
+                Event::light(&conversation(), 3),
+                Event::light(&conversation(), 4)
+            ]
+        );
         assert!(change.fill);
     }
 

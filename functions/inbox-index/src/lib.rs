@@ -96,7 +96,7 @@ impl InboxIndex {
         }
 
         let chat = self.chat.for_request();
-        let moved: Vec<_> = stream::iter(coalesce(changes))
+        let moving = stream::iter(coalesce(changes))
             .map(|mv| {
                 let chat = &chat;
                 async move {
@@ -109,8 +109,20 @@ impl InboxIndex {
                 }
             })
             .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
-            .collect()
-            .await;
+            .collect::<Vec<_>>();
+        // Windows open alongside the moves, not after them: a notification's delay counts from
+        // its message, and a big group's move (80 BatchWriteItems for 1,000 members) takes long.
+        let opening = async {
+            let Some(notifier) = &self.notifier else {
+                return Vec::new();
+            };
+            stream::iter(arrived)
+                .map(|(i, c, seq)| async move { (i, notifier.message_arrived(&c, seq).await) })
+                .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
+                .collect::<Vec<_>>()
+                .await
+        };
+        let (moved, opened) = futures::join!(moving, opening);
         let (mut moves, mut writes, mut failed) = (0, 0, 0);
         for (mv, result) in moved {
             match result {
@@ -136,20 +148,13 @@ impl InboxIndex {
                 }
             }
         }
-        if let Some(notifier) = &self.notifier {
-            let opened: Vec<_> = stream::iter(arrived)
-                .map(|(i, c, seq)| async move { (i, notifier.message_arrived(&c, seq).await) })
-                .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
-                .collect()
-                .await;
-            for (i, result) in opened {
-                match result {
-                    Ok(true) => telemetry::count("NotifyWindowsOpened", 1),
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(error = ?e, "opening a notification window failed; batch will be retried");
-                        failures.fail(i);
-                    }
+        for (i, result) in opened {
+            match result {
+                Ok(true) => telemetry::count("NotifyWindowsOpened", 1),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = ?e, "opening a notification window failed; batch will be retried");
+                    failures.fail(i);
                 }
             }
         }

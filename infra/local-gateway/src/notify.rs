@@ -39,6 +39,8 @@ pub async fn poll(
 ) {
     tokio::pin!(stop);
     loop {
+        // A long poll, as Lambda's mapping makes (20 s there): the launcher answers it as soon as
+        // a job's delay is over, without holding up other calls meanwhile (infra/moto_server.py).
         let receive = sqs
             .receive_message()
             .queue_url(&queue)

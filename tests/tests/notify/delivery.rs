@@ -204,6 +204,10 @@ async fn a_hundred_members_get_one_notification_each_within_the_delay_and_a_seco
         let registered = futures::future::join_all(chunk.iter().map(|m| device(&t, m))).await;
         tokens.extend(registered);
     }
+    // The group's creation and the devices' registrations are indexed before the first message,
+    // as the deployed indexer does within a second of them: the first message's batch is not
+    // behind some 400 records of set-up.
+    t.index().await;
     // Watch the sink from the first message on: when each member's first notification came.
     let first = std::time::Instant::now();
     let watched = tokens.clone();
@@ -251,6 +255,43 @@ async fn a_hundred_members_get_one_notification_each_within_the_delay_and_a_seco
     assert!(
         counts.iter().all(|&k| (1..=windows).contains(&k)),
         "{counts:?}"
+    );
+}
+
+/// A window opens when its message reaches the indexer, alongside the batch's inbox moves rather
+/// than after them: a slow move (a big group's 80 BatchWriteItems, a slow DynamoDB) does not
+/// delay the notification.
+#[tokio::test]
+async fn a_slow_inbox_move_does_not_delay_the_notification() {
+    let t = TestApp::new().await;
+    let n = start().await;
+    let (a, b, c) = t.new_direct().await;
+    let tb = device(&t, &b).await;
+    t.index().await;
+    t.send(&c, &a, "hi").await;
+    // The move of the conversation's inbox entries reaches DynamoDB 3 s late.
+    let late = json!({"op": "BatchWriteItem", "key": format!("I#{b}"), "kind": "late",
+                      "delayMs": 3000, "count": 1});
+    chat_tests::server::dynamodb_faults(&late);
+    let started = std::time::Instant::now();
+    let notified = async {
+        let got = n.wait_for(&tb, 1, DELAY + Duration::from_secs(6)).await;
+        (got.len(), started.elapsed())
+    };
+    let indexing = async {
+        t.index().await;
+        started.elapsed()
+    };
+    let ((got, notified_after), indexed_after) = tokio::join!(notified, indexing);
+    chat_tests::server::clear_dynamodb_faults();
+    assert!(
+        indexed_after >= Duration::from_secs(3),
+        "the move was late: {indexed_after:?}"
+    );
+    assert_eq!(got, 1);
+    assert!(
+        notified_after <= DELAY + Duration::from_millis(1500),
+        "notified {notified_after:?} after the batch reached the indexer (its move took {indexed_after:?})"
     );
 }
 

@@ -3,7 +3,8 @@
 // and the read tick once the other side has read; a page whose socket is cut while messages are sent
 // catches up with no duplicate and no gap; an edit and a reaction show live on the other page
 // ("edited", the reaction's count); a green dot for an online peer and "… is typing" (docs/api.md
-// §37, §38). Screenshots of both pages go to test-results/ on failure.
+// §37, §38); the open conversation's mute toggle, kept across a reload (§32); an image both ways.
+// Screenshots of both pages go to test-results/ on failure.
 //
 // The page: CHAT_DEMO_URL, else the stack's http://127.0.0.1:9003/, else this test serves
 // clients/demo/dist itself. The API: the page's defaults, or CHAT_API_URL / CHAT_WS_URL.
@@ -282,6 +283,52 @@ describe("demo page, two users in Chromium", () => {
       // Bob leaves: Alice's dot for him goes grey.
       await b.close();
       await a.waitForSelector("#conversations li .dot:not(.online)", { timeout: 30_000 });
+    }),
+  );
+  it("the open conversation's mute toggle: shown, kept across a reload, and the member's own", { timeout: 120_000 }, (t) =>
+    withTwoPages(t, "mute-", async (a, b, alice, bob) => {
+      const muteState = (page: Page) =>
+        page.$eval("#mute", (m) => ({ shown: !(m as HTMLElement).hidden, pressed: m.getAttribute("aria-pressed"), text: m.textContent }));
+      const waitPressed = (page: Page, pressed: boolean) =>
+        page.waitForFunction(
+          (p) => {
+            const m = document.getElementById("mute");
+            return m !== null && !m.hidden && m.getAttribute("aria-pressed") === String(p);
+          },
+          pressed,
+          { timeout: 30_000 },
+        );
+      const reopen = async (page: Page, peer: string) => {
+        await page.reload();
+        await page.waitForSelector("body[data-ready=true]", { timeout: 30_000 });
+        await page.locator("#conversations li", { hasText: peer }).click({ timeout: 30_000 });
+        await page.waitForSelector("#composer:not([hidden])");
+      };
+      await a.fill("#peer", bob);
+      await a.click("#new-direct button");
+      await a.waitForSelector("#composer:not([hidden])");
+      await send(a, "mute me if you like");
+      await waitPressed(a, false);
+      assert.deepEqual(await muteState(a), { shown: true, pressed: "false", text: "Mute" });
+
+      // Alice mutes it: the page says so, and so does the page loaded again.
+      await a.click("#mute");
+      await waitPressed(a, true);
+      assert.deepEqual(await muteState(a), { shown: true, pressed: "true", text: "Muted (unmute)" });
+      await reopen(a, bob);
+      await waitPressed(a, true);
+      assert.equal(await a.textContent("#mute"), "Muted (unmute)", "still muted after a reload");
+
+      // Bob's settings are his own: the conversation is not muted for him.
+      await b.locator("#conversations li", { hasText: alice }).click({ timeout: 30_000 });
+      await waitPressed(b, false);
+
+      // Unmuted, and still so after a reload.
+      await a.click("#mute");
+      await waitPressed(a, false);
+      await reopen(a, bob);
+      await waitPressed(a, false);
+      assert.deepEqual(await muteState(a), { shown: true, pressed: "false", text: "Mute" });
     }),
   );
   it("an image sent from one page shows on the other, a click away from the full image", { timeout: 120_000 }, (t) =>

@@ -806,6 +806,7 @@ mod tests {
             width: None,
             height: None,
             thumbnail_url: None,
+            scan: None,
         });
         let attached = LastMessage::of(&with);
         assert!(attached.has_attachments && !attached.truncated);

@@ -178,13 +178,7 @@ async fn stored(t: &TestApp, id: &ConversationId, sent: &[String]) -> Stored {
 async fn archive_bytes(t: &TestApp, c: &str) -> i64 {
     let archive = t.archiver();
     let archive = archive.archive().unwrap();
-    let sdk = chat_tests::config().sdk_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(chat_tests::server::kinesis_endpoint())
-            .force_path_style(true)
-            .build(),
-    );
+    let s3 = chat_tests::s3_client(chat_tests::server::kinesis_endpoint()).await;
     let out = s3
         .list_objects_v2()
         .bucket(archive.bucket())

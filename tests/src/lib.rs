@@ -189,13 +189,23 @@ async fn create_archive_bucket(sdk: &aws_config::SdkConfig) {
     create_bucket(sdk, ARCHIVE_BUCKET).await
 }
 
-async fn create_bucket(sdk: &aws_config::SdkConfig, bucket: &str) {
-    let s3 = aws_sdk_s3::Client::from_conf(
+/// An S3 client with the tests' credentials, path-style, at `endpoint`: moto's S3 itself
+/// (`server::kinesis_endpoint`) or the S3 gate in front of it (`server::s3_gate_endpoint`).
+pub async fn s3_client(endpoint: String) -> aws_sdk_s3::Client {
+    s3_client_of(&config().sdk_config().await, endpoint)
+}
+
+fn s3_client_of(sdk: &aws_config::SdkConfig, endpoint: String) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(sdk)
-            .endpoint_url(server::kinesis_endpoint())
+            .endpoint_url(endpoint)
             .force_path_style(true)
             .build(),
-    );
+    )
+}
+
+async fn create_bucket(sdk: &aws_config::SdkConfig, bucket: &str) {
+    let s3 = s3_client_of(sdk, server::kinesis_endpoint());
     if let Err(e) = s3.create_bucket().bucket(bucket).send().await {
         let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&e);
         assert!(

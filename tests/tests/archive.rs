@@ -432,13 +432,7 @@ async fn pages_across_chunks_read_at_most_two_objects_and_a_table_page_reads_non
 }
 
 async fn s3() -> aws_sdk_s3::Client {
-    let sdk = chat_tests::config().sdk_config().await;
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(server::kinesis_endpoint())
-            .force_path_style(true)
-            .build(),
-    )
+    chat_tests::s3_client(server::kinesis_endpoint()).await
 }
 
 async fn list_objects(c: &str) -> Vec<String> {

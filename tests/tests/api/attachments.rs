@@ -260,13 +260,7 @@ async fn a_retried_deletion_deletes_files_its_first_attempt_left() {
     let change = new_uuid();
     assert_eq!(t.delete_message(&c, 1, &a, &change).await.status, 200);
     // As if the first attempt's DeleteObject had failed: the file is still there.
-    let sdk = chat_tests::config().sdk_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(chat_tests::server::kinesis_endpoint())
-            .force_path_style(true)
-            .build(),
-    );
+    let s3 = chat_tests::s3_client(chat_tests::server::kinesis_endpoint()).await;
     let key = format!("a/{c}/{id}");
     s3.put_object()
         .bucket(chat_tests::ATTACHMENTS_BUCKET)
@@ -352,13 +346,7 @@ async fn an_upload_never_sent_expires_and_a_sent_one_stays() {
     assert!((now + 24 * 3600 - expires).abs() < 60, "{expires} vs {now}");
     assert!(!record(kept.clone()).await.contains_key("ttl"));
 
-    let sdk = chat_tests::config().sdk_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(chat_tests::server::kinesis_endpoint())
-            .force_path_style(true)
-            .build(),
-    );
+    let s3 = chat_tests::s3_client(chat_tests::server::kinesis_endpoint()).await;
     let tags = |id: &str| {
         let key = format!("a/{c}/{id}");
         let s3 = s3.clone();
@@ -572,13 +560,7 @@ async fn a_thumbnail_of_an_attachment_deleted_meanwhile_is_removed() {
         left.is_some(),
         "the upload itself is the deletion's to remove"
     );
-    let sdk = chat_tests::config().sdk_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(chat_tests::server::s3_gate_endpoint())
-            .force_path_style(true)
-            .build(),
-    );
+    let s3 = chat_tests::s3_client(chat_tests::server::s3_gate_endpoint()).await;
     let thumb = s3
         .head_object()
         .bucket(chat_tests::ATTACHMENTS_BUCKET)

@@ -69,13 +69,7 @@ async fn download(url: &str) -> (u16, Vec<u8>) {
 
 /// moto's S3, straight (no gate): what GuardDuty and the tests see of the objects.
 async fn s3() -> aws_sdk_s3::Client {
-    let sdk = chat_tests::config().sdk_config().await;
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(chat_tests::server::kinesis_endpoint())
-            .force_path_style(true)
-            .build(),
-    )
+    chat_tests::s3_client(chat_tests::server::kinesis_endpoint()).await
 }
 
 /// An upload's tags, `key=value`.

@@ -63,6 +63,16 @@ impl Bucket {
         }
     }
 
+    /// The bucket after admitting one request at `now_us` (a bucket kept in memory), or None:
+    /// refused.
+    pub fn admit(&self, tat: Option<u64>, now_us: u64) -> Option<u64> {
+        match self.take(tat, now_us, 1) {
+            Take::Fresh { to } => Some(to),
+            Take::Behind { cost, .. } => tat.map(|t| t + cost),
+            Take::Over { .. } => None,
+        }
+    }
+
     /// Whether a `tat` this instance has seen already refuses a request now (no call needed:
     /// `tat` only ever grows, so the stored one is at least as late). The seconds to wait.
     pub fn refused_by(&self, seen_tat: u64, now_us: u64) -> Option<u64> {
@@ -72,6 +82,15 @@ impl Bucket {
         }
     }
 }
+
+/// How often a user's refused sends may look up whether they are retries of a stored send (to
+/// answer those with the original), per instance: a flood of refused sends then costs its
+/// conversation's partition a few reads a second, not one per send. A retry beyond it is refused
+/// like any send and learns its outcome after `Retry-After`.
+pub const REPLAY_LOOKUPS: Bucket = Bucket {
+    per_second: 2,
+    burst: 5,
+};
 
 /// A wait in microseconds as `Retry-After`: whole seconds, rounded up, at least 1.
 pub fn whole_seconds(us: u64) -> u64 {
@@ -193,5 +212,24 @@ mod tests {
         assert_eq!(slow_mode_wait(p, Some(1_000), 10_500), Some(1));
         assert_eq!(slow_mode_wait(p, Some(1_000), 11_000), None);
         assert_eq!(slow_mode_wait(Duration::ZERO, Some(1_000), 1_000), None);
+    }
+
+    #[test]
+    fn an_in_memory_bucket_admits_its_burst_then_its_rate() {
+        let b = REPLAY_LOOKUPS;
+        let mut tat = None;
+        let mut admitted = 0;
+        for _ in 0..20 {
+            if let Some(t) = b.admit(tat, 1_000_000) {
+                tat = Some(t);
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 5, "the burst, at one instant");
+        assert_eq!(b.admit(tat, 1_000_000 + 499_999), None);
+        assert!(
+            b.admit(tat, 1_000_000 + 500_000).is_some(),
+            "one more per 1/rate"
+        );
     }
 }

@@ -21,7 +21,7 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use super::attrs::{get_n, n, s};
 use super::{sdk_error, ChatStore};
 use chat_domain::error::ChatError;
-use chat_domain::rate::{Bucket, Take};
+use chat_domain::rate::{Bucket, Take, REPLAY_LOOKUPS};
 use chat_domain::UserId;
 
 /// The limits an operator sets (template parameters, `CHAT_*_RATE`; README "Configuration").
@@ -76,6 +76,8 @@ pub(crate) struct Limiter {
     table: String,
     /// The newest `tat` seen per user and bucket; forgotten wholesale past 10,000.
     seen: Mutex<HashMap<(UserId, Kind), u64>>,
+    /// Per user, this instance's bucket of lookups of refused sends' keys (`REPLAY_LOOKUPS`).
+    lookups: Mutex<HashMap<UserId, u64>>,
 }
 
 impl Limiter {
@@ -88,6 +90,7 @@ impl Limiter {
             limits,
             table,
             seen: Mutex::default(),
+            lookups: Mutex::default(),
         })
     }
 
@@ -120,6 +123,29 @@ fn now_us() -> u64 {
 }
 
 impl ChatStore {
+    /// Whether a send the limits refused may look up its key (is it a retry of a stored send?):
+    /// a few a second per user on this instance (`REPLAY_LOOKUPS`), so that a flood of refused
+    /// sends does not become a flood of reads of its conversation's partition. No I/O.
+    pub(crate) fn may_look_up_refused(&self, user: &UserId) -> bool {
+        let Some(limiter) = &self.limiter else {
+            return true;
+        };
+        let Ok(mut lookups) = limiter.lookups.lock() else {
+            return true;
+        };
+        if lookups.len() >= Limiter::MAX {
+            lookups.clear();
+        }
+        let tat = lookups.get(user).copied();
+        match REPLAY_LOOKUPS.admit(tat, now_us()) {
+            Some(t) => {
+                lookups.insert(user.clone(), t);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// This store with per-user rate limits kept in `table` (the connections table).
     pub fn with_rate_limits(self, limits: RateLimits, table: impl Into<String>) -> Self {
         ChatStore {

@@ -164,8 +164,12 @@ impl ChatStore {
         // costs a read only when the limit refuses.
         if let Err(limited) = self.limit_send(caller).await {
             let refused = matches!(limited, ChatError::RateLimited { .. });
-            // A key that cannot be read leaves the refusal standing: nothing was done.
-            if !refused || !matches!(self.stored_key(&send).await, Ok(Some(_))) {
+            // A key that cannot be read (or not now: `may_look_up_refused`) leaves the refusal
+            // standing: nothing was done.
+            if !refused
+                || !self.may_look_up_refused(caller)
+                || !matches!(self.stored_key(&send).await, Ok(Some(_)))
+            {
                 return Err(limited);
             }
         }
@@ -189,7 +193,9 @@ impl ChatStore {
         let claim = match self.claim_slow_mode(id, caller).await {
             Ok(claim) => claim,
             Err(e @ ChatError::SlowMode { .. }) => {
-                if !matches!(self.stored_key(&send).await, Ok(Some(_))) {
+                if !self.may_look_up_refused(caller)
+                    || !matches!(self.stored_key(&send).await, Ok(Some(_)))
+                {
                     return Err(e);
                 }
                 None

@@ -119,8 +119,10 @@ async fn a_replay_of_a_stored_send_is_answered_while_over_the_limit() {
     let (a, _b, c) = t.new_direct().await;
     let first = new_uuid();
     assert_eq!(t.send_with_id(&c, &a, &first, "one").await.status, 201);
-    // More at once than the burst: some are refused.
-    let answers = at_once((0..10).map(|_| {
+    // More at once than the burst: some are refused (fewer than the lookups a second a user's
+    // refused sends get, so that the replay below still gets one:
+    // `refused_sends_look_up_their_keys_a_few_times_a_second`).
+    let answers = at_once((0..6).map(|_| {
         let (t, a, c) = (t.clone(), a.clone(), c.clone());
         async move { t.send(&c, &a, "more").await }
     }))
@@ -237,4 +239,45 @@ async fn a_refused_send_whose_key_cannot_be_read_is_still_429() {
     chat_tests::server::clear_dynamodb_faults();
     let page = t.get(&format!("/conversations/{c}/messages"), &b).await;
     assert_eq!(seqs(&page.body), [1], "nothing more stored");
+}
+
+/// A flood of refused sends looks up whether each is a retry of a stored send only a few times a
+/// second (docs/api.md §24), so that it does not turn into a flood of reads of its
+/// conversation's partition; a retry of the stored send is still answered once lookups are free.
+#[tokio::test]
+async fn refused_sends_look_up_their_keys_a_few_times_a_second() {
+    let one = Bucket {
+        per_second: 1,
+        burst: 1,
+    };
+    let t = Arc::new(
+        TestApp::with_rate_limits(RateLimits {
+            sends: one,
+            ..RateLimits::OFF
+        })
+        .await,
+    );
+    let (a, _b, c) = t.new_direct().await;
+    let first = new_uuid();
+    assert_eq!(t.send_with_id(&c, &a, &first, "one").await.status, 201);
+    t.calls.take();
+    let answers = at_once((0..40).map(|_| {
+        let (t, a, c) = (t.clone(), a.clone(), c.clone());
+        async move { t.send_with_id(&c, &a, &new_uuid(), "flood").await }
+    }))
+    .await;
+    for r in &answers {
+        assert_limited(r);
+    }
+    let lookups = t
+        .calls
+        .take()
+        .into_iter()
+        .filter(|call| call == "GetItem")
+        .count();
+    assert!(lookups <= 2 * 6, "{lookups} GetItem for 40 refused sends");
+    // Once the lookups have refilled (a second), a retry of the stored send is answered.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let replay = t.send_with_id(&c, &a, &first, "one").await;
+    assert_eq!(replay.status, 200, "{replay:?}");
 }

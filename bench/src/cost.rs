@@ -19,7 +19,7 @@ use chat_store::ConnectionStore;
 use serde_json::{json, Value};
 use tracing::Instrument;
 
-use super::{call_as, percentile, write_units_in, Request};
+use super::{percentile, write_units_in, Request};
 
 mod features;
 use chat_tests::capacity::{item_size, read_units};
@@ -150,6 +150,11 @@ pub struct Assumptions {
     pub fanout_more_ms_group: f64,
     /// Open connections per online user.
     pub connections_per_online_user: f64,
+    /// The share of sends and reads whose request names the connection it came from
+    /// (`X-Connection-Id`, docs/api.md §15.4: the SDK does once its socket's `hello` came), whose
+    /// push then skips that connection: one push fewer for a 1:1 message or receipt (a 1,000-member
+    /// group's light push names no sender, so it reaches the sending connection all the same).
+    pub named_connection_share: f64,
     /// Members online in a 1:1 conversation when a message or receipt is pushed (both: the most).
     pub online_1to1: f64,
     /// Members online of the 1,000-member group.
@@ -190,6 +195,7 @@ pub const ASSUMED: Assumptions = Assumptions {
     fanout_more_ms_1to1: 10.0,
     fanout_more_ms_group: 50.0,
     connections_per_online_user: 1.3,
+    named_connection_share: 1.0,
     online_1to1: 2.0,
     online_group: 300.0,
     fetches_per_push: 1.0,
@@ -211,9 +217,11 @@ pub const LOADED: Assumptions = Assumptions {
 };
 
 /// The model before this round (docs/cost.md of 2026-11-30): platform lines at `SystemLogLevel:
-/// INFO`, every request and batch line written, every online client fetching every light push.
+/// INFO`, every request and batch line written, every online client fetching every light push,
+/// every push echoed to the connection that sent it.
 pub const BEFORE: Assumptions = Assumptions {
     watching_share: 1.0,
+    named_connection_share: 0.0,
     platform_log_bytes: 700.0,
     consumer_line_share: 1.0,
     every_request_line: true,
@@ -288,7 +296,8 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         a.fanout_more_ms_1to1,
         FANOUT_MEMORY_GB,
     );
-    let pushes_1to1 = a.online_1to1 * a.connections_per_online_user;
+    // The sending (or reading) connection is one of its user's: without it when the request named it.
+    let pushes_1to1 = a.online_1to1 * a.connections_per_online_user - a.named_connection_share;
 
     let index_ddb = m.index_wru_1to1 * WRU + m.index_rru_1to1 * RRU;
     let direct = vec![
@@ -511,11 +520,15 @@ impl Bench<'_> {
             client_msg_id: sent.body["clientMsgId"].as_str().map(str::to_owned),
             body: Some(BODY.into()),
             created_at: sent.body["createdAt"].as_str().map(str::to_owned),
+            // Sent from a connection the request named (the SDK names its own): the record
+            // carries it, the frame does not.
+            origin: Some(CONNECTION_ID.into()),
         };
         let read = Event::ReadUpdated {
             conversation_id: conversation.clone(),
             user_id: UserId::parse(&b).unwrap(),
             last_read_seq: sent.body["seq"].as_u64().unwrap(),
+            origin: Some(CONNECTION_ID.into()),
         };
         m.event_bytes = record_bytes(&full);
         m.event_bytes_read = record_bytes(&read);
@@ -649,10 +662,12 @@ impl Bench<'_> {
                 requestId = %new_uuid(),
                 xrayTraceId = "Root=1-674a5e2b-3f1c2a9d8e7b6c5d4e3f2a1b;Parent=53995c3f42cd8ad8;Sampled=0;Lineage=1:a3f1b2c4:0"
             );
+            let body = body.map(|b| b.to_string());
+            let (mut event, function) = self.t.event(method, &path, Some(&user), body.as_deref());
+            // As the SDK calls, naming its socket (docs/api.md §15.4: stored with a send or read).
+            event["headers"]["x-connection-id"] = json!(CONNECTION_ID);
             let started = Instant::now();
-            let r = call_as(self.t, method, &path, &user, body.as_ref())
-                .instrument(span)
-                .await;
+            let r = self.t.invoke(event, function).instrument(span).await;
             latencies.push(started.elapsed());
             assert!(r.status < 400, "{method} {path}: {r:?}");
             let logged = self.logs.take();
@@ -776,8 +791,11 @@ fn record_bytes(e: &Event) -> f64 {
 
 /// The fanout's push frame for one event.
 fn frame_bytes(e: &Event) -> f64 {
-    serde_json::to_string(e).unwrap().len() as f64
+    serde_json::to_string(&e.frame()).unwrap().len() as f64
 }
+
+/// A connection id as API Gateway makes them (16 characters).
+const CONNECTION_ID: &str = "L0SM9cOFvHcCIhw=";
 
 // --- read units ---------------------------------------------------------------------------------
 
@@ -1098,6 +1116,10 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
         a.connections_per_online_user, a.online_group, a.watching_share, a.fetches_per_push
     );
     println!(
+        "  {} of 1:1 sends and reads name their connection (X-Connection-Id, as the SDK does; before: {}): their push skips it",
+        a.named_connection_share, BEFORE.named_connection_share
+    );
+    println!(
         "  log bytes per invocation: Lambda's platform lines {} (SystemLogLevel WARN; before: {} at INFO), access log {}, a stream consumer's line {} written for {:.2} of batches (CHAT_LOG_EVERY; before: all); {} B of headers per response",
         a.platform_log_bytes, BEFORE.platform_log_bytes, a.access_log_bytes, a.consumer_log_bytes, a.consumer_line_share, a.response_overhead_bytes
     );
@@ -1255,6 +1277,7 @@ mod tests {
             index_ms: 0.0,
             fanout_ms_1to1: 0.0,
             connections_per_online_user: 1.0,
+            named_connection_share: 0.0,
             platform_log_bytes: 0.0,
             access_log_bytes: 0.0,
             consumer_log_bytes: 0.0,
@@ -1268,6 +1291,15 @@ mod tests {
         let by_hand = 1.0 + 0.2 + 0.033_333_5 + 2.625 + 0.6 + 0.133_12 + 0.25 + 2.0;
         assert!((total(&c.direct) - by_hand).abs() < 1e-6, "{:?}", c.direct);
         assert!((c.direct_dynamodb - 2.875).abs() < 1e-9);
+        // A send naming its connection: the sender's one connection gets no push.
+        let named = costs(
+            &m,
+            &Assumptions {
+                named_connection_share: 1.0,
+                ..a
+            },
+        );
+        assert!((total(&c.direct) - total(&named.direct) - 1.0).abs() < 1e-6);
         // Stream $29.20, no consumer-hour, 38 alarm metrics $3.80, 10 metrics $3.00.
         assert!((total(&c.fixed) - 36.00).abs() < 1e-9);
     }

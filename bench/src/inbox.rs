@@ -223,6 +223,7 @@ async fn set_up_memberships(t: &TestApp, user: &str, n: usize) {
                 created_at: at.clone(),
                 truncated: false,
                 has_attachments: false,
+                origin: None,
             }),
             ..ConversationItem::new(&id, kind, &at)
         };

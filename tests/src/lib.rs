@@ -955,6 +955,14 @@ impl TestApp {
         }
     }
 
+    /// `post` naming the client's own WebSocket connection (`X-Connection-Id`, docs/api.md
+    /// §15.4; as the client sends it, valid or not).
+    pub async fn post_from(&self, path: &str, user: &str, body: Value, connection: &str) -> Resp {
+        let (mut event, function) = self.event("POST", path, Some(user), Some(&body.to_string()));
+        event["headers"]["x-connection-id"] = json!(connection);
+        self.invoke(event, function).await
+    }
+
     pub async fn post(&self, path: &str, user: &str, body: Value) -> Resp {
         self.call("POST", path, Some(user), Some(&body.to_string()))
             .await

@@ -262,6 +262,20 @@ impl WsClient {
         true
     }
 
+    /// Asks the connection's own id (`{"action":"hello"}`, docs/api.md §15.4); panics when no
+    /// `hello` frame comes within 10 s. Events that come before it are dropped.
+    pub async fn hello(&mut self) -> String {
+        self.send_text(r#"{"action":"hello"}"#).await;
+        let events = self
+            .until(Duration::from_secs(10), |e| {
+                e.last().is_some_and(|e| e["type"] == "hello")
+            })
+            .await;
+        let hello = events.last().unwrap();
+        assert!(hello["userId"].is_string(), "whose connection: {hello}");
+        hello["connectionId"].as_str().unwrap().to_owned()
+    }
+
     pub async fn send_text(&mut self, text: &str) {
         self.socket.send(Message::text(text)).await.unwrap();
     }

@@ -83,6 +83,61 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
 
 /// The conversation item carries only a 200-character preview, so the relay reads a longer body
 /// from the table (its Query, which template.yaml must grant: infra/test_iam.py).
+/// A send or read naming its connection (`X-Connection-Id`, from the `hello` frame) is not pushed
+/// to that connection, which has the answer; the sender's other connections and the peer get
+/// it; a request naming someone else's connection changes nothing for them; a bad id is a 400.
+#[tokio::test]
+async fn a_request_naming_its_connection_is_not_echoed_to_it() {
+    bounded(90, async {
+        let (t, a, b, conv, mut wa) = connected_direct().await;
+        let (mut wa2, mut wb) = (WsClient::connect(&a).await, WsClient::connect(&b).await);
+        let (from_a, from_b) = (wa.hello().await, wb.hello().await);
+        let store = connection_store().await;
+        assert!(connection_ids(&store, &a).await.contains(&from_a), "its own id");
+        let path = format!("/conversations/{conv}/messages");
+        let send = |body: &str| json!({"clientMsgId": chat_tests::new_uuid(), "body": body});
+
+        // Message 1 from a's first connection: the peer and a's second connection get it.
+        let sent = t.post_from(&path, &a, send("one"), &from_a).await;
+        assert_eq!(sent.status, 201, "{sent:?}");
+        wb.until_message(EVENT, &conv, 1).await;
+        wa2.until_message(EVENT, &conv, 1).await;
+        // Message 2 names no connection: the first connection gets 2, and never got 1 (a
+        // conversation's events come in order).
+        assert_eq!(t.send(&conv, &a, "two").await.status, 201);
+        let got = wa.until_message(EVENT, &conv, 2).await;
+        assert!(!has(&got, "message.new", &conv, Some(1)), "echoed: {got:#?}");
+
+        // The same for a read receipt: b reads 1 from its connection, then 2 from none.
+        let read = format!("/conversations/{conv}/read");
+        let receipt = |seq: u64| {
+            json!({"type": "read.updated", "conversationId": conv, "userId": b, "lastReadSeq": seq})
+        };
+        assert_eq!(t.post_from(&read, &b, json!({"seq": 1}), &from_b).await.status, 200);
+        wa.until(EVENT, |e| e.contains(&receipt(1))).await;
+        assert_eq!(t.mark_read(&conv, &b, 2).await.status, 200);
+        let got = wb.until(EVENT, |e| e.contains(&receipt(2))).await;
+        assert!(!got.contains(&receipt(1)), "echoed: {got:#?}");
+
+        // b names a's connection: only its own connections count, so a still gets it.
+        let sent = t.post_from(&path, &b, send("three"), &from_a).await;
+        assert_eq!(sent.status, 201, "{sent:?}");
+        let got = wa.until_message(EVENT, &conv, 3).await;
+        assert!(got.iter().all(|e| e.get("origin").is_none()), "no origin in a frame");
+
+        // A malformed id: 400, nothing stored, nothing moved.
+        for bad in ["", "a b", &"x".repeat(129)] {
+            let r = t.post_from(&path, &a, send("four"), bad).await;
+            assert_eq!((r.status, r.body["error"]["code"].as_str()), (400, Some("invalid_request")), "{bad:?}: {r:?}");
+            let r = t.post_from(&read, &a, json!({"seq": 3}), bad).await;
+            assert_eq!(r.status, 400, "{bad:?}: {r:?}");
+        }
+        let states = t.get(&format!("/conversations/{conv}/reads"), &a).await;
+        assert_eq!(states.body["lastSeq"], 3);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_body_longer_than_the_preview_arrives_whole() {
     bounded(60, async {

@@ -36,6 +36,7 @@ import type {
   ReadUpdatedEvent,
   ServerEvent,
   PresenceEvent,
+  HelloFrame,
   TypingEvent,
 } from "./types.js";
 
@@ -200,6 +201,12 @@ export class ChatClient {
   private stableTimer: ReturnType<typeof setTimeout> | undefined;
   /** Live events held back while the current socket's catch-up runs. */
   private held: ServerEvent[] | null = null;
+  /**
+   * The open socket's `hello` frame: requests name its `connectionId` (`X-Connection-Id`), so the
+   * pushes of the sends and reads among them skip this socket, which has their answers (docs/api.md
+   * §15.4; other requests ignore it).
+   */
+  private hello: HelloFrame | null = null;
   /** The last react/unreact call per reaction path: the next one waits for it. */
   private readonly reacting = new Map<string, Promise<unknown>>();
   private readonly fillTimers = new Map<string, ReturnType<typeof setTimeout>>();
@@ -574,7 +581,7 @@ export class ChatClient {
    * reported as a `SyncError` "error" event and retried with backoff while everything else goes on.
    */
   connect(): Promise<void> {
-    if (!this.WS) throw new Error("ChatClient: no WebSocket; pass the `WebSocket` option (Node: the `ws` package)");
+    if (!this.WS) throw new Error("ChatClient: no WebSocket; pass options.WebSocket (Node: `ws`)");
     if (this.connection === "open" && this.wanted) return Promise.resolve();
     const ready = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
     // Callers that do not await this must not get an unhandled rejection for a close() before open.
@@ -592,17 +599,12 @@ export class ChatClient {
     this.wanted = false;
     this.generation += 1;
     clearTimeout(this.reconnectTimer);
-    clearTimeout(this.recheckTimer);
-    clearTimeout(this.stableTimer);
     for (const t of this.fillTimers.values()) clearTimeout(t);
     this.fillTimers.clear();
     this.fillFailures.clear();
-    this.stopKeepAlive();
     const ws = this.ws;
-    this.ws = null;
-    this.held = null;
+    this.dropSocket();
     if (ws) ws.close(1000, "client closed");
-    this.setConnection("closed");
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) w.reject(new Error("ChatClient closed before the connection opened"));
@@ -645,6 +647,8 @@ export class ChatClient {
   }
 
   private async onSocketOpen(ws: WebSocketLike): Promise<void> {
+    // Which socket this is: until its answer, requests name none (and their pushes come here too).
+    ws.send('{"action":"hello"}');
     // Hold live events until the catch-up has fetched what was missed, so nothing newer is
     // processed (and fetched again) first.
     const held: ServerEvent[] = [];
@@ -685,21 +689,26 @@ export class ChatClient {
   }
 
   private onSocketClosed(): void {
+    this.dropSocket();
+    if (this.wanted) this.scheduleReconnect();
+  }
+
+  /** Forgets the socket and everything that was its own (closed, or being closed by `close`). */
+  private dropSocket(): void {
     clearTimeout(this.recheckTimer);
     clearTimeout(this.stableTimer);
     this.ws = null;
     this.held = null;
+    this.hello = null;
     this.stopKeepAlive();
     this.setConnection("closed");
-    if (this.wanted) this.scheduleReconnect();
   }
 
   private scheduleReconnect(): void {
     if (!this.wanted) return;
     clearTimeout(this.reconnectTimer);
     // Jittered exponential backoff: after an outage, clients spread their reconnects out.
-    this.attempt += 1;
-    const delay = retryDelay(undefined, this.attempt, this.reconnectBase, this.reconnectMax);
+    const delay = retryDelay(undefined, ++this.attempt, this.reconnectBase, this.reconnectMax);
     this.reconnectTimer = setTimeout(() => void this.openSocket(), delay);
   }
 
@@ -725,7 +734,9 @@ export class ChatClient {
       return; // not an event of ours
     }
     // A user's, not a conversation's: no order to keep, nothing to hold back.
-    if ((event as { type?: string } | null)?.type === "presence") return this.emit("presence", event as unknown as PresenceEvent);
+    const type = (event as { type?: string } | null)?.type;
+    if (type === "presence") return this.emit("presence", event as unknown as PresenceEvent);
+    if (type === "hello") return void (this.hello = event as unknown as HelloFrame);
     if (typeof event !== "object" || event === null || typeof event.conversationId !== "string") return;
     if (this.held) this.held.push(event);
     else this.handleEvent(event);
@@ -837,20 +848,18 @@ export class ChatClient {
             await sleep(200 * 2 ** stalls);
           }
         }
-        this.fillFailures.delete(conversationId);
       } catch (e) {
-        if (e instanceof ChatApiError && e.status === 404) {
-          // Removed from the conversation (or it is gone): nothing more to deliver; stop tracking it.
-          this.state = forget(this.state, conversationId);
-          this.fillFailures.delete(conversationId);
-          return;
+        if (!(e instanceof ChatApiError && e.status === 404)) {
+          if (!this.wanted) return; // closed meanwhile: the next connect's catch-up starts afresh
+          const count = (this.fillFailures.get(conversationId)?.count ?? 0) + 1;
+          const delay = retryDelay(e, count, this.reconnectBase, this.reconnectMax);
+          this.fillFailures.set(conversationId, { count, retryAt: Date.now() + delay });
+          return this.emit("error", new SyncError(conversationId, e, count, delay));
         }
-        if (!this.wanted) return; // closed meanwhile: the next connect's catch-up starts afresh
-        const count = (this.fillFailures.get(conversationId)?.count ?? 0) + 1;
-        const delay = retryDelay(e, count, this.reconnectBase, this.reconnectMax);
-        this.fillFailures.set(conversationId, { count, retryAt: Date.now() + delay });
-        this.emit("error", new SyncError(conversationId, e, count, delay));
+        // Removed from the conversation (or it is gone): nothing more to deliver; stop tracking it.
+        this.state = forget(this.state, conversationId);
       }
+      this.fillFailures.delete(conversationId);
     })();
     this.filling.set(conversationId, run);
     void run.then(() => {
@@ -926,12 +935,16 @@ export class ChatClient {
     return this.call(method, path, body);
   }
 
-  /** One request; any answer but 2xx, and no answer at all, becomes a ChatApiError. */
+  /**
+   * One request; any answer but 2xx, and no answer at all, becomes a ChatApiError. It names the open
+   * socket (`X-Connection-Id`), whose push of what it changes is then skipped.
+   */
   private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
     const headers: Record<string, string> = {
       Authorization: `Bearer ${await this.token()}`,
       Accept: "application/json",
     };
+    if (this.hello) headers["X-Connection-Id"] = this.hello.connectionId;
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.requestTimeoutMs);

@@ -318,6 +318,16 @@ export interface PresenceEvent extends Presence {
   type: "presence";
 }
 
+/**
+ * The answer to `{"action":"hello"}`, which the SDK sends on every new socket: the socket's own id
+ * (for `X-Connection-Id`) and whose it is (docs/api.md §15.4).
+ */
+export interface HelloFrame {
+  type: "hello";
+  connectionId: string;
+  userId?: string;
+}
+
 /** The events of a conversation (a `presence` event is a user's, not a conversation's). */
 export type ServerEvent = MessageNewEvent | MessageChangedEvent | ReadUpdatedEvent | MembersEvent | TypingEvent;
 

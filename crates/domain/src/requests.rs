@@ -223,6 +223,9 @@ pub struct SendMessage {
     pub body: String,
     /// Attachment ids (lower case, distinct, at most 10; docs/api.md §34).
     pub attachments: Vec<String>,
+    /// The connection the request names as its own (`X-Connection-Id`, `parse_origin`): the
+    /// message's push skips it.
+    pub origin: Option<String>,
 }
 
 impl SendMessage {
@@ -244,12 +247,42 @@ impl SendMessage {
             client_msg_key,
             body: text.to_owned(),
             attachments,
+            origin: None,
         })
+    }
+
+    /// The same send, from the connection `origin` (`parse_origin`).
+    pub fn from_origin(self, origin: Option<String>) -> Self {
+        SendMessage { origin, ..self }
     }
 }
 
 pub fn parse_mark_read(body: &[u8]) -> Result<u64, ChatError> {
     Fields::parse(body)?.required_seq("seq")
+}
+
+/// The header by which a request names the client's own WebSocket connection (docs/api.md
+/// §15.4): the push of what it changes (its message, its read receipt) skips that connection,
+/// which has the answer already.
+pub const ORIGIN_HEADER: &str = "x-connection-id";
+
+/// The longest `X-Connection-Id` taken (API Gateway's ids have 16 characters).
+pub const MAX_ORIGIN_CHARS: usize = 128;
+
+/// `X-Connection-Id` as sent (None: absent): 1–128 characters of the base64 alphabets (standard
+/// and URL-safe) and `=`, as the `hello` frame gives them (docs/api.md §15.4).
+pub fn parse_origin(value: Option<&[u8]>) -> Result<Option<String>, ChatError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let allowed = |b: &u8| b.is_ascii_alphanumeric() || b"+/=_-".contains(b);
+    if value.is_empty() || value.len() > MAX_ORIGIN_CHARS || !value.iter().all(allowed) {
+        return Err(invalid(format!(
+            "header `X-Connection-Id` must be 1-{MAX_ORIGIN_CHARS} characters of \
+             A-Z a-z 0-9 + / = _ - (the connectionId of the `hello` frame)"
+        )));
+    }
+    Ok(Some(String::from_utf8_lossy(value).into_owned()))
 }
 
 /// Query-string access, first value wins.
@@ -336,6 +369,21 @@ mod tests {
     fn err_msg<T: std::fmt::Debug>(r: Result<T, ChatError>) -> (u16, String) {
         let e = r.unwrap_err();
         (e.status(), e.to_string())
+    }
+
+    #[test]
+    fn an_origin_is_a_connection_id_or_a_400() {
+        let ok = |v: &str| parse_origin(Some(v.as_bytes())).unwrap();
+        assert_eq!(parse_origin(None).unwrap(), None);
+        assert_eq!(ok("L0SM9cOFvHcCIhw="), Some("L0SM9cOFvHcCIhw=".into()));
+        assert_eq!(ok("a_b-c+d/e"), Some("a_b-c+d/e".into()));
+        assert_eq!(ok(&"x".repeat(128)).map(|o| o.len()), Some(128));
+        for bad in ["", " ", "a b", "é", "a;b", &"x".repeat(129)] {
+            let (status, msg) = err_msg(parse_origin(Some(bad.as_bytes())));
+            assert_eq!(status, 400, "{bad:?}");
+            assert!(msg.contains("X-Connection-Id"), "{msg}");
+        }
+        assert_eq!(err_msg(parse_origin(Some(&[0xff, 0x41]))).0, 400);
     }
 
     #[test]

@@ -123,6 +123,13 @@ pub fn body(req: &Request) -> Result<&[u8], ChatError> {
     Ok(bytes)
 }
 
+/// The WebSocket connection the request names as the client's own (`X-Connection-Id`, docs/api.md
+/// §15.4; None: none named), or a 400.
+pub fn origin(req: &Request) -> Result<Option<String>, ChatError> {
+    let value = req.headers().get(chat_domain::requests::ORIGIN_HEADER);
+    chat_domain::requests::parse_origin(value.map(|v| v.as_bytes()))
+}
+
 /// The route a request is for (`routes::locate`: behind a stage prefix too), with its path
 /// parameters as they stand in the path.
 pub fn route_of(req: &Request) -> Option<(&'static Route, PathParams)> {

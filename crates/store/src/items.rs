@@ -241,6 +241,10 @@ pub struct MemberItem {
     /// This member's notification settings of the conversation (`setNotifications`; absent: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notifications: Option<NotificationSettings>,
+    /// The connection the latest `markRead` named (`X-Connection-Id`): its receipt's push skips
+    /// it (docs/api.md §15.4). Absent when that request named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_origin: Option<String>,
 }
 
 impl MemberItem {
@@ -263,6 +267,7 @@ impl MemberItem {
             inbox_big: false,
             blocked: false,
             notifications: None,
+            read_origin: None,
         }
     }
 
@@ -368,6 +373,11 @@ pub struct LastMessage {
     /// are signed per read, docs/api.md §34).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub has_attachments: bool,
+    /// The connection its send named (`X-Connection-Id`): its push skips it (docs/api.md
+    /// §15.4). Only the conversation's newest message carries one, so a message pushed from
+    /// anything else (a group commit's earlier ones) reaches that connection too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 impl LastMessage {
@@ -381,6 +391,7 @@ impl LastMessage {
             created_at: m.created_at.clone(),
             truncated: cut.len() < m.body.len(),
             has_attachments: !m.attachments.is_empty(),
+            origin: None,
         }
     }
 
@@ -613,6 +624,9 @@ pub struct QueuedItem {
     /// Its attachments (claimed before it was queued), as its message carries them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<chat_domain::attachments::Attachment>,
+    /// The connection its request named (`X-Connection-Id`), for its message's push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// `sk = P!`: the last group commit of a conversation, which sends it committed and at which
@@ -732,6 +746,7 @@ mod tests {
                 created_at: "2026-01-01T00:00:01.000Z".into(),
                 truncated: false,
                 has_attachments: false,
+                origin: None,
             }),
             members_version: 2,
             members_change: Some(MembersChange {

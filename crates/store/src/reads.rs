@@ -24,12 +24,15 @@ impl ChatStore {
     /// read (a lower bound of a number that only grows).
     /// The update records this request's token (`lastReadBy`), so an update whose answer was lost
     /// can tell, when sent again, whether it had been applied: `advanced` stays truthful.
+    /// The update also records the connection the request named (`origin`, `readOrigin`; removed
+    /// when none), which the receipt's push then skips (docs/api.md §15.4).
     /// DynamoDB: 1 GetItem + 1 UpdateItem; the UpdateItem alone when the seq is known to exist.
     pub async fn mark_read(
         &self,
         caller: &UserId,
         id: &ConversationId,
         seq: u64,
+        origin: Option<&str>,
     ) -> Result<ReadResult, ChatError> {
         let known = self.seen.last_seq(id);
         let last_seq = if seq <= known {
@@ -44,6 +47,10 @@ impl ChatStore {
             last_read_seq,
             advanced,
         };
+        let expression = match origin {
+            Some(_) => "SET lastReadSeq = :seq, lastReadBy = :token, readOrigin = :origin",
+            None => "SET lastReadSeq = :seq, lastReadBy = :token REMOVE readOrigin",
+        };
         let mut retry = self.retry();
         while retry.next().await {
             let update = self
@@ -51,15 +58,18 @@ impl ChatStore {
                 .update_item()
                 .table_name(&self.table)
                 .set_key(Some(keys::member_key(id, caller)))
-                .update_expression("SET lastReadSeq = :seq, lastReadBy = :token")
+                .update_expression(expression)
                 .condition_expression("attribute_exists(pk) AND lastReadSeq < :seq")
                 .expression_attribute_values(":seq", n(target))
                 .expression_attribute_values(":token", s(&token))
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send()
-                .await;
+                );
+            let update = match origin {
+                Some(origin) => update.expression_attribute_values(":origin", s(origin)),
+                None => update,
+            };
+            let update = update.send().await;
             let err = match update {
                 Ok(_) => {
                     crate::telemetry::count("ReceiptsAdvanced", 1);

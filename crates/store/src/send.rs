@@ -440,7 +440,8 @@ impl ChatStore {
         match (&part.target, &part.write) {
             (Target::Conversation, Write::AdvanceConversation { busy_until, .. }) => {
                 let last = commit.messages.last().ok_or_else(malformed)?;
-                let expression = advance(last, *busy_until, &mut values)?;
+                let origin = commit.sends.last().and_then(|p| p.origin.as_deref());
+                let expression = advance(last, origin, *busy_until, &mut values)?;
                 let key = keys::conversation_key(commit.id);
                 tx::update(table, key, &expression, condition, &values)
             }
@@ -926,6 +927,7 @@ impl SendRequest<'_> {
             enqueued_at,
             expires_at,
             attachments: self.attachments.clone(),
+            origin: self.request.origin.clone(),
         }
     }
 
@@ -1111,14 +1113,19 @@ fn head_is(last_seq: u64, key_moves: u64, now_ms: Option<u64>) -> (Option<&'stat
     (Some(expression), values)
 }
 
-/// The update of the conversation item to its new last message `last` (and `busyUntil`).
+/// The update of the conversation item to its new last message `last`, sent from the connection
+/// `origin` (and `busyUntil`).
 fn advance(
     last: &Message,
+    origin: Option<&str>,
     busy_until: Option<u64>,
     values: &mut Values,
 ) -> Result<String, ChatError> {
-    let preview =
-        serde_dynamo::to_attribute_value(LastMessage::of(last)).map_err(ChatError::internal)?;
+    let preview = LastMessage {
+        origin: origin.map(str::to_owned),
+        ..LastMessage::of(last)
+    };
+    let preview = serde_dynamo::to_attribute_value(preview).map_err(ChatError::internal)?;
     values.extend([
         (":next", n(last.seq)),
         (":at", s(&last.created_at)),

@@ -57,6 +57,7 @@ pub fn events_from_change(old: &Item, new: &Item) -> Result<Change, ChatError> {
                     conversation_id: after.conversation_id,
                     user_id: after.member_id,
                     last_read_seq: after.last_read_seq,
+                    origin: after.read_origin,
                 }],
                 fill: false,
             });
@@ -96,7 +97,10 @@ fn conversation_events(before: Option<&ConversationItem>, after: &ConversationIt
     let mut light = false;
     for seq in seq_before + 1..=after.last_seq {
         events.push(match &last {
-            Some(m) if m.seq == seq => Event::message_new(m),
+            Some(m) if m.seq == seq => {
+                let origin = newest.and_then(|n| n.origin.clone());
+                Event::message_new(m).from_origin(origin)
+            }
             _ if attached == Some(seq) => Event::light(&after.conversation_id, seq),
             _ => {
                 light = true;
@@ -153,6 +157,7 @@ mod tests {
                 created_at: "t".into(),
                 truncated: false,
                 has_attachments: false,
+                origin: None,
             }),
             members_version,
             members_change: (members_version > 0).then(|| MembersChange {
@@ -254,6 +259,7 @@ mod tests {
             inbox_big: false,
             blocked: false,
             notifications: None,
+            read_origin: None,
         };
         let (old, read) = (image(&member(1, 0), "M#m"), image(&member(3, 0), "M#m"));
         assert_eq!(

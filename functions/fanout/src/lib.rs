@@ -165,12 +165,16 @@ fn report_undelivered(
 /// A conversation's members and what else the fanout read of it.
 type Members = (Arc<Vec<UserId>>, PushState);
 
-/// The frames of a set of a conversation's records, planned once per set (most connections
-/// need all of them).
+/// A plan's key: the records due (indexes in the batch) and the events among them that came from
+/// the connection (`Event::is_from`: for most connections, none).
+type PlanKey = (Vec<usize>, Vec<usize>);
+
+/// The frames of a set of a conversation's records, planned once per `PlanKey` (most
+/// connections need all of them).
 struct FramePlans<'a> {
     events: &'a [(Event, usize)],
     members: usize,
-    plans: HashMap<Vec<usize>, Arc<Vec<String>>>,
+    plans: HashMap<PlanKey, Arc<Vec<String>>>,
 }
 
 impl<'a> FramePlans<'a> {
@@ -182,9 +186,23 @@ impl<'a> FramePlans<'a> {
         }
     }
 
-    /// The frames of the records `due` (indexes in the batch).
-    fn frames(&mut self, due: &[usize]) -> Result<Arc<Vec<String>>, ChatError> {
-        if let Some(frames) = self.plans.get(due) {
+    /// The frames of the records `due` (indexes in the batch) for the connection `to` (None:
+    /// any).
+    fn frames(
+        &mut self,
+        due: &[usize],
+        to: Option<&LiveConnection>,
+    ) -> Result<Arc<Vec<String>>, ChatError> {
+        let to = to.map(|c| (&c.user, c.connection_id.as_str()));
+        let own = self
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, (e, _))| to.is_some_and(|(user, id)| e.is_from(user, id)))
+            .map(|(k, _)| k)
+            .collect();
+        let key = (due.to_vec(), own);
+        if let Some(frames) = self.plans.get(&key) {
             return Ok(frames.clone());
         }
         let chosen = self
@@ -193,13 +211,13 @@ impl<'a> FramePlans<'a> {
             .filter(|(_, i)| due.contains(i))
             .map(|(e, _)| e.clone())
             .collect();
-        let frames: Vec<String> = frames_for(chosen, self.members)
+        let frames: Vec<String> = frames_for(chosen, self.members, to)
             .iter()
             .map(serde_json::to_string)
             .collect::<Result<_, _>>()
             .map_err(ChatError::internal)?;
         let frames = Arc::new(frames);
-        self.plans.insert(due.to_vec(), frames.clone());
+        self.plans.insert(key, frames.clone());
         Ok(frames)
     }
 
@@ -421,7 +439,7 @@ impl Fanout {
             .map(|(e, i)| (e.without_deleted(&deleted), i))
             .collect();
         let mut plans = FramePlans::new(&events, users.len());
-        if plans.frames(&records)?.is_empty() {
+        if plans.frames(&records, None)?.is_empty() {
             return Ok(Pushed::everyone());
         }
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
@@ -432,7 +450,7 @@ impl Fanout {
         let mut reached: HashSet<String> = HashSet::new();
         let mut jobs = Vec::with_capacity(connections.len());
         for (connection, due) in self.due_per_connection(connections, &records, ids) {
-            let frames = plans.frames(&due)?;
+            let frames = plans.frames(&due, Some(&connection))?;
             if frames.is_empty() {
                 reached.insert(connection.connection_id);
             } else {

@@ -10,5 +10,11 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
     let caller = app.caller(&req)?;
     let id = conversation_id_param(http::path_param(&req, "conversationId").as_deref())?;
     let seq = parse_mark_read(http::body(&req)?)?;
-    http::json(200, &app.store.mark_read(&caller, &id, seq).await?)
+    let origin = http::origin(&req)?;
+    http::json(
+        200,
+        &app.store
+            .mark_read(&caller, &id, seq, origin.as_deref())
+            .await?,
+    )
 }

@@ -9,7 +9,7 @@ use lambda_http::{Body, Request, Response};
 pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError> {
     let caller = app.caller(&req)?;
     let id = conversation_id_param(http::path_param(&req, "conversationId").as_deref())?;
-    let message = SendMessage::parse(http::body(&req)?)?;
+    let message = SendMessage::parse(http::body(&req)?)?.from_origin(http::origin(&req)?);
     let (mut message, created) = app.store.send_message(&caller, &id, &message).await?;
     app.store.sign_attachments([&mut message]).await?;
     http::json(if created { 201 } else { 200 }, &message)

@@ -1,4 +1,4 @@
-//! WebSocket `$connect` / `$disconnect` / `typing` (route selection on `$request.body.action`;
+//! WebSocket `$connect` / `$disconnect` / `typing` / `hello` (route selection on `$request.body.action`;
 //! `$default`, the keep-alive pings, is API Gateway's mock integration and never comes here).
 //!
 //! `$connect` carries the user's token in `?token=` (browsers cannot set headers on a WebSocket):
@@ -61,6 +61,7 @@ impl WsConnection {
             "$connect" | "CONNECT" => self.connect(&event, &connection).await,
             "$disconnect" | "DISCONNECT" => self.disconnect(&connection).await,
             "typing" => self.typing.frame(&connection, &body(&event)).await,
+            "hello" => self.hello(&connection).await,
             // Anything else is a ping that keeps the socket open.
             _ => Ok(()),
         };
@@ -73,6 +74,17 @@ impl WsConnection {
                 status(e.status().into())
             }
         }
+    }
+
+    /// `{"action":"hello"}`: the connection is told its own id, which the client then names in
+    /// `X-Connection-Id` so that the pushes of its own sends and reads skip it (docs/api.md
+    /// §15.4), and its user's id. DynamoDB: 1 GetItem (the owner item); then one post, once: a
+    /// lost answer only means echoes (the client may ask again).
+    async fn hello(&self, connection: &str) -> Result<(), ChatError> {
+        let user = self.connections.owner(connection).await?;
+        let frame = chat_domain::events::hello_frame(connection, user.as_ref());
+        self.typing.post(connection, &frame).await;
+        Ok(())
     }
 
     async fn disconnect(&self, connection: &str) -> Result<(), ChatError> {

@@ -107,6 +107,11 @@ impl Typing {
         Ok(())
     }
 
+    /// One frame to one connection (through the Management API, once).
+    pub async fn post(&self, connection: &str, frame: &str) {
+        self.pusher.post(connection, frame).await;
+    }
+
     /// `$disconnect`: the closed connection stops typing wherever it typed.
     pub async fn closed(&self, connection: &str, typing_in: &[ConversationId]) {
         for id in typing_in {

@@ -263,7 +263,7 @@ fn preflight() -> Response<Body> {
         ),
         (
             header::ACCESS_CONTROL_ALLOW_HEADERS,
-            "authorization,content-type",
+            "authorization,content-type,x-connection-id",
         ),
         (header::ACCESS_CONTROL_MAX_AGE, "600"),
     ];
@@ -465,7 +465,7 @@ mod tests {
         let h = answer.headers();
         assert_eq!(
             h[header::ACCESS_CONTROL_ALLOW_HEADERS],
-            "authorization,content-type"
+            "authorization,content-type,x-connection-id"
         );
         assert_eq!(
             h[header::ACCESS_CONTROL_ALLOW_METHODS],

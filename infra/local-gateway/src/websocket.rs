@@ -3,7 +3,8 @@
 //!
 //! The upgrade request is the `$connect` event: a non-2xx answer refuses the handshake with that
 //! status (e.g. 401). Client frames are routed as template.yaml's `$request.body.action` selects:
-//! `{"action":"typing",…}` is a `typing` event to the handler (nothing is sent back but what it
+//! `{"action":"typing",…}` is a `typing` event to the handler, `{"action":"hello"}` a `hello`
+//! event (nothing is sent back but what it
 //! posts); anything else hits `$default`, which is a mock integration there, so nothing is
 //! invoked; frames posted to
 //! the Management API reach the client as text frames; any close is a `$disconnect` event. Like
@@ -259,7 +260,7 @@ impl WebSocketApi {
 /// mock integration. Like `$request.body.action`, only a JSON text frame's top-level `action`
 /// selects; a frame that is not JSON, or names no such route, falls to `$default`.
 fn route_key(body: &str, base64: bool) -> Option<&'static str> {
-    const ROUTES: [&str; 1] = ["typing"];
+    const ROUTES: [&str; 2] = ["typing", "hello"];
     if base64 {
         return None;
     }
@@ -371,6 +372,7 @@ mod tests {
     #[test]
     fn frames_are_routed_on_their_action() {
         assert_eq!(route_key(r#"{"action":"typing"}"#, false), Some("typing"));
+        assert_eq!(route_key(r#"{"action":"hello"}"#, false), Some("hello"));
         assert_eq!(route_key(r#"{"action":"dance"}"#, false), None);
         assert_eq!(route_key("not json", false), None);
         assert_eq!(route_key(r#"{"action":"typing"}"#, true), None);

@@ -108,11 +108,11 @@ async fn contended_fallback_keeps_the_same_rules() {
     let bob = chat_domain::UserId::parse(&b).unwrap();
     let c = chat_domain::ConversationId::parse(&c).unwrap();
     let store = &t.app.store;
-    let r = store.mark_read(&bob, &c, 2).await.unwrap();
+    let r = store.mark_read(&bob, &c, 2, None).await.unwrap();
     assert_eq!((r.last_read_seq, r.advanced), (2, true));
-    let r = store.mark_read(&bob, &c, 1).await.unwrap();
+    let r = store.mark_read(&bob, &c, 1, None).await.unwrap();
     assert_eq!((r.last_read_seq, r.advanced), (2, false));
-    let r = store.mark_read(&bob, &c, 99).await.unwrap();
+    let r = store.mark_read(&bob, &c, 99, None).await.unwrap();
     assert_eq!(
         (r.last_read_seq, r.advanced),
         (3, true),
@@ -120,7 +120,7 @@ async fn contended_fallback_keeps_the_same_rules() {
     );
     let s = chat_domain::UserId::parse(&stranger).unwrap();
     assert_eq!(
-        store.mark_read(&s, &c, 1).await.unwrap_err(),
+        store.mark_read(&s, &c, 1, None).await.unwrap_err(),
         chat_domain::ChatError::NotFound
     );
     assert_eq!(
@@ -128,7 +128,8 @@ async fn contended_fallback_keeps_the_same_rules() {
             .mark_read(
                 &bob,
                 &chat_domain::ConversationId::parse("g-0123456789abcdef0123456789abcdef").unwrap(),
-                1
+                1,
+                None
             )
             .await
             .unwrap_err(),

@@ -569,6 +569,36 @@ describe("markRead", () => {
   });
 });
 
+describe("no echo to the sending socket", () => {
+  it("names its socket on sends and reads once its hello frame came, and a new socket only once it said which", async () => {
+    const { server, client } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    server.addMessage(id, "bob");
+    await client.connect();
+    const socket = server.sockets.at(-1)!;
+    assert.deepEqual(JSON.parse(socket.sent[0]!), { action: "hello" });
+    await client.send(id, "before its answer");
+    socket.deliver(JSON.stringify({ type: "hello", connectionId: "c1=", userId: "alice" }));
+    await client.send(id, "after");
+    client.markRead(id, 3);
+    await client.flushReads();
+    const named = (suffix: string) =>
+      server.requests.filter((r) => r.method === "POST" && r.path.endsWith(suffix)).map((r) => r.headers["X-Connection-Id"]);
+    assert.deepEqual(named("/messages"), [undefined, "c1="]);
+    assert.deepEqual(named("/read"), ["c1="]);
+
+    // A new socket is named only once it said which it is.
+    socket.drop();
+    await until("a new socket", () => server.sockets.length === 2 && server.sockets[1]!.readyState === 1);
+    assert.deepEqual(JSON.parse(server.sockets[1]!.sent[0]!), { action: "hello" });
+    await client.send(id, "on the new socket");
+    assert.equal(named("/messages").at(-1), undefined);
+    server.sockets[1]!.deliver(JSON.stringify({ type: "hello", connectionId: "c2=", userId: "alice" }));
+    await client.send(id, "named again");
+    assert.equal(named("/messages").at(-1), "c2=");
+  });
+});
+
 describe("live delivery", () => {
   it("reports the connection's states and resolves connect() once open", async () => {
     const { client, states } = setup();

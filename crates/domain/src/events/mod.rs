@@ -34,12 +34,19 @@ pub enum Event {
         body: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         created_at: Option<String>,
+        /// The sender's connection that sent it (`X-Connection-Id`), which the push skips:
+        /// carried in the Kinesis record, never in a frame (`Event::frame`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
     },
     #[serde(rename = "read.updated", rename_all = "camelCase")]
     ReadUpdated {
         conversation_id: ConversationId,
         user_id: UserId,
         last_read_seq: u64,
+        /// The reader's connection that read (`X-Connection-Id`), as for `message.new`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
     },
     #[serde(rename = "member.added", rename_all = "camelCase")]
     MemberAdded {
@@ -193,7 +200,47 @@ impl Event {
             client_msg_id: Some(m.client_msg_id.clone()),
             body: Some(m.body.clone()),
             created_at: Some(m.created_at.clone()),
+            origin: None,
         }
+    }
+
+    /// The same event, sent from the connection `origin` (`message.new` and `read.updated`
+    /// only; a light `message.new` names no sender, so it reaches its sender's connections all).
+    pub fn from_origin(mut self, from: Option<String>) -> Event {
+        match &mut self {
+            Event::MessageNew {
+                sender_id: Some(_),
+                origin,
+                ..
+            }
+            | Event::ReadUpdated { origin, .. } => *origin = from,
+            _ => {}
+        }
+        self
+    }
+
+    /// Whether this event came from `user`'s connection `connection` (its push skips that one:
+    /// docs/api.md §15.4). Only a user's own connection counts, so a request naming someone
+    /// else's connection changes nothing for them.
+    pub fn is_from(&self, user: &UserId, connection: &str) -> bool {
+        match self {
+            Event::MessageNew {
+                sender_id: Some(actor),
+                origin: Some(origin),
+                ..
+            }
+            | Event::ReadUpdated {
+                user_id: actor,
+                origin: Some(origin),
+                ..
+            } => actor == user && origin == connection,
+            _ => false,
+        }
+    }
+
+    /// What a client is sent: the event without `origin`.
+    pub fn frame(&self) -> Event {
+        self.clone().from_origin(None)
     }
 
     /// The light `message.new`: that message `seq` exists, without its content.
@@ -205,6 +252,7 @@ impl Event {
             client_msg_id: None,
             body: None,
             created_at: None,
+            origin: None,
         }
     }
 
@@ -291,6 +339,17 @@ impl Event {
     }
 }
 
+/// The answer to a client's `{"action":"hello"}`: `{"type":"hello","connectionId":…,"userId":…}`,
+/// its connection's own id (for `X-Connection-Id`, docs/api.md §15.4) and whose it is (None: the
+/// connection is no longer registered).
+pub fn hello_frame(connection: &str, user: Option<&UserId>) -> String {
+    let mut frame = serde_json::json!({"type": "hello", "connectionId": connection});
+    if let Some(user) = user {
+        frame["userId"] = serde_json::json!(user);
+    }
+    frame.to_string()
+}
+
 /// One Kinesis record: events of one conversation, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -319,6 +378,7 @@ pub mod fixtures {
             conversation_id: conversation(),
             user_id: user(u),
             last_read_seq: seq,
+            origin: None,
         }
     }
 
@@ -330,6 +390,7 @@ pub mod fixtures {
             client_msg_id: Some("id".into()),
             body: Some("b".into()),
             created_at: Some("t".into()),
+            origin: None,
         }
     }
 }
@@ -441,6 +502,36 @@ mod tests {
         assert_eq!(back, added);
     }
 
+    /// An event's origin travels in the record, is never in a frame, and marks only its own
+    /// actor's connection.
+    #[test]
+    fn an_origin_marks_its_actors_connection_and_is_never_pushed() {
+        let (u, other) = (user("u"), user("v"));
+        let sent = msg(42).from_origin(Some("c1=".into()));
+        assert!(sent.is_from(&u, "c1="));
+        assert!(!sent.is_from(&u, "c2="), "another connection of the sender");
+        assert!(
+            !sent.is_from(&other, "c1="),
+            "someone else's connection of that name"
+        );
+        assert!(!msg(42).is_from(&u, "c1="), "no origin");
+        let record = serde_json::to_value(&sent).unwrap();
+        assert_eq!(record["origin"], "c1=");
+        let back: Event = serde_json::from_value(record).unwrap();
+        assert_eq!(back, sent, "carried in the Kinesis record");
+        assert_eq!(sent.frame(), msg(42));
+        assert_eq!(
+            serde_json::to_value(sent.frame()).unwrap().get("origin"),
+            None
+        );
+        let light = Event::light(&conversation(), 42).from_origin(Some("c1=".into()));
+        assert!(!light.is_from(&u, "c1="), "a light message names no sender");
+        let receipt = read("u", 40).from_origin(Some("c1=".into()));
+        assert!(receipt.is_from(&u, "c1=") && !receipt.is_from(&other, "c1="));
+        assert_eq!(receipt.frame(), read("u", 40));
+        assert!(!receipt.for_audience(1_000).frame().is_from(&u, "c1="));
+    }
+
     /// Only content read before the newest deletion that fell off the recent list (or within
     /// the clock skew of it) is looked at; content of a listed seq is already withheld.
     #[test]
@@ -460,6 +551,7 @@ mod tests {
                 client_msg_id,
                 body,
                 created_at: Some(created.into()),
+                origin: None,
             },
             _ => unreachable!(),
         };

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::{Event, EventBatch};
-use crate::ConversationId;
+use crate::{ConversationId, UserId};
 
 /// Which record of a batch Lambda must deliver again (ReportBatchItemFailures): the earliest one
 /// that failed. Lambda resumes from it, so everything after it is retried too, in order, and
@@ -124,6 +124,7 @@ pub fn coalesce_reads(events: Vec<Event>) -> Vec<Event> {
             conversation_id,
             user_id,
             last_read_seq,
+            ..
         } = e
         {
             let entry = best
@@ -152,12 +153,16 @@ pub fn coalesce_reads(events: Vec<Event>) -> Vec<Event> {
 }
 
 /// The frames one conversation's events of a batch become for a conversation of `members`
-/// members: read receipts coalesced, the light `message.new` above 200 members, and consecutive
-/// light messages coalesced to the last.
-pub fn frames_for(events: Vec<Event>, members: usize) -> Vec<Event> {
+/// members, sent to the connection `to` (its user and id; None: any): read receipts coalesced,
+/// the events that came from that very connection left out (it has their answers: docs/api.md
+/// §15.4), the light `message.new` above 200 members, consecutive light messages coalesced to the
+/// last, and no `origin` in any of them.
+pub fn frames_for(events: Vec<Event>, members: usize, to: Option<(&UserId, &str)>) -> Vec<Event> {
+    let own = |e: &Event| to.is_some_and(|(user, connection)| e.is_from(user, connection));
     let events: Vec<Event> = coalesce_reads(events)
-        .iter()
-        .map(|e| e.for_audience(members))
+        .into_iter()
+        .filter(|e| !own(e))
+        .map(|e| e.for_audience(members).frame())
         .collect();
     if members > super::FULL_PUSH_MAX_MEMBERS {
         coalesce_light_messages(events)
@@ -211,6 +216,7 @@ mod tests {
                 client_msg_id: None,
                 body: None,
                 created_at: None,
+                origin: None,
             },
             other => other,
         }
@@ -231,6 +237,7 @@ mod tests {
                 client_msg_id,
                 body: Some("x".repeat(body_bytes)),
                 created_at,
+                origin: None,
             },
             _ => unreachable!(),
         }
@@ -316,11 +323,11 @@ mod tests {
         ];
         // 201 members: light, runs cut by the member event.
         assert_eq!(
-            frames_for(events.clone(), 201),
+            frames_for(events.clone(), 201, None),
             vec![read("a", 1), light(3), added.clone(), light(5)]
         );
         // 200 members: full messages, every one of them.
-        assert_eq!(frames_for(events.clone(), 200), events);
+        assert_eq!(frames_for(events.clone(), 200, None), events);
         // Full messages are never dropped, even if passed through.
         assert_eq!(
             coalesce_light_messages(vec![msg(1), msg(2)]),
@@ -331,6 +338,34 @@ mod tests {
         assert_eq!(
             coalesce_light_messages(vec![light(1), other.clone()]),
             vec![light(1), other]
+        );
+    }
+
+    #[test]
+    fn a_connection_is_not_sent_what_came_from_it() {
+        let from = |e: Event| e.from_origin(Some("c1=".into()));
+        let events = vec![from(msg(1)), msg(2), read("u", 1), from(read("u", 2))];
+        let (u, v) = (user("u"), user("v"));
+        // The sending connection: neither its message nor its receipt, and the receipt it
+        // superseded is gone too (coalesced first).
+        assert_eq!(
+            frames_for(events.clone(), 2, Some((&u, "c1="))),
+            vec![msg(2)]
+        );
+        // The sender's other connection, and anyone else: all of it, without origins.
+        let all = vec![msg(1), msg(2), read("u", 2)];
+        assert_eq!(frames_for(events.clone(), 2, Some((&u, "c2="))), all);
+        assert_eq!(frames_for(events.clone(), 2, Some((&v, "c1="))), all);
+        assert_eq!(frames_for(events.clone(), 2, None), all);
+        // Above 200 members too: the full event names its sender before it goes light.
+        let light = |seq| msg(seq).for_audience(201);
+        assert_eq!(
+            frames_for(vec![msg(1), from(msg(2))], 201, Some((&u, "c1="))),
+            vec![light(1)]
+        );
+        assert_eq!(
+            frames_for(vec![msg(1), from(msg(2))], 201, Some((&u, "c2="))),
+            vec![light(2)]
         );
     }
 

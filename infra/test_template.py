@@ -394,8 +394,10 @@ class TemplateTest(unittest.TestCase):
 
     def test_websocket_default_route_runs_no_function(self) -> None:
         resources = self.template["Resources"]
-        routes = {r["Properties"]["RouteKey"]: r["Properties"]
+        resolver = create_resources.Resolver(self.template, "us-east-1")
+        routes = {resolver.resolve(r["Properties"]["RouteKey"]): r["Properties"]
                   for r in resources_of(self.template, "AWS::ApiGatewayV2::Route").values()}
+        self.assertEqual(set(routes), {"$connect", "$disconnect", "$default", "typing", "hello"})
         self.assertIn("$default", routes)
         target = routes["$default"].get("Target") or {}
         integration = (target.get("Fn::Sub", "") if isinstance(target, dict) else target)

@@ -87,6 +87,11 @@ impl Fields {
     }
 
     /// An array of user ids, deduplicated, order kept.
+    /// How many entries the array `name` has as sent (0: absent or not an array).
+    pub fn array_len(&self, name: &str) -> usize {
+        self.get(name).and_then(Value::as_array).map_or(0, Vec::len)
+    }
+
     pub fn user_ids(&self, name: &str, required: bool) -> Result<Vec<UserId>, ChatError> {
         let items = match self.get(name) {
             None if required => return Err(invalid(format!("missing field `{name}`"))),

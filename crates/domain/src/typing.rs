@@ -324,15 +324,18 @@ pub fn presence_event(p: &Presence) -> Value {
     v
 }
 
-/// `POST /presence` `{"userIds":[…]}`: 1–100 valid ids (deduplicated, order kept).
+/// `POST /presence` `{"userIds":[…]}`: 1–100 valid ids (deduplicated, order kept). The bound is
+/// on the list as sent (docs/openapi.yaml's `maxItems`), repeats included.
 pub fn parse_presence_query(body: &[u8]) -> Result<Vec<UserId>, ChatError> {
-    let ids = Fields::parse(body)?.user_ids("userIds", true)?;
+    let fields = Fields::parse(body)?;
+    let sent = fields.array_len("userIds");
+    let ids = fields.user_ids("userIds", true)?;
     if ids.is_empty() {
         return Err(ChatError::invalid(
             "field `userIds` must name at least one user",
         ));
     }
-    if ids.len() > MAX_PRESENCE_USERS {
+    if sent > MAX_PRESENCE_USERS {
         return Err(ChatError::invalid(format!(
             "field `userIds` may name at most {MAX_PRESENCE_USERS} users"
         )));
@@ -601,6 +604,12 @@ mod tests {
         let body = format!(r#"{{"userIds":[{}]}}"#, ids.join(","));
         assert_eq!(parse_presence_query(body.as_bytes()).unwrap().len(), 100);
         let body = format!(r#"{{"userIds":[{},"u100"]}}"#, ids.join(","));
+        assert_eq!(
+            parse_presence_query(body.as_bytes()).map_err(|e| e.status()),
+            Err(400)
+        );
+        // 101 entries naming one user: the list as sent is over the bound.
+        let body = format!(r#"{{"userIds":[{}]}}"#, vec!["\"u1\""; 101].join(","));
         assert_eq!(
             parse_presence_query(body.as_bytes()).map_err(|e| e.status()),
             Err(400)

@@ -113,6 +113,82 @@ const READS: [&str; 5] = [
     "TransactGetItems",
 ];
 
+/// An armed action, run just before the next `TransactWriteItems` goes out (on a thread of its
+/// own, to completion): something that happens between a request's reads and its commit, such as
+/// a recorder's or a scanner's write at that moment.
+#[derive(Clone, Default)]
+pub struct BeforeNextTransaction(Arc<Mutex<Option<Action>>>);
+
+/// What `BeforeNextTransaction` runs.
+type Action = Box<dyn FnOnce() + Send>;
+
+impl std::fmt::Debug for BeforeNextTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeforeNextTransaction")
+    }
+}
+
+impl BeforeNextTransaction {
+    /// Runs `action`'s future on a runtime of its own before the next transaction.
+    pub fn arm<F>(&self, action: impl FnOnce() -> F + Send + 'static)
+    where
+        F: std::future::Future<Output = ()>,
+    {
+        let run = move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(action());
+        };
+        *self.0.lock().unwrap() = Some(Box::new(run));
+    }
+
+    /// Whether the armed action ran.
+    pub fn fired(&self) -> bool {
+        self.0.lock().unwrap().is_none()
+    }
+
+    pub fn interceptor(&self) -> SharedInterceptor {
+        SharedInterceptor::new(self.clone())
+    }
+}
+
+impl Intercept for BeforeNextTransaction {
+    fn name(&self) -> &'static str {
+        "BeforeNextTransaction"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let target = ctx.request().headers().get("x-amz-target");
+        if !target.unwrap_or_default().ends_with(".TransactWriteItems") {
+            return Ok(());
+        }
+        let Some(action) = self.0.lock().unwrap().take() else {
+            return Ok(());
+        };
+        // The interceptor is synchronous: the action runs on a thread of its own.
+        std::thread::spawn(action)
+            .join()
+            .expect("the action before the transaction");
+        Ok(())
+    }
+}
+
+/// A DynamoDB client of the test server's, for a `BeforeNextTransaction` action (its own runtime).
+pub async fn dynamodb_client() -> aws_sdk_dynamodb::Client {
+    let sdk = config().sdk_config().await;
+    let db = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .endpoint_url(server::dynamodb_endpoint())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(db)
+}
+
 impl Intercept for Counter {
     fn name(&self) -> &'static str {
         "CallCounter"

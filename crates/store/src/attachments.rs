@@ -351,22 +351,91 @@ impl ChatStore {
         &self,
         ids: &[String],
         client_msg_key: &str,
+        copies: &[Attachment],
     ) -> Result<Vec<TransactWriteItem>, ChatError> {
         ids.iter()
-            .map(|i| {
-                let values = [(":key", s(client_msg_key.to_owned()))];
+            .enumerate()
+            .map(|(n, i)| {
+                let mut values = vec![(":key", s(client_msg_key.to_owned()))];
+                let mut names = vec![("#ttl", "ttl")];
+                let mut condition =
+                    "attribute_exists(pk) AND (attribute_not_exists(usedBy) OR usedBy = :key)"
+                        .to_owned();
+                // The message's copy is the record as read: a thumbnail or verdict recorded since
+                // (which found no message to copy it to) fails the claim, and the send reads again.
+                if let Some(copy) = copies.get(n) {
+                    if copy.width.is_none() {
+                        condition.push_str(" AND attribute_not_exists(width)");
+                    }
+                    if copy.scan == Some(Scan::Pending) {
+                        condition.push_str(" AND #scan = :pending");
+                        names.push(("#scan", "scan"));
+                        values.push((":pending", s(Scan::Pending.as_str().to_owned())));
+                    }
+                }
                 super::tx::update_named(
                     &self.table,
                     attachment_key(i),
                     "SET usedBy = :key REMOVE #ttl",
-                    Some(
-                        "attribute_exists(pk) AND (attribute_not_exists(usedBy) OR usedBy = :key)",
-                    ),
+                    Some(&condition),
                     &values,
-                    &[("#ttl", "ttl")],
+                    &names,
                 )
             })
             .collect()
+    }
+
+    /// After a queued send's commit: its message's copies of its attachments get what their
+    /// records gained since the send read them (a thumbnail's `width` and `height`, a scan's
+    /// verdict), which no one could copy while the send waited in the queue: a recorder finds
+    /// the record used but no message yet. From the commit on, recorders update the message
+    /// themselves. DynamoDB, only when a copy lacks a size or a verdict: 1 BatchGetItem, + 1
+    /// UpdateItem of the message per attachment that gained something.
+    pub(crate) async fn refresh_attachment_copies(
+        &self,
+        message: &mut Message,
+    ) -> Result<(), ChatError> {
+        let stale = |a: &Attachment| a.width.is_none() || a.scan == Some(Scan::Pending);
+        if !message.attachments.iter().any(stale) {
+            return Ok(());
+        }
+        let ids: Vec<String> = message
+            .attachments
+            .iter()
+            .map(|a| a.attachment_id.clone())
+            .collect();
+        let found = self
+            .batch_get(ChatStore::attachment_keys(&ids), true)
+            .await?;
+        for record in records(found)? {
+            let Some(index) = message
+                .attachments
+                .iter()
+                .position(|a| a.attachment_id == record.attachment_id)
+            else {
+                continue;
+            };
+            let copy = &mut message.attachments[index];
+            let mut fields = Vec::new();
+            if copy.width.is_none() {
+                if let (Some(w), Some(h)) = (record.width, record.height) {
+                    fields.push(("width", n(u64::from(w))));
+                    fields.push(("height", n(u64::from(h))));
+                    (copy.width, copy.height) = (Some(w), Some(h));
+                }
+            }
+            if copy.scan == Some(Scan::Pending) && record.scan.is_some_and(|v| v != Scan::Pending) {
+                let verdict = record.scan.unwrap_or(Scan::Pending);
+                fields.push(("scan", s(verdict.as_str().to_owned())));
+                copy.scan = Some(verdict);
+            }
+            if !fields.is_empty() {
+                let (id, seq) = (&message.conversation_id, message.seq);
+                self.update_message_copy(id, seq, index, &record.attachment_id, &fields)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -568,14 +637,6 @@ impl ChatStore {
         attachment_id: &str,
         fields: &[(&str, AttributeValue)],
     ) -> Result<Option<Item>, ChatError> {
-        // By `#name` (`scan` is one of DynamoDB's reserved words).
-        let set = |prefix: &str| {
-            let parts: Vec<String> = fields
-                .iter()
-                .map(|(name, _)| format!("{prefix}#{name} = :{name}"))
-                .collect();
-            format!("SET {}", parts.join(", "))
-        };
         let mut attempt = 0;
         let out = loop {
             attempt += 1;
@@ -584,7 +645,7 @@ impl ChatStore {
                 .update_item()
                 .table_name(&self.table)
                 .set_key(Some(attachment_key(attachment_id)))
-                .update_expression(set(""))
+                .update_expression(set_fields("", fields))
                 .condition_expression("attribute_exists(pk) AND conversationId = :c")
                 .expression_attribute_values(":c", s(id.as_str().to_owned()))
                 .return_values(ReturnValue::AllNew);
@@ -642,16 +703,31 @@ impl ChatStore {
                         .is_ok_and(|m| get_s(m, "attachmentId") == Some(attachment_id))
                 })
             });
-        let Some(i) = index else {
-            return Ok(Some(record));
-        };
+        if let Some(i) = index {
+            self.update_message_copy(id, seq, i, attachment_id, fields)
+                .await?;
+        }
+        Ok(Some(record))
+    }
+
+    /// Sets `fields` on the copy of attachment `attachment_id`, the `index`th of message `seq`
+    /// (conditioned on it being there: a message deleted meanwhile is left alone, its deletion
+    /// removes the objects). DynamoDB: 1 UpdateItem.
+    async fn update_message_copy(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        index: usize,
+        attachment_id: &str,
+        fields: &[(&str, AttributeValue)],
+    ) -> Result<(), ChatError> {
         let mut update = self
             .db
             .update_item()
             .table_name(&self.table)
             .set_key(Some(keys::message_key(id, seq)))
-            .update_expression(set(&format!("attachments[{i}].")))
-            .condition_expression(format!("attachments[{i}].attachmentId = :a"))
+            .update_expression(set_fields(&format!("attachments[{index}]."), fields))
+            .condition_expression(format!("attachments[{index}].attachmentId = :a"))
             .expression_attribute_values(":a", s(attachment_id.to_owned()));
         for (name, value) in fields {
             update = update
@@ -659,19 +735,28 @@ impl ChatStore {
                 .expression_attribute_values(format!(":{name}"), value.clone());
         }
         match update.send().await {
-            Ok(_) => Ok(Some(record)),
-            // Deleted meanwhile: its deletion removes the objects.
+            Ok(_) => Ok(()),
             Err(e)
                 if matches!(
                     e.as_service_error(),
                     Some(UpdateItemError::ConditionalCheckFailedException(_))
                 ) =>
             {
-                Ok(Some(record))
+                Ok(())
             }
             Err(e) => Err(sdk_error("UpdateItem", e)),
         }
     }
+}
+
+/// `SET <prefix>#name = :name, …` for `fields` (by `#name`: `scan` is one of DynamoDB's reserved
+/// words).
+fn set_fields(prefix: &str, fields: &[(&str, AttributeValue)]) -> String {
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|(name, _)| format!("{prefix}#{name} = :{name}"))
+        .collect();
+    format!("SET {}", parts.join(", "))
 }
 
 /// An S3 call's output; None: S3's 404 (no such object).

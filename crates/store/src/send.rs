@@ -43,9 +43,15 @@ struct SendRequest<'a> {
     attachments: Vec<Attachment>,
 }
 
+/// Reads again of a send whose attachments' records changed before its commit (each change is
+/// a thumbnail or a verdict, so two are the most one send can meet, short of a deletion).
+const STALE_REREADS: usize = 3;
+
 /// How a send alone ended.
 enum Alone {
     Done(Message, bool),
+    /// An attachment's record changed since the send read it (nothing was written): read again.
+    Stale,
     /// Another send took the seq (or holds the conversation item): queue, from this head.
     /// `member`: the transaction's member condition held (its cancellation said so), so the
     /// caller needs no membership check before it queues.
@@ -112,6 +118,13 @@ impl ChatStore {
     /// its message is committed, by another (the Query shows the commit's record) or by this
     /// request (+ 1 TransactWriteItems, and a GetItem of the conversation when no recent commit
     /// says where it is).
+    ///
+    /// With attachments, the message carries copies of their records as read. Alone, the
+    /// transaction's claims are conditioned on the records not having gained a thumbnail or a
+    /// verdict since (a recorder finds no message to copy them to before the commit): when one
+    /// has, nothing is written and the send reads again (the whole again, at most
+    /// `STALE_REREADS` times). Queued, the claim comes before the wait: after the commit,
+    /// `refresh_attachment_copies`'s calls, only when a copy lacks a size or a verdict.
     ///
     /// A direct conversation's member whose peer blocks it is refused by the same condition as a
     /// non-member (its member item's `blocked`, docs/data-model.md §10.1); only then is its member
@@ -202,7 +215,19 @@ impl ChatStore {
             }
             Err(e) => return Err(e),
         };
-        let sent = self.send_from(&send, head).await;
+        let mut sent = self.send_from(&send, head).await;
+        // An attachment's record changed between the read and the commit: read again.
+        for _ in 0..STALE_REREADS {
+            if !matches!(sent, Ok(None)) {
+                break;
+            }
+            sent = match self.head_with_attachments(&mut send).await {
+                Ok(head) => self.send_from(&send, Some(head)).await,
+                Err(e) => Err(super::nothing_done(e)),
+            };
+        }
+        // Still changing after those reads: nothing was stored.
+        let sent = sent.and_then(|sent| sent.ok_or(ChatError::Throttled));
         if let Some(claim) = claim {
             let stored_nothing = match &sent {
                 Ok((_, created)) => !created,
@@ -215,16 +240,17 @@ impl ChatStore {
         sent
     }
 
-    /// The send from the conversation's `head` (None: queue up at once).
+    /// The send from the conversation's `head` (None: queue up at once); None: an attachment's
+    /// record changed since `head` was read with it, and nothing was written (read again).
     async fn send_from(
         &self,
         send: &SendRequest<'_>,
         head: Option<Head>,
-    ) -> Result<(Message, bool), ChatError> {
+    ) -> Result<Option<(Message, bool)>, ChatError> {
         let (id, request) = (send.id, send.request);
         let Some(head) = head else {
             self.require_member(send).await?;
-            return self.send_queued(send).await;
+            return self.send_queued(send).await.map(Some);
         };
 
         // Read after the head: the commit's condition on `keyMoves` then proves no key moved
@@ -232,15 +258,16 @@ impl ChatStore {
         if head.keys_moved() {
             if let Some(key) = self.archived_key(id, &request.client_msg_key).await? {
                 self.require_member(send).await?;
-                return self.answer_archived(key, send).await;
+                return self.answer_archived(key, send).await.map(Some);
             }
         }
         if head.busy(now_ms()) {
             self.require_member(send).await?;
-            return self.send_queued(send).await;
+            return self.send_queued(send).await.map(Some);
         }
         match self.send_alone(send, &head).await? {
-            Alone::Done(message, created) => Ok((message, created)),
+            Alone::Done(message, created) => Ok(Some((message, created))),
+            Alone::Stale => Ok(None),
             Alone::Lost { head, member } => {
                 let before = after_lost(&head, member, now_ms());
                 if before.check_member {
@@ -249,7 +276,7 @@ impl ChatStore {
                 if before.mark_busy {
                     self.mark_busy(id).await;
                 }
-                self.send_queued(send).await
+                self.send_queued(send).await.map(Some)
             }
         }
     }
@@ -362,7 +389,9 @@ impl ChatStore {
         if ids.is_empty() {
             return Ok(());
         }
-        let claims = self.claim_items(ids, &send.request.client_msg_key)?;
+        // No condition on the copies: a queued send's message gets what its records gained
+        // after its commit (`refresh_attachment_copies`).
+        let claims = self.claim_items(ids, &send.request.client_msg_key, &[])?;
         match self.transact(claims).await? {
             TxOutcome::Committed => Ok(()),
             TxOutcome::Conflict => Err(ChatError::Throttled),
@@ -379,7 +408,7 @@ impl ChatStore {
         let mut commit = Commit::new(send.id, &layout, vec![&content]);
         let mut actions = self.transact_items(&commit)?;
         let ids = &send.request.attachments;
-        actions.extend(self.claim_items(ids, &send.request.client_msg_key)?);
+        actions.extend(self.claim_items(ids, &send.request.client_msg_key, &send.attachments)?);
         let mut reasons = match self.transact(actions).await? {
             TxOutcome::Committed => {
                 committed_metrics(1);
@@ -396,8 +425,18 @@ impl ChatStore {
             TxOutcome::Cancelled(reasons) => reasons,
         };
         let claims = reasons.split_off(layout.parts.len().min(reasons.len()));
-        // Another message took an attachment meanwhile (its record said unused).
         if claims.iter().any(CancelReason::failed_condition) {
+            // A record that gained a thumbnail or a verdict since it was read: read again.
+            let key = send.request.client_msg_key.as_str();
+            let changed = |r: &CancelReason| {
+                r.item
+                    .as_ref()
+                    .is_some_and(|i| get_s(i, "usedBy").is_none_or(|k| k == key))
+            };
+            if claims.iter().filter(|r| r.failed_condition()).all(changed) {
+                return Ok(Alone::Stale);
+            }
+            // Another message took an attachment meanwhile (its record said unused).
             return Err(claim_refused(ids, &claims));
         }
         let old_item = |part: usize| reasons.get(part).and_then(|r| r.item.clone());
@@ -494,7 +533,14 @@ impl ChatStore {
                 Ending::GiveUp if e == ChatError::Throttled => Err(ChatError::Unavailable),
                 Ending::GiveUp => Err(e),
             },
-            answered => answered,
+            Ok((mut message, created)) => {
+                // Stored: a copy left without what its record gained (the record and the stable
+                // link have it) is no reason to answer an error.
+                if let Err(e) = self.refresh_attachment_copies(&mut message).await {
+                    tracing::warn!(error = %e, "attachment copies not refreshed after a queued send");
+                }
+                Ok((message, created))
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! which refuses what S3 refuses), sends carrying them, fresh download URLs, the stable link,
 //! deletion with the message, and every bad input answered with nothing changed.
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use chat_tests::{new_uuid, raw_http, seqs, unique, upload_with, Resp, TestApp};
 use serde_json::{json, Value};
 
@@ -575,4 +576,70 @@ async fn a_thumbnail_of_an_attachment_deleted_meanwhile_is_removed() {
         .await
         .unwrap();
     assert!(!head, "the record is not resurrected");
+}
+
+/// Arms `before` with a recorder's write to attachment `id`'s record (`set`, with `names` and
+/// `values`), as the thumbnailer or a scan's verdict makes it: between a send's read of the
+/// record and its claim, the moment a recorder finishing then writes.
+pub fn record_write_before_next_transaction(
+    before: &chat_tests::BeforeNextTransaction,
+    table: &str,
+    id: &str,
+    set: &'static str,
+    names: Vec<(&'static str, &'static str)>,
+    values: Vec<(&'static str, AttributeValue)>,
+) {
+    let (table, id) = (table.to_owned(), id.to_owned());
+    before.arm(move || async move {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let mut update = chat_tests::dynamodb_client()
+            .await
+            .update_item()
+            .table_name(table)
+            .key("pk", s(&format!("A#{id}")))
+            .key("sk", s("A"))
+            .update_expression(set);
+        for (name, attribute) in names {
+            update = update.expression_attribute_names(name, attribute);
+        }
+        for (name, value) in values {
+            update = update.expression_attribute_values(name, value);
+        }
+        update.send().await.expect("the record's write");
+    });
+}
+
+/// A thumbnail recorded while a send is between its read of the record and its commit reaches
+/// the message all the same: alone, the send's claim fails on the changed record and the send
+/// reads again; queued, the message's copies are refreshed after its commit.
+#[tokio::test]
+async fn a_thumbnail_recorded_while_its_send_is_in_flight_reaches_the_message() {
+    let late = chat_tests::BeforeNextTransaction::default();
+    let budget = chat_store::retry::Timeouts::LOCAL.request_budget;
+    let t = TestApp::custom(budget, Some(late.interceptor())).await;
+    let (a, b, c) = t.new_direct().await;
+    let png = thumbnails::thumb::sample(1000, 600, thumbnails::image::ImageFormat::Png);
+    let sizes = |r: &Value| {
+        let att = &r["attachments"][0];
+        (att["width"].clone(), att["height"].clone())
+    };
+    let want = (json!(1000), json!(600));
+    for queued in [false, true] {
+        let id = uploaded(&t, &c, &a, &png).await;
+        if queued {
+            t.mark_busy(&c).await;
+        }
+        let n = |v: u32| AttributeValue::N(v.to_string());
+        let size = vec![(":w", n(1000)), (":h", n(600))];
+        let set = "SET width = :w, height = :h";
+        record_write_before_next_transaction(&late, &t.table, &id, set, vec![], size);
+        let sent = send_with(&t, &c, &a, &new_uuid(), &[&id]).await;
+        assert_eq!(sent.status, 201, "queued: {queued}: {sent:?}");
+        assert!(late.fired(), "the late write ran");
+        assert_eq!(sizes(&sent.body), want, "queued: {queued}: the answer");
+        assert!(sent.body["attachments"][0]["thumbnailUrl"].is_string());
+        let history = t.get(&format!("/conversations/{c}/messages"), &b).await;
+        let last = history.body["messages"].as_array().unwrap().last().cloned();
+        assert_eq!(sizes(&last.unwrap()), want, "queued: {queued}: history");
+    }
 }

@@ -4,10 +4,8 @@
 //! GuardDuty Malware Protection for S3, which tags each upload with its verdict and delivers the
 //! verdict's event to the thumbnailer (chat_tests::scan).
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
 use chat_tests::scan::{scan_now, Scanner};
 use chat_tests::{new_uuid, raw_http, upload_with, Resp, TestApp, ATTACHMENTS_BUCKET};
 use serde_json::{json, Value};
@@ -440,82 +438,71 @@ async fn a_verdict_written_over_a_send_leaves_no_unattached_tag() {
     assert!(!left.contains(&"chat-unattached=1".into()), "{left:?}");
 }
 
-/// Writes the unattached tag back, as a scanner's stale write, on the first `TransactWriteItems`
-/// after it is armed: between a send's untag and its commit.
-#[derive(Debug, Default, Clone)]
-struct StaleScanTagging(Arc<Mutex<Option<String>>>);
-
-impl Intercept for StaleScanTagging {
-    fn name(&self) -> &'static str {
-        "StaleScanTagging"
-    }
-
-    fn read_before_transmit(
-        &self,
-        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        let target = ctx
-            .request()
-            .headers()
-            .get("x-amz-target")
-            .unwrap_or_default();
-        if !target.ends_with(".TransactWriteItems") {
-            return Ok(());
-        }
-        let Some(key) = self.0.lock().unwrap().take() else {
-            return Ok(());
-        };
-        // The interceptor is synchronous: the write runs on a thread of its own, and is done
-        // before the transaction goes.
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let url = format!(
-                    "{}/{ATTACHMENTS_BUCKET}/{key}?tagging",
-                    chat_tests::server::kinesis_endpoint()
-                );
-                let tags = [
-                    ("chat-unattached".to_owned(), "1".to_owned()),
-                    (
-                        "GuardDutyMalwareScanStatus".to_owned(),
-                        "NO_THREATS_FOUND".to_owned(),
-                    ),
-                ];
-                let xml = s3_gate::tagging_xml(&tags).into_bytes();
-                // moto checks no signature, but takes a request without one as anonymous.
-                let auth = [(
-                    "authorization",
-                    "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/s3/aws4_request, \
-                     SignedHeaders=host, Signature=0",
-                )];
-                let (status, _, body) = raw_http("PUT", &url, &auth, xml).await;
-                assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-            })
-        })
-        .join()
-        .expect("the stale tagging");
-        Ok(())
-    }
+/// Writes the unattached tag back on `key`'s object, as a scanner's stale write does.
+async fn stale_scan_tagging(key: String) {
+    let url = format!(
+        "{}/{ATTACHMENTS_BUCKET}/{key}?tagging",
+        chat_tests::server::kinesis_endpoint()
+    );
+    let tags = [
+        ("chat-unattached".to_owned(), "1".to_owned()),
+        (
+            "GuardDutyMalwareScanStatus".to_owned(),
+            "NO_THREATS_FOUND".to_owned(),
+        ),
+    ];
+    let xml = s3_gate::tagging_xml(&tags).into_bytes();
+    // moto checks no signature, but takes a request without one as anonymous.
+    let auth = [(
+        "authorization",
+        "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/s3/aws4_request, \
+         SignedHeaders=host, Signature=0",
+    )];
+    let (status, _, body) = raw_http("PUT", &url, &auth, xml).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
 }
 
 #[tokio::test]
 async fn a_verdict_written_between_a_sends_untag_and_its_commit_is_undone() {
-    let stale = StaleScanTagging::default();
-    let interceptor = SharedInterceptor::new(stale.clone());
-    let t = TestApp::scanning_custom(Scanner::OnRequest, Some(interceptor)).await;
+    let stale = chat_tests::BeforeNextTransaction::default();
+    let t = TestApp::scanning_custom(Scanner::OnRequest, Some(stale.interceptor())).await;
     let (a, _b, c) = t.new_direct().await;
     let id = uploaded(&t, &c, &a, "text/plain", b"kept").await;
-    *stale.0.lock().unwrap() = Some(format!("a/{c}/{id}"));
+    // Between the send's untag and its commit.
+    let key = format!("a/{c}/{id}");
+    stale.arm(move || stale_scan_tagging(key));
     let sent = send_with(&t, &c, &a, &[&id]).await;
     assert_eq!(sent.status, 201, "{sent:?}");
-    assert!(stale.0.lock().unwrap().is_none(), "the stale write ran");
+    assert!(stale.fired(), "the stale write ran");
     let left = tags(&c, &id).await;
     assert!(!left.contains(&"chat-unattached=1".into()), "{left:?}");
+}
+
+/// A verdict recorded while a send is between its read of the record and its claim reaches the
+/// message: the claim fails on the changed record and the send reads again.
+#[tokio::test]
+async fn a_verdict_recorded_while_its_send_is_in_flight_reaches_the_message() {
+    let late = chat_tests::BeforeNextTransaction::default();
+    let t = TestApp::scanning_custom(Scanner::OnRequest, Some(late.interceptor())).await;
+    let (a, b, c) = t.new_direct().await;
+    let id = uploaded(&t, &c, &a, "text/plain", b"clean soon").await;
+    let clean = vec![(
+        ":v",
+        aws_sdk_dynamodb::types::AttributeValue::S("clean".into()),
+    )];
+    let names = vec![("#scan", "scan")];
+    let set = "SET #scan = :v";
+    super::attachments::record_write_before_next_transaction(
+        &late, &t.table, &id, set, names, clean,
+    );
+    let sent = send_with(&t, &c, &a, &[&id]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    assert!(late.fired(), "the late write ran");
+    let att = attachment_in(&sent.body, &id);
+    assert_eq!(att["scan"], "clean", "{att}");
+    assert!(att["url"].is_string(), "served at once: {att}");
+    let history = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    assert_eq!(attachment_in(&history.body, &id)["scan"], "clean");
 }
 
 #[tokio::test]

@@ -152,8 +152,8 @@ pub struct Assumptions {
     pub connections_per_online_user: f64,
     /// The share of sends and reads whose request names the connection it came from
     /// (`X-Connection-Id`, docs/api.md §15.4: the SDK does once its socket's `hello` came), whose
-    /// push then skips that connection: one push fewer for a 1:1 message or receipt (a 1,000-member
-    /// group's light push names no sender, so it reaches the sending connection all the same).
+    /// push then skips that connection: one push fewer per message or receipt (a group's too: the
+    /// fanout skips it before the push goes light).
     pub named_connection_share: f64,
     /// Members online in a 1:1 conversation when a message or receipt is pushed (both: the most).
     pub online_1to1: f64,
@@ -321,7 +321,7 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         },
     ];
 
-    let pushes_group = a.online_group * a.connections_per_online_user;
+    let pushes_group = a.online_group * a.connections_per_online_user - a.named_connection_share;
     let fetches = a.online_group * a.watching_share * a.fetches_per_push;
     let group = vec![
         line(
@@ -1116,7 +1116,7 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
         a.connections_per_online_user, a.online_group, a.watching_share, a.fetches_per_push
     );
     println!(
-        "  {} of 1:1 sends and reads name their connection (X-Connection-Id, as the SDK does; before: {}): their push skips it",
+        "  {} of sends and reads name their connection (X-Connection-Id, as the SDK does; before: {}): their push skips it",
         a.named_connection_share, BEFORE.named_connection_share
     );
     println!(

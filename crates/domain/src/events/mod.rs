@@ -205,7 +205,8 @@ impl Event {
     }
 
     /// The same event, sent from the connection `origin` (`message.new` and `read.updated`
-    /// only; a light `message.new` names no sender, so it reaches its sender's connections all).
+    /// only; a light `message.new` names no sender, so it reaches its sender's connections all:
+    /// the fanout decides on the event as relayed, before a big group's push goes light).
     pub fn from_origin(mut self, from: Option<String>) -> Event {
         match &mut self {
             Event::MessageNew {

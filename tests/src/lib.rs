@@ -113,6 +113,17 @@ const READS: [&str; 5] = [
     "TransactGetItems",
 ];
 
+/// The DynamoDB operation a request is for, by its `X-Amz-Target` (`DynamoDB_20120810.GetItem` →
+/// `GetItem`); empty for S3 (REST, no target).
+fn operation_of<'a>(
+    ctx: &'a aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+) -> &'a str {
+    let target = ctx.request().headers().get("x-amz-target");
+    target
+        .and_then(|t| t.rsplit('.').next())
+        .unwrap_or_default()
+}
+
 /// An armed action, run just before the next `TransactWriteItems` goes out (on a thread of its
 /// own, to completion): something that happens between a request's reads and its commit, such as
 /// a recorder's or a scanner's write at that moment.
@@ -165,8 +176,7 @@ impl Intercept for BeforeNextTransaction {
         _rc: &RuntimeComponents,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let target = ctx.request().headers().get("x-amz-target");
-        if !target.unwrap_or_default().ends_with(".TransactWriteItems") {
+        if operation_of(ctx) != "TransactWriteItems" {
             return Ok(());
         }
         let Some(action) = self.0.lock().unwrap().take() else {
@@ -201,13 +211,7 @@ impl Intercept for Counter {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let name = ctx
-            .request()
-            .headers()
-            .get("x-amz-target")
-            .and_then(|t| t.rsplit('.').next())
-            .unwrap_or_default()
-            .to_owned();
+        let name = operation_of(ctx).to_owned();
         // S3 (REST, no target): `S3:GET`, `S3:PUT`, `S3:DELETE`.
         let name = if name.is_empty() {
             format!("S3:{}", ctx.request().method())

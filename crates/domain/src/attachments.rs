@@ -319,6 +319,25 @@ pub struct Attachment {
     pub scan: Option<Scan>,
 }
 
+impl Attachment {
+    /// A 1-byte PNG `id` as a message carries it, for tests here and in other crates.
+    #[cfg(any(test, feature = "fixtures"))]
+    pub fn fixture(id: &str) -> Attachment {
+        Attachment {
+            attachment_id: id.into(),
+            file_name: "f.png".into(),
+            content_type: "image/png".into(),
+            size: 1,
+            url: None,
+            url_expires_at: None,
+            width: None,
+            height: None,
+            thumbnail_url: None,
+            scan: None,
+        }
+    }
+}
+
 /// The object key of an attachment's bytes: under `a/`, by conversation, so that a policy can
 /// name the prefix and a deletion finds them.
 pub fn object_key(conversation: &ConversationId, attachment_id: &str) -> String {

@@ -734,18 +734,7 @@ impl ChatStore {
                 .expression_attribute_names(format!("#{name}"), *name)
                 .expression_attribute_values(format!(":{name}"), value.clone());
         }
-        match update.send().await {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.as_service_error(),
-                    Some(UpdateItemError::ConditionalCheckFailedException(_))
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(sdk_error("UpdateItem", e)),
-        }
+        super::connections::done_unless_failed("UpdateItem", update.send().await)
     }
 }
 

@@ -97,6 +97,23 @@ pub(crate) fn conditional_failed<E: ProvideErrorMetadata>(e: &E) -> bool {
     e.code() == Some("ConditionalCheckFailedException")
 }
 
+/// The outcome of a conditional write `call` whose failed condition means there was nothing to
+/// do (the item gone, or already as wanted): done either way.
+pub(crate) fn done_unless_failed<T, E, R>(
+    call: &str,
+    r: Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>,
+) -> Result<(), ChatError>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if conditional_failed(&e) => Ok(()),
+        Err(e) => Err(sdk_error(call, e)),
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ConnectionStore {
     pub(crate) db: Client,
@@ -390,11 +407,7 @@ impl ConnectionStore {
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .send()
             .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if conditional_failed(&e) => Ok(()),
-            Err(e) => Err(sdk_error("UpdateItem", e)),
-        }
+        done_unless_failed("UpdateItem", r)
     }
 
     /// Closes every live connection of `user` through the Management API (`DeleteConnection`:

@@ -811,18 +811,8 @@ mod tests {
         assert!(!item.contains_key("hasAttachments"), "absent when false");
         // The preview leaves attachments out: it is not the message.
         let mut with = m("look");
-        with.attachments.push(chat_domain::attachments::Attachment {
-            attachment_id: "a".into(),
-            file_name: "f.png".into(),
-            content_type: "image/png".into(),
-            size: 1,
-            url: None,
-            url_expires_at: None,
-            width: None,
-            height: None,
-            thumbnail_url: None,
-            scan: None,
-        });
+        with.attachments
+            .push(chat_domain::attachments::Attachment::fixture("a"));
         let attached = LastMessage::of(&with);
         assert!(attached.has_attachments && !attached.truncated);
         assert_eq!(attached.complete(&id), None);

@@ -18,7 +18,9 @@
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use super::attrs::{get_n, get_s, Item};
-use super::connections::{conditional_failed, ConnectionStore, CONNECTION_TTL_SECS};
+use super::connections::{
+    conditional_failed, done_unless_failed, ConnectionStore, CONNECTION_TTL_SECS,
+};
 use super::{batch_get, keys, sdk_error};
 use crate::retry::Deadline;
 use chat_domain::error::ChatError;
@@ -145,11 +147,7 @@ impl ConnectionStore {
             .expression_attribute_values(":c", AttributeValue::Ss(vec![id.to_string()]))
             .send()
             .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if conditional_failed(&e) => Ok(()),
-            Err(e) => Err(sdk_error("UpdateItem", e)),
-        }
+        done_unless_failed("UpdateItem", r)
     }
 
     /// A `stop` of `connection` in `id`, its frame come at `now_ms`, or its close: whether it
@@ -266,11 +264,7 @@ impl ConnectionStore {
                 .expression_attribute_values(":seen", n(e.started_ms))
                 .send()
                 .await;
-            match r {
-                Ok(_) => Ok(()),
-                Err(e) if conditional_failed(&e) => Ok(()),
-                Err(e) => Err(sdk_error("DeleteItem", e)),
-            }
+            done_unless_failed("DeleteItem", r)
         });
         futures::future::try_join_all(deletes).await.map(|_| ())
     }

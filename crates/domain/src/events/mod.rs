@@ -405,18 +405,8 @@ mod tests {
         let sender = UserId::parse("alice").unwrap();
         let mut m = Message::new(id, 4, "c".into(), sender, String::new(), "t".into());
         assert!(!Event::message_new(&m).is_light());
-        m.attachments.push(crate::attachments::Attachment {
-            attachment_id: "a".into(),
-            file_name: "f".into(),
-            content_type: "image/png".into(),
-            size: 1,
-            url: None,
-            url_expires_at: None,
-            width: None,
-            height: None,
-            thumbnail_url: None,
-            scan: None,
-        });
+        m.attachments
+            .push(crate::attachments::Attachment::fixture("a"));
         assert!(Event::message_new(&m).is_light());
     }
 

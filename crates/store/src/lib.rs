@@ -641,8 +641,16 @@ impl ChatStore {
         &self,
         _ids: &[String],
         _key: &str,
+        _copies: &[chat_domain::attachments::Attachment],
     ) -> Result<Vec<TransactWriteItem>, ChatError> {
         Ok(Vec::new())
+    }
+
+    pub(crate) async fn refresh_attachment_copies(
+        &self,
+        _message: &mut chat_domain::model::Message,
+    ) -> Result<(), ChatError> {
+        Ok(())
     }
 
     pub(crate) fn attachment_erasure_parts(

@@ -666,6 +666,9 @@ impl Bench<'_> {
             let (mut event, function) = self.t.event(method, &path, Some(&user), body.as_deref());
             // As the SDK calls, naming its socket (docs/api.md §15.4: stored with a send or read).
             event["headers"]["x-connection-id"] = json!(CONNECTION_ID);
+            // As browsers and the mobile platforms' HTTP clients ask: long answers come gzipped
+            // (docs/api.md §2, "Compression"), and data out is billed as sent.
+            event["headers"]["accept-encoding"] = json!("gzip, deflate, br");
             let started = Instant::now();
             let r = self.t.invoke(event, function).instrument(span).await;
             latencies.push(started.elapsed());
@@ -673,11 +676,7 @@ impl Bench<'_> {
             let logged = self.logs.take();
             lines += logged.iter().filter(|&&b| b == b'\n').count();
             op.log_bytes += logged.len() as f64;
-            op.response_bytes += if r.body.is_null() {
-                0
-            } else {
-                r.body.to_string().len()
-            } as f64;
+            op.response_bytes += r.wire_bytes as f64;
             let (calls, wru, rru) = self.units().await;
             op.calls += calls;
             op.wru += wru;

@@ -346,20 +346,35 @@ async fn answer(
 
 /// A function's API Gateway v2 answer (`statusCode`, `headers`, `body`) as the client sees it.
 fn api_gateway_answer(json: &Value) -> Resp {
-    let headers = json["headers"]
+    let headers: HashMap<String, String> = json["headers"]
         .as_object()
         .into_iter()
         .flatten()
         .map(|(k, v)| (k.to_lowercase(), v.as_str().unwrap_or_default().to_owned()))
         .collect();
-    let body = json["body"]
-        .as_str()
-        .filter(|b| !b.is_empty())
-        .map(|b| serde_json::from_str(b).unwrap_or_else(|_| Value::String(b.to_owned())))
+    let text = json["body"].as_str().filter(|b| !b.is_empty());
+    let mut wire_bytes = text.map_or(0, str::len);
+    // A binary answer comes base64-encoded, which API Gateway decodes; a gzipped one the client
+    // unpacks (`Content-Encoding: gzip`, docs/api.md §2).
+    let text = match (json["isBase64Encoded"].as_bool(), text) {
+        (Some(true), Some(b)) => {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .expect("base64 body");
+            wire_bytes = bytes.len();
+            let unpacked = crate::gunzipped(&headers, &bytes);
+            Some(String::from_utf8(unpacked).expect("UTF-8 body"))
+        }
+        (_, text) => text.map(str::to_owned),
+    };
+    let body = text
+        .map(|b| serde_json::from_str(&b).unwrap_or(Value::String(b)))
         .unwrap_or(Value::Null);
     Resp {
         status: json["statusCode"].as_u64().unwrap_or(0) as u16,
         body,
         headers,
+        wire_bytes,
     }
 }

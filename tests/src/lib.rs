@@ -479,12 +479,27 @@ pub struct Resp {
     pub status: u16,
     pub body: Value,
     pub headers: HashMap<String, String>,
+    /// The body's size as sent (gzipped when it was: docs/api.md §2, "Compression").
+    pub wire_bytes: usize,
 }
 
 impl Resp {
     pub fn code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or("")
     }
+}
+
+/// A body as the client reads it: unpacked when its `Content-Encoding` is gzip.
+pub fn gunzipped(headers: &HashMap<String, String>, bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    if headers.get("content-encoding").map(String::as_str) != Some("gzip") {
+        return bytes.to_vec();
+    }
+    let mut unpacked = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut unpacked)
+        .expect("a gzip body");
+    unpacked
 }
 
 /// The handlers' settings for the test server: its endpoint, and the local stack's timeouts (the
@@ -1013,6 +1028,7 @@ impl TestApp {
                     status: 404,
                     body: Value::Null,
                     headers: HashMap::new(),
+                    wire_bytes: 0,
                 }
             }
         };
@@ -1023,15 +1039,17 @@ impl TestApp {
             .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
             .collect();
         let bytes: &[u8] = resp.body().as_ref();
-        let body = if bytes.is_empty() {
+        let unpacked = gunzipped(&headers, bytes);
+        let body = if unpacked.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(bytes).expect("JSON response")
+            serde_json::from_slice(&unpacked).expect("JSON response")
         };
         Resp {
             status,
             body,
             headers,
+            wire_bytes: bytes.len(),
         }
     }
 

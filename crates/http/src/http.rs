@@ -234,6 +234,11 @@ where
 {
     let id = request_id(&req);
     let route = route(&req);
+    let gzip = req
+        .headers()
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(accepts_gzip);
     let conversation = path_param(&req, "conversationId");
     let app = App {
         store: app.store.for_request(),
@@ -265,7 +270,7 @@ where
     };
     // Boxed: a handler's future is deep, and callers nest it further (tests, the bench).
     let (result, calls) = chat_store::telemetry::counting_calls(Box::pin(bounded)).await;
-    let response = respond(result, &id);
+    let response = compressed(respond(result, &id), gzip);
     // A line per request that went wrong or was slow, and one in CHAT_LOG_EVERY of the rest
     // (their cost, docs/cost.md "Logs"; the access log has them all): what an operator needs to
     // find it, never a message body.
@@ -285,6 +290,58 @@ where
         );
     }
     response
+}
+
+/// Answers at least this long are gzipped for a client that accepts it (a history page of 3
+/// messages, ~850 bytes, goes out in about half); a send's answer (~270 bytes) stays plain.
+pub const COMPRESS_FROM_BYTES: usize = 512;
+
+/// Whether an `Accept-Encoding` value allows gzip (RFC 9110 §12.5.3): `gzip` or `*`, without
+/// `q=0`.
+pub fn accepts_gzip(value: &str) -> bool {
+    value.split(',').any(|coding| {
+        let mut parts = coding.split(';').map(str::trim);
+        let name = parts.next().unwrap_or_default();
+        let refused = parts.any(|p| {
+            p.strip_prefix("q=")
+                .or_else(|| p.strip_prefix("Q="))
+                .and_then(|q| q.trim().parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+    })
+}
+
+/// A successful answer of at least `COMPRESS_FROM_BYTES`, gzipped when `gzip` (the client
+/// accepts it). The HTTP API does not compress (only REST APIs can), and data out is billed per
+/// byte: an inbox page of 20 is about a fifth of its size gzipped (docs/cost.md).
+pub fn compressed(response: Response<Body>, gzip: bool) -> Response<Body> {
+    use std::io::Write;
+    let large = response.body().as_ref().len() >= COMPRESS_FROM_BYTES;
+    if !gzip || !large || !response.status().is_success() {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let packed = encoder
+        .write_all(body.as_ref())
+        .and_then(|()| encoder.finish());
+    match packed {
+        Ok(bytes) => {
+            parts.headers.insert(
+                header::CONTENT_ENCODING,
+                header::HeaderValue::from_static("gzip"),
+            );
+            parts.headers.insert(
+                header::VARY,
+                header::HeaderValue::from_static("accept-encoding"),
+            );
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, Body::Binary(bytes))
+        }
+        // Writing to memory does not fail; if it did, the answer goes out as it was.
+        Err(_) => Response::from_parts(parts, body),
+    }
 }
 
 /// The route as API Gateway matched it (`POST /conversations/{conversationId}/messages`), else
@@ -319,6 +376,61 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gzip_is_accepted_unless_refused() {
+        for yes in [
+            "gzip",
+            "gzip, deflate, br",
+            "br;q=1.0, GZIP;q=0.5",
+            "*",
+            "deflate, *;q=0.1",
+        ] {
+            assert!(accepts_gzip(yes), "{yes}");
+        }
+        for no in [
+            "",
+            "identity",
+            "br, deflate",
+            "gzip;q=0",
+            "gzip; q=0.0",
+            "x-gzip2",
+        ] {
+            assert!(!accepts_gzip(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn large_successful_answers_are_gzipped_for_clients_that_accept_it() {
+        use std::io::Read;
+        let page = serde_json::json!({"conversations": vec![serde_json::json!({"title": "x".repeat(40)}); 40]});
+        let answer = || json(200, &page).unwrap();
+        let text = answer().body().as_ref().to_vec();
+        assert!(text.len() >= COMPRESS_FROM_BYTES);
+        let packed = compressed(answer(), true);
+        assert_eq!(packed.headers()[header::CONTENT_ENCODING], "gzip");
+        assert_eq!(packed.headers()[header::VARY], "accept-encoding");
+        assert!(packed.body().as_ref().len() < text.len() / 4);
+        let mut unpacked = Vec::new();
+        flate2::read::GzDecoder::new(packed.body().as_ref())
+            .read_to_end(&mut unpacked)
+            .unwrap();
+        assert_eq!(unpacked, text);
+        // Not asked, too small, or an error: as it was.
+        let plain = compressed(answer(), false);
+        assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
+        assert_eq!(plain.body().as_ref(), &text[..]);
+        let small = compressed(json(200, &serde_json::json!({"ok": true})).unwrap(), true);
+        assert!(small.headers().get(header::CONTENT_ENCODING).is_none());
+        let error = Response::builder()
+            .status(413)
+            .body(Body::Text("e".repeat(2000)))
+            .unwrap();
+        assert!(compressed(error, true)
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .is_none());
+    }
 
     #[test]
     fn errors_have_the_documented_shape() {

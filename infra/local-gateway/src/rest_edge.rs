@@ -227,6 +227,12 @@ fn is_preflight(req: &Request<Incoming>) -> bool {
 /// `forwarded` answer); a request with an `Origin` gets the allowed origin and exposed headers.
 fn with_cors(mut answer: Response<Body>, origin: bool, forwarded: bool) -> Response<Body> {
     if forwarded {
+        // The functions' own `Vary` says the answer is gzipped by `Accept-Encoding`: it stays.
+        let gzipped = answer
+            .headers()
+            .get_all(header::VARY)
+            .iter()
+            .any(|v| v == "accept-encoding");
         let foreign: Vec<_> = answer
             .headers()
             .keys()
@@ -235,6 +241,9 @@ fn with_cors(mut answer: Response<Body>, origin: bool, forwarded: bool) -> Respo
             .collect();
         for name in foreign {
             answer.headers_mut().remove(name);
+        }
+        if gzipped {
+            insert_all(answer.headers_mut(), [(header::VARY, "accept-encoding")]);
         }
     }
     if origin {
@@ -485,6 +494,22 @@ mod tests {
         );
         let without_origin = with_cors(response(StatusCode::OK, Bytes::new()), false, true);
         assert!(without_origin.headers().is_empty());
+        // The functions' `Vary` of a gzipped answer stays; any other goes.
+        for (varies, kept) in [
+            (&["accept-encoding", "origin"][..], &["accept-encoding"][..]),
+            (&["origin", "accept-encoding"], &["accept-encoding"]),
+            (&["origin"], &[]),
+        ] {
+            let mut answer = response(StatusCode::OK, Bytes::new());
+            for vary in varies {
+                answer
+                    .headers_mut()
+                    .append(header::VARY, HeaderValue::from_static(vary));
+            }
+            let answer = with_cors(answer, true, true);
+            let left: Vec<_> = answer.headers().get_all(header::VARY).iter().collect();
+            assert_eq!(left, kept, "{varies:?}");
+        }
     }
 
     #[test]

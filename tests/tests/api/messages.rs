@@ -312,3 +312,57 @@ async fn history_pages_in_both_directions() {
         assert_eq!((r.status, r.code()), (400, "invalid_request"), "{bad}");
     }
 }
+
+/// A long answer goes out gzipped to a client that accepts it, through the real function
+/// process and lambda_http's answer to API Gateway (base64, `isBase64Encoded`), and unpacks to
+/// the same JSON; without `Accept-Encoding` it is plain (docs/api.md §2, "Compression").
+#[tokio::test]
+async fn a_long_answer_is_gzipped_for_a_client_that_accepts_it() {
+    use chat_tests::function_process::{FunctionProcess, Outcome};
+    use std::time::Duration;
+    let t = TestApp::new().await;
+    let process = FunctionProcess::start("history", &[]).await;
+    let (a, _, c) = t.new_direct().await;
+    for i in 0..12 {
+        t.send(
+            &c,
+            &a,
+            &format!("message {i}: {}", "long enough to matter ".repeat(4)),
+        )
+        .await;
+    }
+    let path = format!("/conversations/{c}/messages?limit=20");
+    let answer = |gzip: bool| {
+        let (mut event, _) = t.event("GET", &path, Some(&a), None);
+        if gzip {
+            event["headers"]["accept-encoding"] = json!("gzip, deflate, br");
+        }
+        let process = &process;
+        async move {
+            match process.call(event, Duration::from_secs(60)).await {
+                Outcome::Answered(r) => r,
+                other => panic!("{other:?}; its output:\n{}", process.logs()),
+            }
+        }
+    };
+    let plain = answer(false).await;
+    let packed = answer(true).await;
+    assert_eq!((plain.status, packed.status), (200, 200), "{plain:?}");
+    assert_eq!(plain.headers.get("content-encoding"), None);
+    assert_eq!(
+        packed.headers.get("content-encoding").map(String::as_str),
+        Some("gzip")
+    );
+    assert_eq!(
+        packed.headers.get("vary").map(String::as_str),
+        Some("accept-encoding")
+    );
+    assert_eq!(packed.body, plain.body);
+    assert!(
+        packed.wire_bytes * 3 < plain.wire_bytes,
+        "{} of {} bytes",
+        packed.wire_bytes,
+        plain.wire_bytes
+    );
+    assert_eq!(packed.body["messages"].as_array().map(Vec::len), Some(12));
+}

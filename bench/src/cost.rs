@@ -667,7 +667,7 @@ impl Bench<'_> {
             // As the SDK calls, naming its socket (docs/api.md §15.4: stored with a send or read).
             event["headers"]["x-connection-id"] = json!(CONNECTION_ID);
             // As browsers and the mobile platforms' HTTP clients ask: long answers come gzipped
-            // (docs/api.md §2, "Compression"), and data out is billed as sent.
+            // (docs/api.md §1, "Compression"), and data out is billed as sent.
             event["headers"]["accept-encoding"] = json!("gzip, deflate, br");
             let started = Instant::now();
             let r = self.t.invoke(event, function).instrument(span).await;

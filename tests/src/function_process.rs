@@ -355,7 +355,7 @@ fn api_gateway_answer(json: &Value) -> Resp {
     let text = json["body"].as_str().filter(|b| !b.is_empty());
     let mut wire_bytes = text.map_or(0, str::len);
     // A binary answer comes base64-encoded, which API Gateway decodes; a gzipped one the client
-    // unpacks (`Content-Encoding: gzip`, docs/api.md §2).
+    // unpacks (`Content-Encoding: gzip`, docs/api.md §1).
     let text = match (json["isBase64Encoded"].as_bool(), text) {
         (Some(true), Some(b)) => {
             use base64::Engine;

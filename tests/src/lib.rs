@@ -479,7 +479,7 @@ pub struct Resp {
     pub status: u16,
     pub body: Value,
     pub headers: HashMap<String, String>,
-    /// The body's size as sent (gzipped when it was: docs/api.md §2, "Compression").
+    /// The body's size as sent (gzipped when it was: docs/api.md §1, "Compression").
     pub wire_bytes: usize,
 }
 

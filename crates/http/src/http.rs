@@ -314,7 +314,7 @@ pub fn accepts_gzip(value: &str) -> bool {
 
 /// A successful answer of at least `COMPRESS_FROM_BYTES`, gzipped when `gzip` (the client
 /// accepts it). The HTTP API does not compress (only REST APIs can), and data out is billed per
-/// byte: an inbox page of 20 is about a fifth of its size gzipped (docs/cost.md).
+/// byte: an inbox page of 20 is about a seventh of its size gzipped (docs/cost.md).
 pub fn compressed(response: Response<Body>, gzip: bool) -> Response<Body> {
     use std::io::Write;
     let large = response.body().as_ref().len() >= COMPRESS_FROM_BYTES;

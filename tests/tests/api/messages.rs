@@ -315,7 +315,7 @@ async fn history_pages_in_both_directions() {
 
 /// A long answer goes out gzipped to a client that accepts it, through the real function
 /// process and lambda_http's answer to API Gateway (base64, `isBase64Encoded`), and unpacks to
-/// the same JSON; without `Accept-Encoding` it is plain (docs/api.md §2, "Compression").
+/// the same JSON; without `Accept-Encoding` it is plain (docs/api.md §1, "Compression").
 #[tokio::test]
 async fn a_long_answer_is_gzipped_for_a_client_that_accepts_it() {
     use chat_tests::function_process::{FunctionProcess, Outcome};

@@ -109,6 +109,9 @@ pub struct Measured {
     /// the member Query it adds when the list changed or the instance is new.
     pub fanout_rru_1to1: f64,
     pub fanout_rru_group: f64,
+    /// The same for a read receipt of a direct conversation: its members' presence only (no
+    /// content to withhold, members that never change; functions/fanout `members`).
+    pub fanout_rru_read_1to1: f64,
     pub fanout_query_rru_1to1: f64,
     pub fanout_query_rru_group: f64,
     /// The inbox index per 1:1 message, and per message of a 1,000-member group (its members
@@ -366,7 +369,7 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         line("DynamoDB", ddb(&m.read)),
         line(
             "relay, Kinesis, fanout",
-            relay + kinesis(m.event_bytes_read) + fanout_1to1 + m.fanout_rru_1to1 * RRU,
+            relay + kinesis(m.event_bytes_read) + fanout_1to1 + m.fanout_rru_read_1to1 * RRU,
         ),
         line("pushes", pushes_1to1 * WS_MESSAGE),
         Line {
@@ -555,9 +558,10 @@ impl Bench<'_> {
             ConnectionStore::new(t.db.clone(), chat_tests::config().connections_table);
         let (first, _) = self.connect(&connections, &[a.clone(), b.clone()]).await;
         let (again, ms) = self.connect(&connections, &[a.clone(), b.clone()]).await;
-        let (fanout, query) = fanout_reads(t, &c, &[a.clone(), b.clone()]).await;
+        let (fanout, query, presence) = fanout_reads(t, &c, &[a.clone(), b.clone()]).await;
         m.fanout_rru_1to1 = fanout;
         m.fanout_query_rru_1to1 = query;
+        m.fanout_rru_read_1to1 = presence;
 
         // The 1,000-member group, 300 of them online.
         let owner = unique("owner");
@@ -571,7 +575,7 @@ impl Bench<'_> {
         m.connect_ms = (ms * 2.0 + ms_300 * 300.0) / 302.0;
         let mut everyone = members.clone();
         everyone.push(owner.clone());
-        let (fanout, query) = fanout_reads(t, &g, &everyone).await;
+        let (fanout, query, _) = fanout_reads(t, &g, &everyone).await;
         m.fanout_rru_group = fanout;
         m.fanout_query_rru_group = query;
         let light = Event::light(&ConversationId::parse(&g).unwrap(), 1);
@@ -719,8 +723,9 @@ impl Bench<'_> {
 /// whole item) and every member's presence item (eventually consistent BatchGetItem: half a unit
 /// per started 4 KB, the minimum for a member without one); and what it adds on a cache miss: the
 /// Query of each member partition (strongly consistent, every member item) and the
-/// `membersVersion` read again after it.
-async fn fanout_reads(t: &TestApp, conversation: &str, everyone: &[String]) -> (f64, f64) {
+/// `membersVersion` read again after it; and, apart, the presence alone (a read receipt of a
+/// direct conversation reads nothing else).
+async fn fanout_reads(t: &TestApp, conversation: &str, everyone: &[String]) -> (f64, f64, f64) {
     let conversation_item = partition(t, &format!("C#{conversation}")).await["C"];
     // One Query per member partition, each charged for its own items.
     let id = chat_domain::ConversationId::parse(conversation).unwrap();
@@ -745,6 +750,7 @@ async fn fanout_reads(t: &TestApp, conversation: &str, everyone: &[String]) -> (
     (
         read_units(conversation_item) as f64 + presence,
         (members + read_units(conversation_item)) as f64,
+        presence,
     )
 }
 
@@ -1062,6 +1068,10 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
             m.fanout_rru_1to1,
         ),
         (
+            "fanout RRU per read receipt, 2 members (members cached)",
+            m.fanout_rru_read_1to1,
+        ),
+        (
             "fanout RRU per event, 1,000 members (members cached)",
             m.fanout_rru_group,
         ),
@@ -1268,6 +1278,7 @@ mod tests {
             },
             event_bytes: 300.0,
             fanout_rru_1to1: 2.0,
+            fanout_rru_read_1to1: 1.0,
             emf_metrics: 10.0,
             ..Measured::default()
         };
@@ -1290,6 +1301,17 @@ mod tests {
         let by_hand = 1.0 + 0.2 + 0.033_333_5 + 2.625 + 0.6 + 0.133_12 + 0.25 + 2.0;
         assert!((total(&c.direct) - by_hand).abs() < 1e-6, "{:?}", c.direct);
         assert!((c.direct_dynamodb - 2.875).abs() < 1e-9);
+        // A receipt: relay and fanout $0.20 each, Kinesis as above, the fanout's 1 read unit
+        // (presence only) $0.125.
+        let receipt = c
+            .receipts
+            .iter()
+            .find(|l| l.part == "relay, Kinesis, fanout");
+        let by_hand = 0.2 + 0.133_12 + 0.2 + 0.125;
+        assert!(
+            (receipt.unwrap().dollars - by_hand).abs() < 1e-6,
+            "{receipt:?}"
+        );
         // A send naming its connection: the sender's one connection gets no push.
         let named = costs(
             &m,

@@ -864,9 +864,74 @@ async fn content_deleted_by_any_number_of_deletions_is_withheld_from_queued_even
     .await
 }
 
+/// The fanout reads a conversation for each batch to know its members and the content it must
+/// withhold; a direct conversation's members never change and a receipt has no content, so a
+/// receipt to a direct conversation whose members the instance holds reads nothing of it
+/// (issue 33: 1 read unit less per receipt). Its push arrives as ever; a message still reads.
+#[tokio::test]
+async fn a_receipt_in_a_direct_conversation_reads_nothing_of_it() {
+    use chat_domain::events::Event;
+    bounded(60, async {
+        let (t, a, b, conv, mut wa) = connected_direct().await;
+        let fanout = fanout_of(t.store_of_function("fanout")).await;
+        let sent = t.send(&conv, &a, "hi").await;
+        let original: chat_domain::model::Message = serde_json::from_value(sent.body).unwrap();
+        wa.until_message(EVENT, &conv, 1).await;
+        t.calls.take();
+        push_queued_to(&fanout, &conv, vec![Event::message_new(&original)]).await;
+        let first = t.calls.take();
+        assert!(
+            first.iter().any(|c| c == "GetItem") && first.iter().any(|c| c == "Query"),
+            "a new instance reads the conversation and its members: {first:?}"
+        );
+        push_queued_to(&fanout, &conv, vec![Event::message_new(&original)]).await;
+        assert_eq!(t.calls.take(), ["GetItem"], "a message: its deleted seqs");
+
+        let read = Event::ReadUpdated {
+            conversation_id: chat_domain::ConversationId::parse(&conv).unwrap(),
+            user_id: chat_domain::UserId::parse(&b).unwrap(),
+            last_read_seq: 1,
+            origin: None,
+        };
+        push_queued_to(&fanout, &conv, vec![read]).await;
+        assert_eq!(t.calls.take(), Vec::<String>::new(), "a receipt: nothing");
+        let expected =
+            json!({"type": "read.updated", "conversationId": conv, "userId": b, "lastReadSeq": 1});
+        wa.until(EVENT, |e| e.contains(&expected)).await;
+    })
+    .await
+}
+
 /// Hands `events` of `conv` to a fanout of our own, as one Kinesis record written before now
 /// (an event that waited in the pipeline).
 async fn push_queued(conv: &str, events: Vec<chat_domain::events::Event>) {
+    let config = chat_config().for_function("fanout");
+    let sdk = config.sdk_config().await;
+    let fanout = fanout_of(config.chat_store(&sdk)).await;
+    push_queued_to(&fanout, conv, events).await;
+}
+
+/// A fanout over `chat`, pushing through the local gateway's Management API.
+async fn fanout_of(chat: chat_store::ChatStore) -> fanout::Fanout {
+    let config = chat_config().for_function("fanout");
+    let sdk = config.sdk_config().await;
+    fanout::Fanout::new(
+        chat,
+        connection_store().await,
+        aws_sdk_apigatewaymanagement::Client::from_conf(
+            aws_sdk_apigatewaymanagement::config::Builder::from(&sdk)
+                .endpoint_url(&gateway().management_url)
+                .build(),
+        ),
+    )
+}
+
+/// `push_queued` through `fanout`.
+async fn push_queued_to(
+    fanout: &fanout::Fanout,
+    conv: &str,
+    events: Vec<chat_domain::events::Event>,
+) {
     use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
     let batch = chat_domain::events::EventBatch {
         conversation_id: chat_domain::ConversationId::parse(conv).unwrap(),
@@ -879,17 +944,6 @@ async fn push_queued(conv: &str, events: Vec<chat_domain::events::Event>) {
     record.kinesis.data.0 = serde_json::to_vec(&batch).unwrap();
     let mut event = KinesisEvent::default();
     event.records = vec![record];
-    let config = chat_config().for_function("fanout");
-    let sdk = config.sdk_config().await;
-    let fanout = fanout::Fanout::new(
-        config.chat_store(&sdk),
-        connection_store().await,
-        aws_sdk_apigatewaymanagement::Client::from_conf(
-            aws_sdk_apigatewaymanagement::config::Builder::from(&sdk)
-                .endpoint_url(&gateway().management_url)
-                .build(),
-        ),
-    );
     let answer = fanout.handle(event).await;
     assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
 }

@@ -22,7 +22,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use time::OffsetDateTime;
 
-use super::ids::ConversationId;
+use super::ids::{ConversationId, UserId};
 use crate::error::ChatError;
 
 /// Groups above this many members get 5-second activity keys (and keep them: `bucketed_since`).
@@ -363,6 +363,10 @@ pub struct ConversationMove {
     /// entries yet: instead of moving entries, give each member without one its big-group
     /// entry and delete its moving entry wherever it can be (`conversion_deletes`).
     pub convert: bool,
+    /// The members with the keys their entries were filed under when they joined, when the
+    /// records tell them: a direct conversation's pair, both filed at its creation, never
+    /// changing (so its move reads nothing). None: the move reads them.
+    pub members: Option<Vec<(UserId, Option<String>)>>,
 }
 
 impl ConversationMove {
@@ -440,6 +444,10 @@ pub struct KeyChange {
     pub before: Option<String>,
     pub after: String,
     pub convert: bool,
+    /// The members with the keys their entries were filed under when they joined, when the
+    /// record tells them: a direct conversation's pair, both filed at its creation, never
+    /// changing (so its move reads nothing). None: read them.
+    pub members: Option<Vec<(UserId, Option<String>)>>,
 }
 
 /// Coalesces a batch's key changes into one move per conversation (from the keys before each of
@@ -460,6 +468,7 @@ pub fn coalesce(changes: impl IntoIterator<Item = KeyChange>) -> Vec<Conversatio
                     to: c.after.clone(),
                     first_record: c.record,
                     convert: c.convert,
+                    members: None,
                 });
                 moves.len() - 1
             }
@@ -468,6 +477,7 @@ pub fn coalesce(changes: impl IntoIterator<Item = KeyChange>) -> Vec<Conversatio
         m.from.extend(c.before);
         m.to = c.after;
         m.convert = c.convert;
+        m.members = c.members;
     }
     moves.retain(|m| !m.is_noop());
     moves
@@ -846,6 +856,7 @@ mod tests {
             before: before.map(t),
             after: t(after),
             convert: false,
+            members: None,
         }
     }
 

@@ -422,10 +422,14 @@ impl ChatStore {
 
     /// The indexer's move of one conversation: every current member's entry to `mv.to`, new
     /// entries first and then the old ones away. Idempotent, so a redelivered batch does it again
-    /// harmlessly. DynamoDB: `member_inbox_keys`, then BatchWriteItem of 25 (a 1:1 message: 1 of
-    /// 2 puts, then 1 of 2 deletes: 4 write units), unprocessed items retried until the deadline.
+    /// harmlessly. DynamoDB: `member_inbox_keys` (none when the move names its members: a direct
+    /// conversation), then BatchWriteItem of 25 (a 1:1 message: 1 of 2 puts, then 1 of 2
+    /// deletes: 4 write units), unprocessed items retried until the deadline.
     pub async fn move_inbox_entries(&self, mv: &ConversationMove) -> Result<MoveCount, ChatError> {
-        let members = self.member_inbox_keys(&mv.conversation_id).await?;
+        let members = match &mv.members {
+            Some(members) => members.clone(),
+            None => self.member_inbox_keys(&mv.conversation_id).await?,
+        };
         let (mut puts, mut deletes) = (Vec::new(), Vec::new());
         let mut count = MoveCount {
             members: members.len(),

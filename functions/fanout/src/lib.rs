@@ -427,7 +427,7 @@ impl Fanout {
         slots: &Semaphore,
     ) -> Result<Pushed, ChatError> {
         let started = Instant::now();
-        let Some((users, state)) = self.members(conversation).await? else {
+        let Some((users, state)) = self.members(conversation, &events).await? else {
             return Ok(Pushed::everyone());
         };
         let mut records: Vec<usize> = events.iter().map(|(_, i)| *i).collect();
@@ -538,8 +538,24 @@ impl Fanout {
 
     /// The current members and the recently deleted seqs (None: no such conversation).
     /// DynamoDB: 1 GetItem, + 1 Query and 1 GetItem when the membership changed since this
-    /// instance last read it.
-    async fn members(&self, id: &ConversationId) -> Result<Option<Members>, ChatError> {
+    /// instance last read it. Nothing for `events` without content (read receipts) of a direct
+    /// conversation whose members it holds: its two members never change, and there is no
+    /// content to withhold.
+    async fn members(
+        &self,
+        id: &ConversationId,
+        events: &[(Event, usize)],
+    ) -> Result<Option<Members>, ChatError> {
+        if id.is_direct() && !events.iter().any(|(e, _)| e.has_content()) {
+            if let Some((version, users)) = self.members.lock().unwrap().get(id).cloned() {
+                let state = PushState {
+                    members_version: version,
+                    deleted: Vec::new(),
+                    deleted_dropped_at: None,
+                };
+                return Ok(Some((users, state)));
+            }
+        }
         let Some(state) = self.chat.push_state(id).await? else {
             return Ok(None);
         };

@@ -20,7 +20,7 @@ use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use chat_domain::events::plan::BatchFailures;
 use chat_domain::inbox::{coalesce, KeyChange};
-use chat_domain::{ChatError, ConversationId};
+use chat_domain::{ChatError, ConversationId, ConversationType};
 use chat_lambda::{batch_response, Error, EventHandler, SdkConfig};
 use chat_store::items::{from_item, ConversationItem};
 use chat_store::keys;
@@ -242,19 +242,28 @@ pub fn key_change(
     if after.inbox_by_read {
         return Ok(None);
     }
+    // A direct conversation's two members never change, and its creation filed both entries at
+    // its creation key (its `createdAt`, the member items' `inboxKey`).
+    let members =
+        (after.kind == ConversationType::Direct && after.direct_members.len() == 2).then(|| {
+            let filed = Some(after.created_at.clone());
+            let pair = after.direct_members.iter();
+            pair.map(|user| (user.clone(), filed.clone())).collect()
+        });
     Ok(Some(KeyChange {
         record,
         conversation_id: after.conversation_id.clone(),
         before: before.map(|b| b.activity_key()),
         after: after.activity_key(),
         convert: after.bucketed_since.is_some(),
+        members,
     }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chat_domain::{ConversationId, ConversationType};
+    use chat_domain::UserId;
 
     fn conversation(last_message_at: Option<&str>) -> ConversationItem {
         let id = ConversationId::parse("d-00000000000000000000000000000001").unwrap();
@@ -305,5 +314,25 @@ mod tests {
             serde_dynamo::AttributeValue::S("x".into()),
         );
         assert!(key_change(2, &image(&created), &broken).is_err());
+    }
+
+    /// A direct conversation's move names its pair, filed at its creation; a group's reads them.
+    #[test]
+    fn a_direct_conversations_change_names_its_members() {
+        let pair = vec![UserId::parse("a").unwrap(), UserId::parse("b").unwrap()];
+        let sent = ConversationItem {
+            direct_members: pair.clone(),
+            ..conversation(Some("2026-01-01T00:00:01.000Z"))
+        };
+        let change = key_change(0, &image(&conversation(None)), &image(&sent)).unwrap();
+        let filed = Some("2026-01-01T00:00:00.000Z".to_owned());
+        let expected: Vec<_> = pair.into_iter().map(|u| (u, filed.clone())).collect();
+        assert_eq!(change.unwrap().members, Some(expected));
+        let group = ConversationItem {
+            kind: ConversationType::Group,
+            ..sent
+        };
+        let change = key_change(0, &image(&conversation(None)), &image(&group)).unwrap();
+        assert_eq!(change.unwrap().members, None);
     }
 }

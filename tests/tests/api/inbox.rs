@@ -530,6 +530,7 @@ async fn moves_are_idempotent_and_survive_a_redelivered_batch() {
         to: keys[to].clone(),
         first_record: 0,
         convert: false,
+        members: None,
     };
     let store = &t.app.store;
     // The first two messages in one batch, delivered twice.
@@ -562,6 +563,38 @@ async fn moves_are_idempotent_and_survive_a_redelivered_batch() {
             [(keys[3].clone(), c.clone())]
         );
     }
+}
+
+/// A direct conversation's two members never change and were filed at its creation: the
+/// indexer moves their entries without reading their member items (issue 33: 1 read unit and a
+/// round trip less per 1:1 message), and they end up where a move that read them would put them.
+#[tokio::test]
+async fn a_direct_conversations_move_reads_no_member() {
+    let t = TestApp::new().await;
+    let (me, peer) = (unique("me"), unique("peer"));
+    let c = t.direct(&me, &peer).await;
+    t.send(&c, &me, "first").await;
+    t.index().await;
+    let gate = indexer::exclusive().await;
+    let sent = t.send(&c, &peer, "second").await;
+    t.calls.keep_reads();
+    t.calls.take();
+    t.index_exclusively(&gate).await;
+    drop(gate);
+    assert_eq!(
+        indexer_calls_on(&t, &c),
+        ["BatchWriteItem", "BatchWriteItem"],
+        "the puts, then the deletes; no Query"
+    );
+    let key = sent.body["createdAt"].as_str().unwrap().to_owned();
+    for user in [&me, &peer] {
+        assert_eq!(index_entries(&t, user).await, [(key.clone(), c.clone())]);
+    }
+    let top = t.get("/inbox?limit=1", &peer).await;
+    assert_eq!(
+        top.body["conversations"][0]["lastMessage"]["body"],
+        "second"
+    );
 }
 
 /// The indexer's calls that name conversation `g` (its calls for other tests' conversations

@@ -308,6 +308,11 @@ impl Event {
         }
     }
 
+    /// Whether it carries a message's content (which a deletion since must withhold).
+    pub fn has_content(&self) -> bool {
+        self.content().is_some()
+    }
+
     /// The seq of this event's content if a deletion the conversation no longer lists may have
     /// erased it: the recent list (`deleted`) holds every deletion after `dropped_at` (when the
     /// last one fell off it), so only content read no later than that (plus `CLOCK_SKEW` between
@@ -564,5 +569,15 @@ mod tests {
         assert_eq!(light.content_to_check(&[], dropped), None, "no content");
         let change = Event::change(ChangeKind::ReactionAdded, ChangeEvent::of(record(42)));
         assert_eq!(change.content_to_check(&[], dropped), None, "no message");
+    }
+
+    /// What the fanout may push without the conversation's deleted seqs: events without content.
+    #[test]
+    fn only_messages_and_changes_with_their_message_have_content() {
+        assert!(msg(1).has_content());
+        assert!(!Event::light(&conversation(), 1).has_content());
+        assert!(!read("u", 1).has_content());
+        let light_change = Event::change(ChangeKind::ReactionAdded, ChangeEvent::of(record(1)));
+        assert!(!light_change.has_content(), "a change without its message");
     }
 }

@@ -860,4 +860,9 @@ impl DeviceItem {
 pub struct TokenOwnerItem {
     pub user_id: UserId,
     pub device_id: String,
+    /// Bumped by every registration of the token, which is conditioned on the one it read: of
+    /// two registrations at once, one commits and the other reads again (and moves the token
+    /// from the first). 0: an item from before it was kept.
+    #[serde(default)]
+    pub holder_version: u64,
 }

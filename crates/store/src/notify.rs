@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::ReturnValue;
 
 use super::attrs::{n, s, Item};
 use super::items::{from_item, DeviceItem, TokenOwnerItem};
-use super::{keys, sdk_error, ChatStore};
+use super::{keys, sdk_error, tx, ChatStore, TxOutcome};
 use chat_domain::error::ChatError;
 use chat_domain::notify::{
     devices_to_evict, Device, DeviceRegistration, NotificationSettings, NotifyWindow,
@@ -64,9 +64,12 @@ impl ChatStore {
 
     /// `registerDevice`: the device (re)registered now. A token held by another device (another
     /// user's, or another id of this user's) leaves it; beyond `MAX_DEVICES` the least recently
-    /// registered go. `endpoint_arn`: its SNS platform endpoint, where deployed. DynamoDB: 1
-    /// GetItem of the token's holder, 1 Query of the user's devices, 1 DeleteItem per device that
-    /// goes, 2 PutItems (device, holder).
+    /// registered go. `endpoint_arn`: its SNS platform endpoint, where deployed. The device and
+    /// the token's holder are written in one transaction conditioned on the holder as read, so
+    /// two users registering one token at once never both keep it: the second reads again and
+    /// takes it from the first. DynamoDB: 1 Query of the user's devices, 1 DeleteItem per device
+    /// that goes; per attempt 1 GetItem of the token's holder, 1 DeleteItem of the device holding
+    /// it, 1 TransactWriteItems (device, holder).
     pub async fn register_device(
         &self,
         user: &UserId,
@@ -74,21 +77,6 @@ impl ChatStore {
         registration: &DeviceRegistration,
         endpoint_arn: Option<String>,
     ) -> Result<Device, ChatError> {
-        let platform = registration.platform.as_str();
-        let holder_key = keys::token_owner_key(platform, &registration.token);
-        if let Some(holder) = self.item_fields(holder_key.clone(), None).await? {
-            let holder: TokenOwnerItem = from_item(holder)?;
-            if holder.user_id != *user || holder.device_id != device_id {
-                // Only if that device still holds this token (it may have been registered again
-                // with another one since).
-                self.delete_device_if(
-                    &holder.user_id,
-                    &holder.device_id,
-                    Some(&registration.token),
-                )
-                .await?;
-            }
-        }
         let others: Vec<(String, String)> = self
             .device_items(user)
             .await?
@@ -107,22 +95,48 @@ impl ChatStore {
             registered_at: chat_domain::time::now_rfc3339(),
             endpoint_arn,
         };
-        let holder = TokenOwnerItem {
-            user_id: user.clone(),
-            device_id: device_id.to_owned(),
-        };
-        let mut holder_item: Item = serde_dynamo::to_item(&holder).map_err(ChatError::internal)?;
-        holder_item.extend(holder_key);
-        for item in [device.to_item()?, holder_item] {
-            self.db
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(item))
-                .send()
-                .await
-                .map_err(|e| sdk_error("PutItem", e))?;
+        let holder_key = keys::token_owner_key(registration.platform.as_str(), &registration.token);
+        let mut retry = self.retry();
+        while retry.next().await {
+            let read = self.item_fields(holder_key.clone(), None).await?;
+            let read: Option<TokenOwnerItem> = read.map(from_item).transpose()?;
+            let version = read.as_ref().map_or(0, |h| h.holder_version);
+            let condition = match &read {
+                None => "attribute_not_exists(pk)",
+                Some(_) if version == 0 => "attribute_exists(pk) AND attribute_not_exists(holderVersion)",
+                Some(_) => "holderVersion = :v",
+            };
+            if let Some(holder) = read.filter(|h| h.user_id != *user || h.device_id != device_id) {
+                // Only if that device still holds this token (it may have been registered again
+                // with another one since).
+                self.delete_device_if(
+                    &holder.user_id,
+                    &holder.device_id,
+                    Some(&registration.token),
+                )
+                .await?;
+            }
+            let holder = TokenOwnerItem {
+                user_id: user.clone(),
+                device_id: device_id.to_owned(),
+                holder_version: version + 1,
+            };
+            let mut holder_item: Item =
+                serde_dynamo::to_item(&holder).map_err(ChatError::internal)?;
+            holder_item.extend(holder_key.clone());
+            let values = [(":v", n(version))];
+            let values: &[_] = if version == 0 { &[] } else { &values };
+            let parts = vec![
+                tx::put(&self.table, device.to_item()?, None, &[])?,
+                tx::put(&self.table, holder_item, Some(condition), values)?,
+            ];
+            match self.transact(parts).await? {
+                TxOutcome::Committed => return Ok(device.device()),
+                // Registered by someone else meanwhile (or a conflict): read the holder again.
+                TxOutcome::Cancelled(_) | TxOutcome::Conflict => continue,
+            }
         }
-        Ok(device.device())
+        Err(ChatError::Throttled)
     }
 
     /// Deletes a device (only while it holds `token`, when given); returns what was deleted.

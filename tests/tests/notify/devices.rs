@@ -146,6 +146,31 @@ async fn a_token_moves_to_the_user_who_registers_it_last() {
     );
 }
 
+/// Users registering one token at the same instant: exactly one of them keeps it (else one
+/// user's phone would show another's messages), whatever the interleaving.
+#[tokio::test]
+async fn a_token_registered_by_several_users_at_once_ends_with_one() {
+    let t = TestApp::new().await;
+    for _ in 0..5 {
+        let token = unique("tok");
+        let users: Vec<String> = (0..4).map(|i| unique(&format!("u{i}"))).collect();
+        let body = json!({"platform": "fcm", "token": token});
+        let answers = futures::future::join_all(
+            users.iter().map(|u| register(&t, u, "phone", body.clone())),
+        )
+        .await;
+        assert!(answers.iter().all(|r| r.status == 200), "{answers:?}");
+        let mut holders = Vec::new();
+        for u in &users {
+            let devices = t.get("/devices", u).await.body;
+            if devices["devices"].as_array().unwrap().iter().any(|d| d["token"] == token) {
+                holders.push(u.clone());
+            }
+        }
+        assert_eq!(holders.len(), 1, "holders of {token}: {holders:?}");
+    }
+}
+
 #[tokio::test]
 async fn bad_device_input_is_400_and_changes_nothing() {
     let t = TestApp::new().await;

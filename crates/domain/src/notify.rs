@@ -192,6 +192,32 @@ pub fn decide(last_read_seq: u64, last_seq: u64, from_seq: u64, muted: bool) -> 
     Some(last_seq - last_read_seq.max(from_seq.saturating_sub(1)))
 }
 
+/// One message of a window, as the notifier weighs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowMessage<'a> {
+    pub seq: u64,
+    pub sender: &'a UserId,
+    pub deleted: bool,
+}
+
+/// What one member is told of a window's messages (`messages`: those of `decide`'s window): the
+/// ones after what it has read, neither deleted since (nothing left to read) nor sent by someone
+/// it blocks (`blocks`, docs/api.md §28): how many, and the newest's seq. None: nothing to tell.
+pub fn told_of(
+    messages: &[WindowMessage<'_>],
+    from_seq: u64,
+    last_read_seq: u64,
+    blocks: impl Fn(&UserId) -> bool,
+) -> Option<(u64, u64)> {
+    let told: Vec<u64> = messages
+        .iter()
+        .filter(|m| m.seq >= from_seq && m.seq > last_read_seq)
+        .filter(|m| !m.deleted && !blocks(m.sender))
+        .map(|m| m.seq)
+        .collect();
+    Some((told.len() as u64, *told.iter().max()?))
+}
+
 /// What a deployment shows of a message in a notification (template `NotificationContent`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Content {
@@ -408,6 +434,37 @@ mod tests {
         assert_eq!(decide(7, 6, 4, false), None);
         assert_eq!(decide(0, 6, 4, true), None, "muted");
         assert_eq!(decide(0, 1, 1, false), Some(1));
+    }
+
+    #[test]
+    fn a_member_is_told_of_what_it_can_read_from_whom_it_does_not_block() {
+        let (a, b, c) = (
+            UserId::parse("a").unwrap(),
+            UserId::parse("b").unwrap(),
+            UserId::parse("c").unwrap(),
+        );
+        let m = |seq, sender, deleted| WindowMessage {
+            seq,
+            sender,
+            deleted,
+        };
+        // Window of seqs 4..=7: c, b, c, b.
+        let window = [m(4, &c, false), m(5, &b, false), m(6, &c, false), m(7, &b, false)];
+        let nobody = |_: &UserId| false;
+        assert_eq!(told_of(&window, 4, 0, nobody), Some((4, 7)));
+        assert_eq!(told_of(&window, 4, 5, nobody), Some((2, 7)), "read up to 5");
+        let blocks_b = |u: &UserId| *u == b;
+        assert_eq!(
+            told_of(&window, 4, 0, blocks_b),
+            Some((2, 6)),
+            "c's two, the newest c's"
+        );
+        assert_eq!(told_of(&window, 4, 6, blocks_b), None, "only b's unread");
+        assert_eq!(told_of(&window[1..2], 4, 0, blocks_b), None);
+        let deleted = [m(4, &c, false), m(5, &a, true)];
+        assert_eq!(told_of(&deleted, 4, 0, nobody), Some((1, 4)), "not a tombstone");
+        assert_eq!(told_of(&deleted[1..], 4, 0, nobody), None);
+        assert_eq!(told_of(&window, 5, 0, nobody), Some((3, 7)), "the window's own");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Sending notifications (docs/api.md §33): the delay queue's job per window (SQS), and the
 //! delivery to devices — Amazon SNS mobile push deployed, the push sink on the local stack.
 
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use aws_sdk_sns::types::MessageAttributeValue;
@@ -12,7 +13,9 @@ use super::keys;
 use super::notify::{NotifySettings, PlatformArns};
 use super::ChatStore;
 use chat_domain::error::ChatError;
-use chat_domain::notify::{decide, notification, Newest, Notification, NotifyWindow, Platform};
+use chat_domain::notify::{
+    decide, notification, told_of, Newest, Notification, NotifyWindow, Platform, WindowMessage,
+};
 use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// Members of one window worked on at once.
@@ -84,8 +87,11 @@ impl Notifier {
 
     /// A window's delay is over: closes it, then notifies each member for whom its messages are
     /// still unread and who has not muted the conversation, once, on each of its devices.
-    /// DynamoDB: 1 UpdateItem, `load_conversation`, and per member notified 1 Query of its
-    /// devices and the badge's reads (`badge`).
+    /// A member is told of the window's messages it has not read, not deleted since and not
+    /// from someone it blocks (`told_of`), with the newest of them as the preview. DynamoDB: 1
+    /// UpdateItem, `load_conversation`, 1 Query of the window's messages, in a group 1
+    /// BatchGetItem of block keys per 100 (member, sender) pairs, and per member notified 1
+    /// Query of its devices and the badge's reads (`badge`).
     pub async fn window_due(
         &self,
         window: &NotifyWindow,
@@ -102,43 +108,67 @@ impl Notifier {
         else {
             return Ok(report);
         };
-        let Some(last) = conversation.last_message.as_ref() else {
+        if conversation.last_message.is_none() {
             return Ok(report);
-        };
+        }
         let now = chat_domain::time::now_rfc3339();
-        let newest = Newest {
-            seq: last.seq,
-            sender: &last.sender_id,
-            body: &last.body,
-            group_title: match conversation.kind {
-                ConversationType::Group => conversation.title.as_deref(),
-                ConversationType::Direct => None,
-            },
-        };
         let due: Vec<_> = members
             .iter()
-            .filter_map(|m| {
+            .filter(|m| {
                 let muted = m.notifications.as_ref().is_some_and(|n| n.is_muted(&now));
-                decide(
-                    m.last_read_seq,
-                    conversation.last_seq,
-                    window.from_seq,
-                    muted,
-                )
-                .map(|count| (m.member_id.clone(), count))
+                decide(m.last_read_seq, conversation.last_seq, window.from_seq, muted).is_some()
+            })
+            .map(|m| (m.member_id.clone(), m.last_read_seq))
+            .collect();
+        if due.is_empty() {
+            return Ok(report);
+        }
+        let id = &conversation.conversation_id;
+        let messages = self
+            .store
+            .messages_between(id, window.from_seq, conversation.last_seq)
+            .await?;
+        // In a group, a member is not told of messages from those it blocks (docs/api.md §28):
+        // 1 BatchGetItem of block keys per 100 (member, sender) pairs.
+        let blocked = match conversation.kind {
+            ConversationType::Group => self.blocks_of_senders(&due, &messages).await?,
+            ConversationType::Direct => HashSet::new(),
+        };
+        let weighed: Vec<WindowMessage> = messages
+            .iter()
+            .map(|m| WindowMessage {
+                seq: m.seq,
+                sender: &m.sender_id,
+                deleted: m.deleted,
             })
             .collect();
-        // In a group, a member who blocks the newest message's sender is not told of it
-        // (docs/api.md §28): 1 BatchGetItem of their block keys per 100 members.
-        let due = match conversation.kind {
-            ConversationType::Group => self.without_blockers(due, &last.sender_id).await?,
-            ConversationType::Direct => due,
+        let group_title = match conversation.kind {
+            ConversationType::Group => conversation.title.as_deref(),
+            ConversationType::Direct => None,
         };
+        let due: Vec<(UserId, u64, u64)> = due
+            .into_iter()
+            .filter_map(|(member, last_read)| {
+                let blocks = |sender: &UserId| blocked.contains(&(member.clone(), sender.clone()));
+                let (count, seq) = told_of(&weighed, window.from_seq, last_read, blocks)?;
+                Some((member, seq, count))
+            })
+            .collect();
+        let messages = &messages;
         // Members at once: a big group's window is done within a second of its delay.
         let done: Vec<Result<WindowReport, ChatError>> = stream::iter(due)
-            .map(|(member, count)| {
-                let (newest, conversation) = (&newest, &conversation);
+            .map(|(member, seq, count)| {
+                let conversation = &conversation;
                 async move {
+                    let Some(newest) = messages.iter().find(|m| m.seq == seq) else {
+                        return Ok(WindowReport::default());
+                    };
+                    let newest = Newest {
+                        seq,
+                        sender: &newest.sender_id,
+                        body: &newest.body,
+                        group_title,
+                    };
                     let mut report = WindowReport::default();
                     let devices = self.store.device_items(&member).await?;
                     if devices.is_empty() {
@@ -148,7 +178,7 @@ impl Notifier {
                     let n = notification(
                         self.settings.content,
                         &conversation.conversation_id,
-                        newest,
+                        &newest,
                         count,
                         badge,
                     );
@@ -184,24 +214,19 @@ impl Notifier {
         Ok(report)
     }
 
-    /// `due` without the members who block `sender`.
-    async fn without_blockers<T>(
+    /// Which of the `due` members block which senders of `messages` (blocker, blocked).
+    async fn blocks_of_senders(
         &self,
-        due: Vec<(UserId, T)>,
-        sender: &UserId,
-    ) -> Result<Vec<(UserId, T)>, ChatError> {
-        let pairs: Vec<(&UserId, &UserId)> = due.iter().map(|(m, _)| (m, sender)).collect();
-        let blockers: std::collections::HashSet<UserId> = self
-            .store
-            .blocks_among(&pairs)
-            .await?
-            .into_iter()
-            .map(|(blocker, _)| blocker)
+        due: &[(UserId, u64)],
+        messages: &[chat_domain::model::Message],
+    ) -> Result<HashSet<(UserId, UserId)>, ChatError> {
+        let senders: BTreeSet<&UserId> = messages.iter().map(|m| &m.sender_id).collect();
+        let pairs: Vec<(&UserId, &UserId)> = due
+            .iter()
+            .flat_map(|(m, _)| senders.iter().map(move |s| (m, *s)))
+            .filter(|(m, s)| m != s)
             .collect();
-        Ok(due
-            .into_iter()
-            .filter(|(m, _)| !blockers.contains(m))
-            .collect())
+        Ok(self.store.blocks_among(&pairs).await?.into_iter().collect())
     }
 
     /// Sends one notification to one device: false when the device is gone (its SNS endpoint is

@@ -328,3 +328,60 @@ async fn a_member_who_blocks_the_sender_is_not_notified_of_its_group_message() {
         n.sent_to(&tb)
     );
 }
+
+/// A window with messages of a sender a member blocks and of others: the member is told of the
+/// others' only (their count, the newest of theirs as the preview), whatever the order; a
+/// member blocking nobody is told of all. Found by probing: the blocked sender's message being
+/// the newest used to cancel the whole notification.
+#[tokio::test]
+async fn a_blocked_senders_messages_leave_the_others_in_the_notification() {
+    let t = TestApp::new().await;
+    let n = start().await;
+    let (a, b, c, d) = (unique("a"), unique("b"), unique("c"), unique("d"));
+    let g = t.group(&c, &[&a, &b, &d]).await;
+    let (ta, td) = (device(&t, &a).await, device(&t, &d).await);
+    let blocked = t
+        .call("PUT", &format!("/me/blocks/{b}"), Some(&a), None)
+        .await;
+    assert_eq!(blocked.status, 204, "{blocked:?}");
+    let gate = chat_tests::indexer::exclusive().await;
+    for (sender, body) in [(&b, "from b"), (&c, "from c"), (&b, "from b again")] {
+        assert_eq!(t.send(&g, sender, body).await.status, 201);
+    }
+    t.index_exclusively(&gate).await;
+    drop(gate);
+    let got = n.wait_for(&ta, 1, DELAY + SLACK).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["body"], json!("from c"), "c's one message, not b's");
+    assert_eq!(got[0]["title"], json!(format!("{c} in Team")));
+    assert_eq!(got[0]["data"]["seq"], json!(2));
+    let got = n.wait_for(&td, 1, DELAY + SLACK).await;
+    assert_eq!(got[0]["body"], json!("3 new messages: from b again"));
+}
+
+/// A message deleted within the delay is not notified: there is nothing left to read (it used to
+/// arrive as a notification with an empty body).
+#[tokio::test]
+async fn a_message_deleted_within_the_delay_is_not_notified() {
+    let t = TestApp::new().await;
+    let n = start().await;
+    let (a, b, c) = t.new_direct().await;
+    let tb = device(&t, &b).await;
+    let gate = chat_tests::indexer::exclusive().await;
+    t.send(&c, &a, "kept").await;
+    t.send(&c, &a, "regrettable").await;
+    t.delete_message(&c, 2, &a, &chat_tests::new_uuid()).await;
+    t.index_exclusively(&gate).await;
+    drop(gate);
+    let got = n.wait_for(&tb, 1, DELAY + SLACK).await;
+    assert_eq!(got[0]["body"], json!("kept"), "{got:?}");
+    assert_eq!(got[0]["data"]["seq"], json!(1));
+
+    let (a, b, c) = t.new_direct().await;
+    let tb = device(&t, &b).await;
+    t.send(&c, &a, "regrettable").await;
+    t.delete_message(&c, 1, &a, &chat_tests::new_uuid()).await;
+    t.index().await;
+    tokio::time::sleep(DELAY + SLACK).await;
+    assert!(n.sent_to(&tb).is_empty(), "{:?}", n.sent_to(&tb));
+}

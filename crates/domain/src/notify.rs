@@ -449,7 +449,12 @@ mod tests {
             deleted,
         };
         // Window of seqs 4..=7: c, b, c, b.
-        let window = [m(4, &c, false), m(5, &b, false), m(6, &c, false), m(7, &b, false)];
+        let window = [
+            m(4, &c, false),
+            m(5, &b, false),
+            m(6, &c, false),
+            m(7, &b, false),
+        ];
         let nobody = |_: &UserId| false;
         assert_eq!(told_of(&window, 4, 0, nobody), Some((4, 7)));
         assert_eq!(told_of(&window, 4, 5, nobody), Some((2, 7)), "read up to 5");
@@ -462,9 +467,17 @@ mod tests {
         assert_eq!(told_of(&window, 4, 6, blocks_b), None, "only b's unread");
         assert_eq!(told_of(&window[1..2], 4, 0, blocks_b), None);
         let deleted = [m(4, &c, false), m(5, &a, true)];
-        assert_eq!(told_of(&deleted, 4, 0, nobody), Some((1, 4)), "not a tombstone");
+        assert_eq!(
+            told_of(&deleted, 4, 0, nobody),
+            Some((1, 4)),
+            "not a tombstone"
+        );
         assert_eq!(told_of(&deleted[1..], 4, 0, nobody), None);
-        assert_eq!(told_of(&window, 5, 0, nobody), Some((3, 7)), "the window's own");
+        assert_eq!(
+            told_of(&window, 5, 0, nobody),
+            Some((3, 7)),
+            "the window's own"
+        );
     }
 
     #[test]

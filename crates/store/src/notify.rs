@@ -103,7 +103,9 @@ impl ChatStore {
             let version = read.as_ref().map_or(0, |h| h.holder_version);
             let condition = match &read {
                 None => "attribute_not_exists(pk)",
-                Some(_) if version == 0 => "attribute_exists(pk) AND attribute_not_exists(holderVersion)",
+                Some(_) if version == 0 => {
+                    "attribute_exists(pk) AND attribute_not_exists(holderVersion)"
+                }
                 Some(_) => "holderVersion = :v",
             };
             if let Some(holder) = read.filter(|h| h.user_id != *user || h.device_id != device_id) {

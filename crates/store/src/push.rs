@@ -116,7 +116,13 @@ impl Notifier {
             .iter()
             .filter(|m| {
                 let muted = m.notifications.as_ref().is_some_and(|n| n.is_muted(&now));
-                decide(m.last_read_seq, conversation.last_seq, window.from_seq, muted).is_some()
+                decide(
+                    m.last_read_seq,
+                    conversation.last_seq,
+                    window.from_seq,
+                    muted,
+                )
+                .is_some()
             })
             .map(|m| (m.member_id.clone(), m.last_read_seq))
             .collect();

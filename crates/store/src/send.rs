@@ -68,6 +68,15 @@ enum StoredKey {
     Archived(ArchivedKeyItem),
 }
 
+/// What queuing a send found.
+enum Enqueued {
+    /// Queued by this request (true), or a replay of it is queued, which it waits for (false).
+    Queued(bool),
+    /// Its message is stored, committed while another send of its `clientMsgId` (another body
+    /// or sender) stood queued: the stored one decides the answer.
+    Stored(StoredKey),
+}
+
 /// What one Query of the queue shows: the last group commit and the queued sends.
 struct Queue {
     last_commit: Option<CommitRecordItem>,
@@ -522,7 +531,10 @@ impl ChatStore {
     async fn send_queued(&self, send: &SendRequest<'_>) -> Result<(Message, bool), ChatError> {
         let deadline = self.deadline();
         self.claim_for_queue(send).await?;
-        let enqueued = self.enqueue(send, deadline).await?;
+        let enqueued = match self.enqueue(send, deadline).await? {
+            Enqueued::Queued(mine) => mine,
+            Enqueued::Stored(key) => return self.replay(key, send).await,
+        };
         let key = &send.request.client_msg_key;
         let mut queued = QueuedSend::new(key, &send.request_id, enqueued);
         match self.await_commit(send, &mut queued, deadline).await {
@@ -614,13 +626,19 @@ impl ChatStore {
             Step::ReadKey => match self.stored_key(send).await? {
                 Some(key) => return self.replay(key, send).await.map(Flow::Answer),
                 None => match queued.key_missing() {
-                    KeyMissing::SendItself => self.requeue(send, queued, deadline).await?,
+                    KeyMissing::SendItself => match self.requeue(send, queued, deadline).await? {
+                        Some(key) => return self.replay(key, send).await.map(Flow::Answer),
+                        None => Duration::ZERO,
+                    },
                     KeyMissing::Dropped => return Err(ChatError::NotFound),
                 },
             },
             Step::SendItself { drop } => {
                 self.drop_queued(&queue[drop]).await?;
-                self.requeue(send, queued, deadline).await?
+                match self.requeue(send, queued, deadline).await? {
+                    Some(key) => return self.replay(key, send).await.map(Flow::Answer),
+                    None => Duration::ZERO,
+                }
             }
             // Its own deadline passed meanwhile.
             Step::Withdraw => return Err(ChatError::Throttled),
@@ -645,22 +663,35 @@ impl ChatStore {
         Ok(Flow::Wait(wait))
     }
 
-    /// Queues this request's send again (a replay whose original is gone) and looks at once.
-    /// DynamoDB: 1 PutItem (`enqueue`).
+    /// Queues this request's send again (a replay whose original is gone), to look at once;
+    /// or its stored key, when `enqueue` found one. DynamoDB: 1 PutItem (`enqueue`).
     async fn requeue(
         &self,
         send: &SendRequest<'_>,
         queued: &mut QueuedSend,
         deadline: Deadline,
-    ) -> Result<Duration, ChatError> {
-        queued.enqueued(self.enqueue(send, deadline).await?);
-        Ok(Duration::ZERO)
+    ) -> Result<Option<StoredKey>, ChatError> {
+        match self.enqueue(send, deadline).await? {
+            Enqueued::Queued(mine) => {
+                queued.enqueued(mine);
+                Ok(None)
+            }
+            Enqueued::Stored(key) => Ok(Some(key)),
+        }
     }
 
     /// Queues the send: a put of `P#<clientMsgId>` on condition it is absent. Returns whether
     /// this request wrote it; false when a replay of the same send is already queued (then this
-    /// request waits for that one). DynamoDB: 1 PutItem (more after a throttle or a conflict).
-    async fn enqueue(&self, send: &SendRequest<'_>, deadline: Deadline) -> Result<bool, ChatError> {
+    /// request waits for that one). Another send of the same `clientMsgId` queued (another body
+    /// or sender) is no answer yet: the message stored decides (the other one is then dropped),
+    /// and while none is, this request tries again until that one is committed (a conflict) or
+    /// dropped. DynamoDB: 1 PutItem (more after a throttle or a conflict; + 1-2 GetItem of the
+    /// key per other send found).
+    async fn enqueue(
+        &self,
+        send: &SendRequest<'_>,
+        deadline: Deadline,
+    ) -> Result<Enqueued, ChatError> {
         let now = chat_domain::time::now();
         let expires_at =
             chat_domain::time::unix_millis(now) + deadline.remaining().as_millis() as u64;
@@ -685,7 +716,7 @@ impl ChatStore {
                 .send()
                 .await;
             let err = match put {
-                Ok(_) => return Ok(true),
+                Ok(_) => return Ok(Enqueued::Queued(true)),
                 Err(e) => e,
             };
             match err.as_service_error() {
@@ -696,11 +727,15 @@ impl ChatStore {
                         &existing.fingerprint,
                         &existing.request_id,
                     );
-                    return match send.sent().against(&queued) {
+                    match send.sent().against(&queued) {
                         // This request waits for that one.
-                        Verdict::Same { .. } => Ok(false),
-                        Verdict::Conflict => Err(conflict()),
-                    };
+                        Verdict::Same { .. } => return Ok(Enqueued::Queued(false)),
+                        Verdict::Conflict => {
+                            if let Some(key) = self.stored_key(send).await? {
+                                return Ok(Enqueued::Stored(key));
+                            }
+                        }
+                    }
                 }
                 // A replay of this send is being committed right now (its queued send is in the
                 // transaction): a moment later it is either committed (its key answers) or

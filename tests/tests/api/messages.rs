@@ -150,6 +150,48 @@ async fn concurrent_replays_create_one_message() {
     assert_holds(&t, &c, &a, 2).await;
 }
 
+/// Sends of one `clientMsgId` with two bodies at once: one body is stored, and every request
+/// with that body gets it (one 201, the rest 200), every other one 409. Found by probing: a
+/// request with the stored body could get 409 from a losing send of the other body that stood
+/// queued.
+#[tokio::test]
+async fn racing_sends_of_one_id_with_two_bodies_answer_by_the_stored_one() {
+    let t = Arc::new(TestApp::new().await);
+    for _ in 0..5 {
+        let (a, b, c) = t.new_direct().await;
+        let id = new_uuid();
+        let tasks = (0..10).map(|i| {
+            let (t, c) = (t.clone(), c.clone());
+            let sender = if i % 4 == 3 { b.clone() } else { a.clone() };
+            let body = json!({"clientMsgId": id, "body": if i % 2 == 0 { "A" } else { "B" }});
+            async move {
+                let r = t
+                    .post(
+                        &format!("/conversations/{c}/messages"),
+                        &sender,
+                        body.clone(),
+                    )
+                    .await;
+                (sender, body["body"].clone(), r)
+            }
+        });
+        let results = at_once(tasks).await;
+        let h = t.get(&format!("/conversations/{c}/messages"), &a).await;
+        assert_eq!(h.body["lastSeq"], 1, "{results:?}");
+        let stored = &h.body["messages"][0];
+        for (sender, body, r) in &results {
+            let same = *body == stored["body"] && sender.as_str() == stored["senderId"];
+            let expected: &[u16] = if same { &[200, 201] } else { &[409] };
+            assert!(
+                expected.contains(&r.status),
+                "{sender} {body}: {r:?}, stored {stored}"
+            );
+        }
+        let created = results.iter().filter(|(_, _, r)| r.status == 201).count();
+        assert_eq!(created, 1, "{results:?}");
+    }
+}
+
 #[tokio::test]
 async fn bodies_are_stored_byte_for_byte_within_bounds() {
     let t = TestApp::new().await;

@@ -155,15 +155,19 @@ async fn a_token_registered_by_several_users_at_once_ends_with_one() {
         let token = unique("tok");
         let users: Vec<String> = (0..4).map(|i| unique(&format!("u{i}"))).collect();
         let body = json!({"platform": "fcm", "token": token});
-        let answers = futures::future::join_all(
-            users.iter().map(|u| register(&t, u, "phone", body.clone())),
-        )
-        .await;
+        let answers =
+            futures::future::join_all(users.iter().map(|u| register(&t, u, "phone", body.clone())))
+                .await;
         assert!(answers.iter().all(|r| r.status == 200), "{answers:?}");
         let mut holders = Vec::new();
         for u in &users {
             let devices = t.get("/devices", u).await.body;
-            if devices["devices"].as_array().unwrap().iter().any(|d| d["token"] == token) {
+            if devices["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["token"] == token)
+            {
                 holders.push(u.clone());
             }
         }

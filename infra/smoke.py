@@ -122,10 +122,10 @@ def check(cond: bool, msg: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # HTTP
 
-def http(method: str, url: str, token=None, body=None, raw: bytes = None):
+def http(method: str, url: str, token=None, body=None, raw: bytes = None, headers=None):
     """Returns (status, parsed JSON or None, raw text)."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method)
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None:
         req.add_header("Content-Type", "application/json")
     if token:
@@ -595,6 +595,12 @@ def main() -> int:
             ec2 = error_code(e)
             check(status == 400 and ec2 and ec2[0] == "invalid_request" and "limit" in ec2[1],
                   f"limit=0: expected 400 invalid_request naming limit, got {status} {short(text)}")
+            if local:
+                # A header value that is not ASCII text (sent as Latin-1): bad input, not a 5xx.
+                status, e, text = http("GET", f"{rest}/inbox", ta, headers={"X-Foo": "caf\u00e9"})
+                ec3 = error_code(e)
+                check(status == 400 and ec3 and ec3[0] == "invalid_request" and "x-foo" in ec3[1],
+                      f"non-ASCII header: expected 400 invalid_request naming it, got {status} {short(text)}")
             return {"detail": f"400 invalid_request: \"{ec[1]}\"; \"{ec2[1]}\""}
         r.step("bad requests get 400", bad_request)
 

@@ -86,6 +86,9 @@ impl RestEdge {
 
     async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
         let (parts, body) = req.into_parts();
+        if let Some(refused) = header_refusal(&parts.headers) {
+            return refused;
+        }
         let body = match request_body(body).await {
             Ok(body) => body,
             Err(refused) => return refused,
@@ -164,15 +167,35 @@ impl RestEdge {
     }
 }
 
-/// A request's body, read whole; or the answer refusing it (too large, not UTF-8).
+/// The answer refusing a request whose header value is not visible ASCII text (the function
+/// runner fails such a request with its own 500; a handler could not read it either): bad input,
+/// a 400 naming the header.
+fn header_refusal(headers: &HeaderMap) -> Option<Response<Body>> {
+    let (name, _) = headers.iter().find(|(_, v)| v.to_str().is_err())?;
+    Some(error(
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        &format!("header `{name}` must be ASCII text"),
+    ))
+}
+
+/// A request's body, read whole; or the answer refusing it (too large, malformed framing, not
+/// UTF-8).
 async fn request_body(body: Incoming) -> Result<Bytes, Response<Body>> {
     let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(_) => {
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return Err(error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
                 "request body is too large",
+            ))
+        }
+        Err(_) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "malformed request body (its framing could not be read)",
             ))
         }
     };
@@ -510,6 +533,20 @@ mod tests {
             let left: Vec<_> = answer.headers().get_all(header::VARY).iter().collect();
             assert_eq!(left, kept, "{varies:?}");
         }
+    }
+
+    #[test]
+    fn a_header_that_is_not_ascii_text_is_a_400_naming_it() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-connection-id", HeaderValue::from_static("abc"));
+        assert!(header_refusal(&headers).is_none());
+        headers.insert("x-foo", HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap());
+        let refused = header_refusal(&headers).unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        let body = futures::executor::block_on(refused.into_body().collect()).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body.to_bytes()).unwrap();
+        assert_eq!(body["error"]["code"], "invalid_request");
+        assert!(body["error"]["message"].as_str().unwrap().contains("x-foo"));
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub enum Take {
     Fresh { to: u64 },
     /// Tokens were used recently: `tat := tat + cost`, on condition `now < tat ≤ now + slack`.
     Behind { cost: u64, slack: u64 },
+    /// A sampled debit of a bucket in use: `tat := tat + cost`, on condition `now < tat` (no upper
+    /// bound: it pays for requests already admitted); the request itself is admitted if the
+    /// bucket as it was admits one token (`admits`).
+    Charge { cost: u64 },
     /// Over the limit: refused, nothing written; `retry_after` whole seconds (≥ 1).
     Over { retry_after: u64 },
 }
@@ -63,12 +67,62 @@ impl Bucket {
         }
     }
 
+    /// A sampled debit at `now_us` (the all-requests limit: a sampled request debits, the others
+    /// go by what their instance saw): the request's own token and one for each of the `owed`
+    /// requests its instance admitted since its last debit. Those are charged whatever the
+    /// bucket holds: a debit refused for want of tokens would leave them free, and every
+    /// instance could then grant about the full rate on its own. With nothing owed, a plain
+    /// take of one token (refused, nothing is charged). Refused without a write when the `tat`
+    /// seen already refuses a request of one token.
+    pub fn debit(&self, tat: Option<u64>, now_us: u64, owed: u32) -> Take {
+        if owed == 0 {
+            return self.take(tat, now_us, 1);
+        }
+        let cost = (u64::from(owed) + 1) * self.interval_us();
+        match tat {
+            None => Take::Fresh { to: now_us + cost },
+            Some(t) if t <= now_us => Take::Fresh { to: now_us + cost },
+            Some(t) => match self.refused_by(t, now_us) {
+                Some(retry_after) => Take::Over { retry_after },
+                None => Take::Charge { cost },
+            },
+        }
+    }
+
+    /// Whether a `tat` this instance has seen refuses a request that is not sampled (the
+    /// all-requests limit, one in `sample` debits), after the `owed` it admitted since: while
+    /// the bucket as seen, less those, holds fewer than `sample` tokens, only the sampled
+    /// requests go on, each paying its way; so what an instance admits before its next debit
+    /// was in the bucket when it last looked. The seconds to wait.
+    pub fn refuses_unsampled(
+        &self,
+        seen_tat: u64,
+        owed: u32,
+        now_us: u64,
+        sample: u32,
+    ) -> Option<u64> {
+        let seen_tat = seen_tat.max(now_us) + u64::from(owed) * self.interval_us();
+        match self.take(Some(seen_tat), now_us, sample) {
+            Take::Over { retry_after } => Some(retry_after),
+            _ => None,
+        }
+    }
+
+    /// Whether the bucket as it was before a charge (`tat`) admits the charging request: as a
+    /// request of one token. The seconds to wait when not.
+    pub fn admits(&self, tat: u64, now_us: u64) -> Result<(), u64> {
+        match self.refused_by(tat, now_us) {
+            Some(retry_after) => Err(retry_after),
+            None => Ok(()),
+        }
+    }
+
     /// The bucket after admitting one request at `now_us` (a bucket kept in memory), or None:
     /// refused.
     pub fn admit(&self, tat: Option<u64>, now_us: u64) -> Option<u64> {
         match self.take(tat, now_us, 1) {
             Take::Fresh { to } => Some(to),
-            Take::Behind { cost, .. } => tat.map(|t| t + cost),
+            Take::Behind { cost, .. } | Take::Charge { cost } => tat.map(|t| t + cost),
             Take::Over { .. } => None,
         }
     }
@@ -130,6 +184,80 @@ mod tests {
                 None
             }
             Take::Over { retry_after } => Some(retry_after),
+            Take::Charge { .. } => unreachable!("a send is never charged"),
+        }
+    }
+
+    /// A user flooding `instances` instances (1,000 requests a second, round robin) for 10 s
+    /// under the all-requests limit sampled one in 16: every instance refuses by what it saw,
+    /// and draws as the store does (a stored `tat` shared by all, conditional writes). Returns
+    /// the requests admitted.
+    fn sampled_flood(instances: usize) -> u64 {
+        let b = Bucket {
+            per_second: 50,
+            burst: 50,
+        };
+        let (sample, t0) = (16u32, 1_000_000_000u64);
+        let mut stored: Option<u64> = None;
+        let mut seen: Vec<Option<u64>> = vec![None; instances];
+        let mut served = vec![0u32; instances];
+        // Admitted without a debit since the instance's last one.
+        let mut owed = vec![0u32; instances];
+        let mut admitted = 0;
+        for ms in 0..10_000u64 {
+            let now = t0 + ms * 1_000;
+            let i = ms as usize % instances;
+            served[i] += 1;
+            if let Some(t) = seen[i].filter(|_| !served[i].is_multiple_of(sample)) {
+                let refused = b.refuses_unsampled(t, owed[i], now, sample).is_some();
+                admitted += u64::from(!refused);
+                owed[i] += u32::from(!refused);
+                continue;
+            }
+            // The draw: a wrong guess is corrected from the stored value and tried again.
+            loop {
+                match b.debit(seen[i], now, owed[i]) {
+                    Take::Over { .. } => break,
+                    Take::Fresh { to } if stored.is_none_or(|t| t <= now) => {
+                        stored = Some(to);
+                        seen[i] = stored;
+                        owed[i] = 0;
+                        admitted += 1;
+                        break;
+                    }
+                    Take::Behind { cost, slack }
+                        if stored.is_some_and(|t| t > now && t - now <= slack) =>
+                    {
+                        stored = Some(stored.unwrap() + cost);
+                        seen[i] = stored;
+                        admitted += 1;
+                        break;
+                    }
+                    Take::Charge { cost } if stored.is_some_and(|t| t > now) => {
+                        let before = stored.unwrap();
+                        stored = Some(before + cost);
+                        seen[i] = stored;
+                        owed[i] = 0;
+                        admitted += u64::from(b.admits(before, now).is_ok());
+                        break;
+                    }
+                    _ => seen[i] = stored,
+                }
+            }
+        }
+        admitted
+    }
+
+    #[test]
+    fn a_sampled_limit_holds_across_instances() {
+        // 50 a second for 10 s and the burst: 550, give or take what the instances admit before
+        // their draws see the bucket (at most a sample each, now and then).
+        for instances in [1, 4, 16, 32] {
+            let admitted = sampled_flood(instances);
+            assert!(
+                (450..=550 + 16 * instances as u64).contains(&admitted),
+                "{instances} instances admitted {admitted}"
+            );
         }
     }
 

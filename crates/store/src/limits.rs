@@ -8,10 +8,11 @@
 //! grows) and guesses which of the two updates applies (a wrong guess costs one more call).
 //!
 //! - Sends (`Kind::Send`): every send is debited exactly, one write unit each.
-//! - All requests (`Kind::Request`): debited by sampling, one request in `sample` writes
-//!   `sample` tokens, so that a read costs 1/`sample` write unit on average, not one; the shared
-//!   bucket still sees every instance's share, so no instance grants the full rate on its own
-//!   (docs/api.md §24 says how close it keeps to the limit).
+//! - All requests (`Kind::Request`): debited by sampling, one request in `sample` writes the
+//!   tokens of every request its instance admitted since its last debit (charged even when the
+//!   bucket is short: they were admitted), so that a read costs 1/`sample` write unit on average,
+//!   not one; the shared bucket sees every admitted request, so no instance grants the full rate
+//!   on its own (docs/api.md §24 says how close it keeps to the limit).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -78,6 +79,8 @@ pub(crate) struct Limiter {
     seen: Mutex<HashMap<(UserId, Kind), u64>>,
     /// Per user, this instance's bucket of lookups of refused sends' keys (`REPLAY_LOOKUPS`).
     lookups: Mutex<HashMap<UserId, u64>>,
+    /// Per user, the requests this instance admitted without a debit since its last one.
+    owed: Mutex<HashMap<UserId, u32>>,
 }
 
 impl Limiter {
@@ -91,6 +94,7 @@ impl Limiter {
             table,
             seen: Mutex::default(),
             lookups: Mutex::default(),
+            owed: Mutex::default(),
         })
     }
 
@@ -113,6 +117,35 @@ impl Limiter {
             }
             let e = m.entry((user.clone(), kind)).or_default();
             *e = (*e).max(tat);
+        }
+    }
+
+    /// Counts a request admitted without a debit (`debit` false), or takes what is owed for a
+    /// debit.
+    fn owe(&self, user: &UserId, debit: bool) -> u32 {
+        let Ok(mut m) = self.owed.lock() else {
+            return 0;
+        };
+        if m.len() >= Self::MAX {
+            m.clear();
+        }
+        if debit {
+            return m.remove(user).unwrap_or(0);
+        }
+        *m.entry(user.clone()).or_default() += 1;
+        0
+    }
+
+    /// The requests admitted without a debit since the last one.
+    fn owed(&self, user: &UserId) -> u32 {
+        let m = self.owed.lock();
+        m.ok().and_then(|m| m.get(user).copied()).unwrap_or(0)
+    }
+
+    /// What a debit that could not be written still owes, again.
+    fn owe_again(&self, user: &UserId, owed: u32) {
+        if let Ok(mut m) = self.owed.lock() {
+            *m.entry(user.clone()).or_default() += owed;
         }
     }
 }
@@ -165,12 +198,13 @@ impl ChatStore {
     /// off or when this instance already knows the user is over; else 1 conditional UpdateItem
     /// (+ 1 more when the guess of which update applies was wrong).
     pub async fn limit_send(&self, user: &UserId) -> Result<(), ChatError> {
-        self.take(user, Kind::Send, 1).await
+        self.take(user, Kind::Send, 1).await.0
     }
 
     /// The all-requests limit, at the request edge: `RateLimited` when over it. DynamoDB: none
     /// for `sample − 1` requests in `sample` (and none when known to be over); else as
-    /// `limit_send`, debiting `sample` tokens.
+    /// `limit_send`, debiting this request and those this instance admitted since its last
+    /// debit (`Bucket::charge`).
     pub async fn limit_request(&self, user: &UserId) -> Result<(), ChatError> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
@@ -179,35 +213,53 @@ impl ChatStore {
         let drawn = uuid::Uuid::new_v4()
             .as_u128()
             .is_multiple_of(u128::from(sample));
-        if !drawn {
-            return match limiter.seen(user, Kind::Request) {
-                Some(tat) => refused(limiter.limits.requests, tat),
-                None => Ok(()),
-            };
+        // Not drawn, and this instance has seen the bucket: decided here, without a write.
+        if let Some(tat) = limiter.seen(user, Kind::Request).filter(|_| !drawn) {
+            let owed = limiter.owed(user);
+            let bucket = limiter.limits.requests;
+            if let Some(retry_after) = bucket.refuses_unsampled(tat, owed, now_us(), sample) {
+                return Err(ChatError::RateLimited { retry_after });
+            }
+            limiter.owe(user, false);
+            return Ok(());
         }
-        self.take(user, Kind::Request, sample).await
+        let owed = limiter.owe(user, true);
+        let (verdict, charged) = self.take(user, Kind::Request, owed).await;
+        if !charged {
+            limiter.owe_again(user, owed);
+        }
+        verdict
     }
 
-    /// Debits `weight` tokens from `user`'s bucket `kind`, or refuses.
-    async fn take(&self, user: &UserId, kind: Kind, weight: u32) -> Result<(), ChatError> {
+    /// Debits `weight` tokens from `user`'s send bucket, or for the all-requests bucket the
+    /// request and the `weight` owed (`Bucket::debit`); or refuses. And whether the tokens were
+    /// written (a refused request may still have paid for those admitted before it).
+    async fn take(&self, user: &UserId, kind: Kind, weight: u32) -> (Result<(), ChatError>, bool) {
         let Some(limiter) = &self.limiter else {
-            return Ok(());
+            return (Ok(()), false);
         };
         let bucket = limiter.bucket(kind);
         if !bucket.is_on() {
-            return Ok(());
+            return (Ok(()), false);
         }
         let mut tat = limiter.seen(user, kind);
         // A guess that meets another instance's write is corrected from the value the failed
         // condition returns; a user whose every try loses is flooding: refused.
         for _ in 0..10 {
             let now = now_us();
-            let (expression, condition, values) = match bucket.take(tat, now, weight) {
-                Take::Over { retry_after } => return Err(ChatError::RateLimited { retry_after }),
+            let decision = match kind {
+                Kind::Send => bucket.take(tat, now, weight),
+                Kind::Request => bucket.debit(tat, now, weight),
+            };
+            let (expression, condition, values, cost) = match decision {
+                Take::Over { retry_after } => {
+                    return (Err(ChatError::RateLimited { retry_after }), false)
+                }
                 Take::Fresh { to } => (
                     "SET #t = :to, expiresAt = :exp",
                     "attribute_not_exists(#t) OR #t <= :now",
                     vec![(":to", n(to)), (":now", n(now))],
+                    None,
                 ),
                 Take::Behind { cost, slack } => (
                     "SET #t = #t + :cost, expiresAt = :exp",
@@ -217,6 +269,13 @@ impl ChatStore {
                         (":now", n(now)),
                         (":latest", n(now + slack)),
                     ],
+                    None,
+                ),
+                Take::Charge { cost } => (
+                    "SET #t = #t + :cost, expiresAt = :exp",
+                    "#t > :now",
+                    vec![(":cost", n(cost)), (":now", n(now))],
+                    Some(cost),
                 ),
             };
             let mut update = self
@@ -238,14 +297,23 @@ impl ChatStore {
             }
             match update.send().await {
                 Ok(out) => {
-                    if let Some(t) = out
+                    let written = out
                         .attributes
                         .as_ref()
-                        .and_then(|a| get_n(a, kind.attribute()))
-                    {
+                        .and_then(|a| get_n(a, kind.attribute()));
+                    if let Some(t) = written {
                         limiter.saw(user, kind, t);
                     }
-                    return Ok(());
+                    // A charge admits its own request as the bucket was before it.
+                    let admitted = match (cost, written) {
+                        (Some(cost), Some(t)) => bucket
+                            .admits(t.saturating_sub(cost), now)
+                            .map_err(|_| ChatError::RateLimited {
+                                retry_after: bucket.refused_by(t, now).unwrap_or(1),
+                            }),
+                        _ => Ok(()),
+                    };
+                    return (admitted, true);
                 }
                 Err(e) => {
                     let old = e
@@ -266,19 +334,14 @@ impl ChatStore {
                         }
                         // No answer (or DynamoDB's own failure): the bucket may or may not
                         // have been debited, but the request has done nothing yet.
-                        None => return Err(super::nothing_done(sdk_error("UpdateItem", e))),
+                        None => {
+                            let error = super::nothing_done(sdk_error("UpdateItem", e));
+                            return (Err(error), false);
+                        }
                     }
                 }
             }
         }
-        Err(ChatError::RateLimited { retry_after: 1 })
-    }
-}
-
-/// Refused by a `tat` this instance saw, or admitted (nothing to write).
-fn refused(bucket: Bucket, seen_tat: u64) -> Result<(), ChatError> {
-    match bucket.refused_by(seen_tat, now_us()) {
-        Some(retry_after) => Err(ChatError::RateLimited { retry_after }),
-        None => Ok(()),
+        (Err(ChatError::RateLimited { retry_after: 1 }), false)
     }
 }

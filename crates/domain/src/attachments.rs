@@ -113,7 +113,7 @@ impl CreateAttachment {
                 "field `fileName` must be 1 to {MAX_FILE_NAME_CHARS} characters, without control characters"
             )));
         }
-        let size = f.required_seq("size")?;
+        let size = f.required_size("size")?;
         if size == 0 {
             return Err(ChatError::invalid("field `size` must be at least 1"));
         }
@@ -431,6 +431,13 @@ mod tests {
         let over = DEFAULT_MAX_ATTACHMENT_BYTES + 1;
         let body = format!(r#"{{"fileName":"a","contentType":"image/png","size":{over}}}"#);
         assert_eq!(status(&body), 413);
+        // Too large for any integer type: still too large, not malformed.
+        for huge in ["18446744073709551616", "1e30", "99999999999999999999999"] {
+            let body = format!(r#"{{"fileName":"a","contentType":"image/png","size":{huge}}}"#);
+            assert_eq!(status(&body), 413, "{huge}");
+        }
+        let body = r#"{"fileName":"a","contentType":"image/png","size":-1e30}"#;
+        assert_eq!(status(body), 400);
         let at = DEFAULT_MAX_ATTACHMENT_BYTES;
         let body = format!(r#"{{"fileName":"a","contentType":"image/png","size":{at}}}"#);
         assert!(parse(&body).is_ok());

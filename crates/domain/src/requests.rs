@@ -66,6 +66,20 @@ impl Fields {
         }
     }
 
+    /// A whole number of any size, for a field whose bound the caller checks: past `u64` it
+    /// saturates, so that the bound refuses it as too large rather than as malformed.
+    pub fn required_size(&self, name: &str) -> Result<u64, ChatError> {
+        match self.get(name) {
+            Some(Value::Number(n))
+                if n.as_u64().is_none()
+                    && n.as_f64().is_some_and(|f| f >= 1.8e19 && f.fract() == 0.0) =>
+            {
+                Ok(u64::MAX)
+            }
+            _ => self.required_seq(name),
+        }
+    }
+
     pub fn required_bool(&self, name: &str) -> Result<bool, ChatError> {
         match self.get(name) {
             None => Err(invalid(format!("missing field `{name}`"))),

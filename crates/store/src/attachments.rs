@@ -160,8 +160,11 @@ impl ChatStore {
                 .presigned(presign_config(UPLOAD_TTL)?)
                 .await
                 .map_err(|e| ChatError::internal(format!("presign PUT: {e}")))?;
+        // The SDK adds Lambda's trace id (`x-amzn-trace-id`, unsigned) to every request: the
+        // client needs none of it, and it is ours.
         let mut headers: std::collections::BTreeMap<String, String> = presigned
             .headers()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("x-amzn-trace-id"))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
         // What the signature covers, said explicitly (S3 refuses another value of either).

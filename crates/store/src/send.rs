@@ -301,7 +301,8 @@ impl ChatStore {
         self.require_member_of(send.id, send.caller).await
     }
 
-    /// Whether `user` is a member of `id` (else `NotFound`). DynamoDB: 1 strongly consistent
+    /// Whether `user` is a member of `id` (else `NotFound`) whose peer does not block it (else
+    /// `Blocked`: a member, whom nothing may be hidden from). DynamoDB: 1 strongly consistent
     /// GetItem.
     pub(crate) async fn require_member_of(
         &self,
@@ -318,11 +319,13 @@ impl ChatStore {
             .send()
             .await
             .map_err(|e| sdk_error("GetItem", e))?;
-        // Blocked: as a non-member here (`send_message` tells them apart).
-        out.item
-            .filter(|m| !m.contains_key("blocked"))
-            .map(|_| ())
-            .ok_or(ChatError::NotFound)
+        match out.item {
+            Some(m) if m.contains_key("blocked") => {
+                Err(ChatError::Blocked("the other user has blocked you".into()))
+            }
+            Some(_) => Ok(()),
+            None => Err(ChatError::NotFound),
+        }
     }
 
     /// The first send to lose the race for a conversation marks it busy, so that new sends

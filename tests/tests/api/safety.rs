@@ -36,6 +36,12 @@ async fn a_blocked_user_cannot_open_send_in_or_add_the_blocker() {
     assert_eq!(block(&t, &a, &b, true).await.status, 204, "idempotent");
     let r = t.send(&c, &b, "after").await;
     assert_eq!((r.status, r.code()), (403, "blocked"), "{r:?}");
+    // Nor upload a file for it (a member, so not 404).
+    let file = json!({"fileName": "a.png", "contentType": "image/png", "size": 10});
+    let r = t
+        .post(&format!("/conversations/{c}/attachments"), &b, file)
+        .await;
+    assert_eq!((r.status, r.code()), (403, "blocked"), "{r:?}");
     let r = t.open_direct(&b, &a).await;
     assert_eq!((r.status, r.code()), (403, "blocked"), "{r:?}");
     // The blocker still sends, and opens the conversation.

@@ -142,13 +142,14 @@ pub fn operation(req: &Request) -> Option<Operation> {
 }
 
 /// A path parameter, from API Gateway's `pathParameters` or, failing that, from the path by its
-/// route's template. Percent-escapes are decoded either way (`routes::percent_decode`).
+/// route's template. Percent-escapes are decoded either way (`routes::percent_decode`); a
+/// malformed one is no parameter (its parser's `400`).
 pub fn path_param(req: &Request, name: &str) -> Option<String> {
     if let Some(v) = req.path_parameters_ref().and_then(|p| p.first(name)) {
-        return Some(percent_decode(v));
+        return percent_decode(v);
     }
     let (_, params) = route_of(req)?;
-    params.get(name).map(percent_decode)
+    params.get(name).and_then(percent_decode)
 }
 
 /// Query-string parameters of a request.

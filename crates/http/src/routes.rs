@@ -215,26 +215,27 @@ pub fn locate(method: &str, path: &str) -> Option<(&'static Route, PathParams)> 
         .find_map(|r| r.matches_behind_prefix(path).map(|p| (r, p)))
 }
 
-/// Percent-escapes decoded (`%40` → `@`); a `%` not followed by two hex digits stays as it is. A
-/// client that encodes `@` or `:` in a path (as `encodeURIComponent` does) names the same id, and
-/// no valid id contains `%`.
-pub fn percent_decode(s: &str) -> String {
+/// Percent-escapes decoded (`%40` → `@`), or None when the text is not percent-encoded UTF-8: a
+/// `%` not followed by two hex digits, or escapes of bytes that are not UTF-8 (`%FF`). A client
+/// that encodes `@` or `:` in a path (as `encodeURIComponent` does) names the same id; a
+/// malformed one names nothing (no valid id contains `%`), and a reaction is never changed
+/// into another (`%FF` and `%C3` would both be U+FFFD).
+pub fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
+        if bytes[i] == b'%' {
+            let hex = |b: Option<&u8>| b.and_then(|&b| (b as char).to_digit(16));
+            let (h, l) = (hex(bytes.get(i + 1))?, hex(bytes.get(i + 2))?);
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
         }
         out.push(bytes[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
@@ -245,11 +246,13 @@ mod tests {
 
     #[test]
     fn decodes_percent_escapes() {
-        assert_eq!(percent_decode("a%40b%3Ac"), "a@b:c");
-        assert_eq!(percent_decode("a%40"), "a@");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%4"), "%4");
-        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(percent_decode("a%40b%3Ac").as_deref(), Some("a@b:c"));
+        assert_eq!(percent_decode("a%40").as_deref(), Some("a@"));
+        assert_eq!(percent_decode("%F0%9F%91%8D").as_deref(), Some("👍"));
+        assert_eq!(percent_decode("👍").as_deref(), Some("👍"));
+        for malformed in ["100%", "%4", "%zz", "a%", "%ff", "%C3", "%E2%82", "%c0%af"] {
+            assert_eq!(percent_decode(malformed), None, "{malformed}");
+        }
     }
 
     #[test]

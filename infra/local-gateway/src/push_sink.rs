@@ -59,7 +59,7 @@ impl PushSink {
                         let token = query
                             .split('&')
                             .find_map(|p| p.strip_prefix("token="))
-                            .map(chat_http::routes::percent_decode)
+                            .and_then(chat_http::routes::percent_decode)
                             .unwrap_or_default();
                         json_of(json!({ "notifications": sink.sent_to(&token) }))
                     }

@@ -364,6 +364,22 @@ async fn reactions_are_bounded() {
         let r = t.react(&c, 1, &a, reaction, false).await;
         assert_eq!(r.status, status, "{reaction}: {r:?}");
     }
+    // Not percent-encoded UTF-8: refused, never turned into U+FFFD (which %FF and %C3 would
+    // both have become, one reaction for two inputs).
+    for malformed in ["%FF", "%C3", "%E2%82", "a%", "%zz"] {
+        let r = t.react(&c, 1, &a, malformed, true).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_request"),
+            "{malformed}: {r:?}"
+        );
+    }
+    let encoded = t.react(&c, 1, &a, "%F0%9F%91%8D", true).await;
+    let reactions = encoded.body["reactions"].as_array().unwrap();
+    assert!(
+        reactions.iter().any(|r| r["reaction"] == "👍"),
+        "{encoded:?}"
+    );
     assert_eq!(t.react(&c, 9, &a, "r0", true).await.status, 404);
     for query in [
         "messages/1/reactions?cursor=%21%21",

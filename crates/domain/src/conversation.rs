@@ -83,14 +83,23 @@ pub fn is_manager(caller: &UserId, owner: Option<&UserId>, admins: &[UserId]) ->
     owner == Some(caller) || admins.contains(caller)
 }
 
-/// A member may remove itself; the owner and the admins may remove anyone.
+/// A member may remove itself; the owner may remove anyone, the admins anyone but the owner (who
+/// names and removes them: an admin removing it would leave the group without one who can).
 pub fn check_removal(
     caller: &UserId,
     target: &UserId,
     owner: Option<&UserId>,
     admins: &[UserId],
 ) -> Result<(), ChatError> {
-    if caller == target || is_manager(caller, owner, admins) {
+    if caller == target {
+        return Ok(());
+    }
+    if owner == Some(target) {
+        return Err(ChatError::Forbidden(
+            "the group's owner cannot be removed; it may leave".into(),
+        ));
+    }
+    if is_manager(caller, owner, admins) {
         Ok(())
     } else {
         Err(ChatError::Forbidden(
@@ -268,6 +277,9 @@ mod tests {
         assert!(check_removal(&owner, &u("m"), Some(&owner), &[]).is_ok());
         assert!(check_removal(&owner, &owner, Some(&owner), &[]).is_ok());
         assert!(check_removal(&u("a"), &u("m"), Some(&owner), &[u("a")]).is_ok());
+        assert!(check_removal(&u("a"), &u("b"), Some(&owner), &[u("a"), u("b")]).is_ok());
+        let e = check_removal(&u("a"), &owner, Some(&owner), &[u("a")]).unwrap_err();
+        assert_eq!(e.status(), 403, "an admin does not remove the owner");
         assert_eq!(
             check_removal(&u("m"), &u("n"), Some(&owner), &[u("a")])
                 .unwrap_err()

@@ -179,9 +179,15 @@ impl Event {
             .is_some_and(|d| d.message.is_none())
     }
 
-    /// Gives a full change event its message as it is now.
+    /// Gives a full change event its message as it is now; one with attachments goes light
+    /// instead, as its `message.new` does (`message_new`): their URLs are presigned per read.
     pub fn set_message(&mut self, message: Message) {
-        if let Some(d) = self.change_mut().and_then(|c| c.full.as_mut()) {
+        let Some(c) = self.change_mut() else {
+            return;
+        };
+        if !message.attachments.is_empty() {
+            c.full = None;
+        } else if let Some(d) = c.full.as_mut() {
             d.message = Some(message);
         }
     }
@@ -413,6 +419,23 @@ mod tests {
         m.attachments
             .push(crate::attachments::Attachment::fixture("a"));
         assert!(Event::message_new(&m).is_light());
+        // Its changes too: the edit's event goes light rather than carry no URLs.
+        let mut edited = Event::change(ChangeKind::Edited, ChangeEvent::of(record(4)));
+        edited.set_message(m.clone());
+        assert_eq!(edited.as_change().unwrap().1.full, None);
+        assert!(!edited.lacks_message());
+        m.attachments.clear();
+        let mut plain = Event::change(ChangeKind::Edited, ChangeEvent::of(record(4)));
+        plain.set_message(m);
+        assert!(plain
+            .as_change()
+            .unwrap()
+            .1
+            .full
+            .as_ref()
+            .unwrap()
+            .message
+            .is_some());
     }
 
     use super::fixtures::*;

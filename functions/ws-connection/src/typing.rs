@@ -173,9 +173,10 @@ impl Typing {
     ) -> Result<(), ChatError> {
         let settle = tokio::time::sleep(Duration::from_millis(SETTLE_MS as u64));
         let (online, ()) = tokio::join!(self.online_members(id, claimed), settle);
+        let (members, online) = online?;
         let current = self.connections.typing_state(id).await?;
         let now = now_ms();
-        self.push(id, &current.entries, last_read, now, online?)
+        self.push(id, &current.entries, last_read, now, &members, online)
             .await;
         if let Some(as_if) = renewed_claim(claimed, now_ms()) {
             // Else the next push could reach a recipient within a second of this one.
@@ -194,33 +195,36 @@ impl Typing {
         Ok(())
     }
 
-    /// The conversation's online members' connections. Reads: 1 GetItem (membersVersion; + 1
-    /// Query when the membership changed), ⌈members/100⌉ BatchGetItem of the presence items.
+    /// The conversation's members and their online connections. Reads: 1 GetItem
+    /// (membersVersion; + 1 Query when the membership changed), ⌈members/100⌉ BatchGetItem of the
+    /// presence items.
     async fn online_members(
         &self,
         id: &ConversationId,
         now: i64,
-    ) -> Result<Vec<LiveConnection>, ChatError> {
+    ) -> Result<(Arc<Vec<UserId>>, Vec<LiveConnection>), ChatError> {
         let Some(members) = self.member_list(id).await? else {
-            return Ok(Vec::new());
+            return Ok((Arc::default(), Vec::new()));
         };
-        self.connections
-            .live_connections(&members, now / 1000)
-            .await
+        let online = self.connections.live_connections(&members, now / 1000);
+        Ok((members.clone(), online.await?))
     }
 
     /// The set at `now` to every online member who is shown someone typing, or may have been by
     /// the last push (its set read at `last_read`), in the same order every time (so that each
-    /// recipient's frames are as far apart as the pushes' claims).
+    /// recipient's frames are as far apart as the pushes' claims). Only current `members` are
+    /// shown: a typist removed from the group meanwhile is not, though its entry has not expired.
     async fn push(
         &self,
         id: &ConversationId,
         entries: &[TypingEntry],
         last_read: Option<i64>,
         now: i64,
+        members: &[UserId],
         online: Vec<LiveConnection>,
     ) {
-        let typing = typing_now(entries, now);
+        let mut typing = typing_now(entries, now);
+        typing.retain(|t| members.contains(t));
         let mut online: Vec<_> = online
             .into_iter()
             .filter(|c| {

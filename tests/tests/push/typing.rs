@@ -155,6 +155,24 @@ async fn a_closed_connection_stops_typing_and_non_members_are_ignored() {
     .await
 }
 
+/// A typist removed from the group is not shown typing to the others, though its start has not
+/// expired yet (found by probing: the next frame still listed it).
+#[tokio::test]
+async fn a_removed_member_is_not_shown_typing() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (conv, users, mut c) = group_online(&t, 3).await;
+        c[1].send_text(&typing(&conv, "start")).await;
+        until_typing(&mut c[2], &conv, &[&users[1]]).await;
+        assert_eq!(t.remove_member(&conv, &users[0], &users[1]).await.status, 204);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        c[0].send_text(&typing(&conv, "start")).await;
+        let e = until_typing(&mut c[2], &conv, &[&users[0]]).await;
+        assert_eq!(e["count"], 1, "{e}");
+    })
+    .await
+}
+
 #[tokio::test]
 async fn bad_frames_are_answered_or_dropped_and_nobody_is_disconnected() {
     bounded(60, async {

@@ -1,11 +1,12 @@
 //! The thumbnail of an image (pure: bytes in, bytes out): JPEG, PNG, GIF or WebP decoded within
 //! limits (a decompression bomb is refused before its pixels are allocated), scaled so its
-//! longest side is at most `MAX_SIDE` (never upscaled), encoded as JPEG, or PNG when the image
-//! has transparency.
+//! longest side is at most `MAX_SIDE` (never upscaled), turned upright as its EXIF orientation
+//! says (a phone's photo is stored sideways), encoded as JPEG, or PNG when the image has
+//! transparency.
 
 use std::io::Cursor;
 
-use image::{DynamicImage, ImageFormat, ImageReader, Limits};
+use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits};
 
 /// The thumbnail's longest side (SPEC §14).
 pub const MAX_SIDE: u32 = 320;
@@ -57,10 +58,18 @@ pub fn make(bytes: &[u8]) -> Result<Thumbnail, NoThumbnail> {
         return Err(NoThumbnail::NotAnImage);
     }
     reader.limits(limits());
-    let image = reader.decode().map_err(|e| match e {
+    let refused = |e| match e {
         image::ImageError::Limits(l) => NoThumbnail::TooLarge(l.to_string()),
         other => NoThumbnail::Undecodable(other.to_string()),
-    })?;
+    };
+    let mut decoder = reader.into_decoder().map_err(refused)?;
+    // An unreadable orientation is no reason to refuse the picture: shown as stored.
+    let orientation = decoder
+        .orientation()
+        .unwrap_or(image::metadata::Orientation::NoTransforms);
+    let mut image = DynamicImage::from_decoder(decoder).map_err(refused)?;
+    image.apply_orientation(orientation);
+    // The size as it is shown (upright).
     let (width, height) = (image.width(), image.height());
     let small = if width.max(height) > MAX_SIDE {
         image.thumbnail(MAX_SIDE, MAX_SIDE)
@@ -78,7 +87,9 @@ pub fn make(bytes: &[u8]) -> Result<Thumbnail, NoThumbnail> {
 
 fn encode(image: DynamicImage) -> Result<(Vec<u8>, &'static str), String> {
     let mut out = Cursor::new(Vec::new());
-    if image.color().has_alpha() {
+    // A GIF decodes with an alpha channel whether or not a pixel is transparent.
+    let transparent = image.color().has_alpha() && image.to_rgba8().pixels().any(|p| p[3] < 255);
+    if transparent {
         image
             .write_to(&mut out, ImageFormat::Png)
             .map_err(|e| e.to_string())?;
@@ -163,6 +174,43 @@ mod tests {
             .unwrap();
         let t = make(&out.into_inner()).unwrap();
         assert_eq!(t.content_type, "image/png");
+    }
+
+    /// `jpeg` with an EXIF segment saying `orientation` (1-8), as a phone writes it.
+    fn with_orientation(jpeg: &[u8], orientation: u16) -> Vec<u8> {
+        let mut tiff = b"II*\0\x08\0\0\0".to_vec();
+        tiff.extend(1u16.to_le_bytes());
+        tiff.extend(0x0112u16.to_le_bytes());
+        tiff.extend(3u16.to_le_bytes());
+        tiff.extend(1u32.to_le_bytes());
+        tiff.extend(orientation.to_le_bytes());
+        tiff.extend([0, 0]);
+        tiff.extend(0u32.to_le_bytes());
+        let mut app1 = b"Exif\0\0".to_vec();
+        app1.extend(tiff);
+        let mut out = vec![0xFF, 0xD8, 0xFF, 0xE1];
+        out.extend(u16::try_from(app1.len() + 2).unwrap().to_be_bytes());
+        out.extend(app1);
+        out.extend(&jpeg[2..]);
+        out
+    }
+
+    #[test]
+    fn a_photo_stored_sideways_is_turned_upright() {
+        let stored = sample(600, 300, ImageFormat::Jpeg);
+        // 6: the camera was turned a quarter clockwise; shown 300 wide, 600 high.
+        let t = make(&with_orientation(&stored, 6)).unwrap();
+        assert_eq!((t.width, t.height), (300, 600));
+        let img = decoded(&t);
+        assert_eq!((img.width(), img.height()), (160, 320));
+        let t = make(&with_orientation(&stored, 1)).unwrap();
+        assert_eq!((t.width, t.height), (600, 300));
+    }
+
+    #[test]
+    fn an_opaque_gif_gets_a_jpeg() {
+        let t = make(&sample(400, 200, ImageFormat::Gif)).unwrap();
+        assert_eq!(t.content_type, "image/jpeg");
     }
 
     #[test]

@@ -164,7 +164,10 @@ async fn a_removed_member_is_not_shown_typing() {
         let (conv, users, mut c) = group_online(&t, 3).await;
         c[1].send_text(&typing(&conv, "start")).await;
         until_typing(&mut c[2], &conv, &[&users[1]]).await;
-        assert_eq!(t.remove_member(&conv, &users[0], &users[1]).await.status, 204);
+        assert_eq!(
+            t.remove_member(&conv, &users[0], &users[1]).await.status,
+            204
+        );
         tokio::time::sleep(Duration::from_millis(1_100)).await;
         c[0].send_text(&typing(&conv, "start")).await;
         let e = until_typing(&mut c[2], &conv, &[&users[0]]).await;

@@ -208,7 +208,8 @@ mod tests {
             let now = t0 + ms * 1_000;
             let i = ms as usize % instances;
             served[i] += 1;
-            if let Some(t) = seen[i].filter(|_| !served[i].is_multiple_of(sample)) {
+            if !served[i].is_multiple_of(sample) {
+                let t = seen[i].unwrap_or(now);
                 let refused = b.refuses_unsampled(t, owed[i], now, sample).is_some();
                 admitted += u64::from(!refused);
                 owed[i] += u32::from(!refused);

@@ -213,11 +213,14 @@ impl ChatStore {
         let drawn = uuid::Uuid::new_v4()
             .as_u128()
             .is_multiple_of(u128::from(sample));
-        // Not drawn, and this instance has seen the bucket: decided here, without a write.
-        if let Some(tat) = limiter.seen(user, Kind::Request).filter(|_| !drawn) {
+        // Not drawn: decided here, without a write, by the bucket as this instance last saw it
+        // (full, when it has not seen it yet).
+        if !drawn {
+            let now = now_us();
+            let tat = limiter.seen(user, Kind::Request).unwrap_or(now);
             let owed = limiter.owed(user);
             let bucket = limiter.limits.requests;
-            if let Some(retry_after) = bucket.refuses_unsampled(tat, owed, now_us(), sample) {
+            if let Some(retry_after) = bucket.refuses_unsampled(tat, owed, now, sample) {
                 return Err(ChatError::RateLimited { retry_after });
             }
             limiter.owe(user, false);

@@ -120,20 +120,14 @@ impl Limiter {
         }
     }
 
-    /// Counts a request admitted without a debit (`debit` false), or takes what is owed for a
-    /// debit.
-    fn owe(&self, user: &UserId, debit: bool) -> u32 {
-        let Ok(mut m) = self.owed.lock() else {
-            return 0;
-        };
-        if m.len() >= Self::MAX {
-            m.clear();
+    /// Counts `n` requests admitted without a debit (or owed again by a debit not written).
+    fn owe(&self, user: &UserId, n: u32) {
+        if let Ok(mut m) = self.owed.lock() {
+            if m.len() >= Self::MAX {
+                m.clear();
+            }
+            *m.entry(user.clone()).or_default() += n;
         }
-        if debit {
-            return m.remove(user).unwrap_or(0);
-        }
-        *m.entry(user.clone()).or_default() += 1;
-        0
     }
 
     /// The requests admitted without a debit since the last one.
@@ -142,11 +136,10 @@ impl Limiter {
         m.ok().and_then(|m| m.get(user).copied()).unwrap_or(0)
     }
 
-    /// What a debit that could not be written still owes, again.
-    fn owe_again(&self, user: &UserId, owed: u32) {
-        if let Ok(mut m) = self.owed.lock() {
-            *m.entry(user.clone()).or_default() += owed;
-        }
+    /// What a debit is to pay for, taken.
+    fn take_owed(&self, user: &UserId) -> u32 {
+        let m = self.owed.lock();
+        m.ok().and_then(|mut m| m.remove(user)).unwrap_or(0)
     }
 }
 
@@ -204,7 +197,7 @@ impl ChatStore {
     /// The all-requests limit, at the request edge: `RateLimited` when over it. DynamoDB: none
     /// for `sample − 1` requests in `sample` (and none when known to be over); else as
     /// `limit_send`, debiting this request and those this instance admitted since its last
-    /// debit (`Bucket::charge`).
+    /// debit (`Bucket::debit`).
     pub async fn limit_request(&self, user: &UserId) -> Result<(), ChatError> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
@@ -223,13 +216,13 @@ impl ChatStore {
             if let Some(retry_after) = bucket.refuses_unsampled(tat, owed, now, sample) {
                 return Err(ChatError::RateLimited { retry_after });
             }
-            limiter.owe(user, false);
+            limiter.owe(user, 1);
             return Ok(());
         }
-        let owed = limiter.owe(user, true);
+        let owed = limiter.take_owed(user);
         let (verdict, charged) = self.take(user, Kind::Request, owed).await;
         if !charged {
-            limiter.owe_again(user, owed);
+            limiter.owe(user, owed);
         }
         verdict
     }

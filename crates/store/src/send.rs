@@ -629,19 +629,13 @@ impl ChatStore {
             Step::ReadKey => match self.stored_key(send).await? {
                 Some(key) => return self.replay(key, send).await.map(Flow::Answer),
                 None => match queued.key_missing() {
-                    KeyMissing::SendItself => match self.requeue(send, queued, deadline).await? {
-                        Some(key) => return self.replay(key, send).await.map(Flow::Answer),
-                        None => Duration::ZERO,
-                    },
+                    KeyMissing::SendItself => return self.requeue(send, queued, deadline).await,
                     KeyMissing::Dropped => return Err(ChatError::NotFound),
                 },
             },
             Step::SendItself { drop } => {
                 self.drop_queued(&queue[drop]).await?;
-                match self.requeue(send, queued, deadline).await? {
-                    Some(key) => return self.replay(key, send).await.map(Flow::Answer),
-                    None => Duration::ZERO,
-                }
+                return self.requeue(send, queued, deadline).await;
             }
             // Its own deadline passed meanwhile.
             Step::Withdraw => return Err(ChatError::Throttled),
@@ -666,20 +660,20 @@ impl ChatStore {
         Ok(Flow::Wait(wait))
     }
 
-    /// Queues this request's send again (a replay whose original is gone), to look at once;
-    /// or its stored key, when `enqueue` found one. DynamoDB: 1 PutItem (`enqueue`).
+    /// Queues this request's send again (a replay whose original is gone) and looks at once; or
+    /// answers from its stored key, when `enqueue` found one. DynamoDB: 1 PutItem (`enqueue`).
     async fn requeue(
         &self,
         send: &SendRequest<'_>,
         queued: &mut QueuedSend,
         deadline: Deadline,
-    ) -> Result<Option<StoredKey>, ChatError> {
+    ) -> Result<Flow, ChatError> {
         match self.enqueue(send, deadline).await? {
             Enqueued::Queued(mine) => {
                 queued.enqueued(mine);
-                Ok(None)
+                Ok(Flow::Wait(Duration::ZERO))
             }
-            Enqueued::Stored(key) => Ok(Some(key)),
+            Enqueued::Stored(key) => self.replay(key, send).await.map(Flow::Answer),
         }
     }
 

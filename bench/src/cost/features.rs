@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use chat_domain::notify::{Content, NotifyWindow};
+use chat_domain::typing::ExpiryCheck;
 use chat_domain::{ConversationId, UserId};
 use chat_store::notify::NotifySettings;
 use chat_store::push::{Notifier, Pusher};
@@ -90,6 +91,11 @@ pub struct FeaturesMeasured {
     /// ws-connection's time per typing frame (its waits included; posts not: the bench has no
     /// Management API), in ms.
     pub typing_frame_ms: f64,
+    /// A start's expiry check when its typist has started again since (the steady state: every
+    /// accepted start queues one; the last start of a typist who goes quiet makes a push, a
+    /// frame's change), and its time in ms.
+    pub typing_check: Units,
+    pub typing_check_ms: f64,
 }
 
 impl Bench<'_> {
@@ -127,7 +133,12 @@ impl Bench<'_> {
 
         f.limit_per_send = limiter_units(n, &c, &a).await;
         self.notifications(&mut f).await;
-        (f.typing_frame, f.typing_frame_ms) = self.typing(false).await;
+        (
+            f.typing_frame,
+            f.typing_frame_ms,
+            f.typing_check,
+            f.typing_check_ms,
+        ) = self.typing(false).await;
         f.typing_frame_long_ids = self.typing(true).await.0;
         f
     }
@@ -190,8 +201,10 @@ impl Bench<'_> {
     /// and again 2 s later (the steady state: a start every 2 s per connection); per frame of
     /// the second round. `long_ids`: every user id 128 characters long.
     /// Also the mean time a frame's invocation takes (billed Lambda time: a frame that changes
-    /// the set within a second of the last push waits out that second).
-    async fn typing(&self, long_ids: bool) -> (Units, f64) {
+    /// the set within a second of the last push waits out that second), and the expiry checks of
+    /// the first round's starts, run after the second's (each finds a later start): their units
+    /// and mean time.
+    async fn typing(&self, long_ids: bool) -> (Units, f64, Units, f64) {
         let t = self.t;
         let owner = unique("typing-owner");
         let id = |i: usize| {
@@ -219,8 +232,12 @@ impl Bench<'_> {
             connections.register(&user, &connection, now).await.unwrap();
             typists.push(connection);
         }
-        let typing =
-            ws_connection::Typing::new(t.store_of_function("ws-connection"), connections, None);
+        let typing = ws_connection::Typing::new(
+            t.store_of_function("ws-connection"),
+            connections.clone(),
+            None,
+        );
+        let gid = ConversationId::parse(&g).unwrap();
         let frame = json!({"action": "typing", "conversationId": g, "state": "start"}).to_string();
         // Each typist refreshes every 2 s: 20 of them, a frame every 100 ms.
         let all = || {
@@ -235,21 +252,40 @@ impl Bench<'_> {
             }))
         };
         all().await;
+        let first = connections.typing_state(&gid).await.unwrap();
         tokio::time::sleep(Duration::from_millis(2_100)).await;
+        let connections_table = chat_tests::config().connections_table;
+        let tables = [t.table.as_str(), connections_table.as_str()];
         self.forget();
         let durations = all().await;
-        let u = self
-            .dynamodb_in(&[&t.table, &chat_tests::config().connections_table])
-            .await;
+        let u = self.dynamodb_in(&tables).await;
         let frames = typists.len() as f64;
-        let ms = durations.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / frames;
+        let mean_ms = |d: &[Duration]| {
+            d.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / d.len() as f64
+        };
+        let per = |u: Units, n: f64| Units {
+            calls: u.calls / n,
+            wru: u.wru / n,
+            rru: u.rru / n,
+        };
+        let mut checks = Vec::new();
+        for e in &first.entries {
+            let check = ExpiryCheck {
+                conversation_id: gid.clone(),
+                connection: e.connection.clone(),
+                started_at: e.started_ms,
+            };
+            let started = std::time::Instant::now();
+            typing.expiry_due(&check).await.unwrap();
+            checks.push(started.elapsed());
+        }
+        assert_eq!(checks.len(), typists.len(), "{first:?}");
+        let c = self.dynamodb_in(&tables).await;
         (
-            Units {
-                calls: u.calls / frames,
-                wru: u.wru / frames,
-                rru: u.rru / frames,
-            },
-            ms,
+            per(u, frames),
+            mean_ms(&durations),
+            per(c, checks.len() as f64),
+            mean_ms(&checks),
         )
     }
 
@@ -427,6 +463,13 @@ pub fn feature_costs(
                     "data out",
                     MILLION * a.typing_out_per_in * a.typing_frame_bytes / 1e9 * OUT_GB,
                 ),
+                line(
+                    "expiry check (SQS send, receive, delete; ws-connection, measured ms; DynamoDB)",
+                    MILLION * 3.0 * SQS_REQUEST
+                        + LAMBDA_REQUEST * MILLION
+                        + MILLION * f.typing_check_ms / 1000.0 * MEMORY_GB * LAMBDA_GB_S
+                        + ddb(f.typing_check.wru, f.typing_check.rru),
+                ),
             ],
         ),
     ]
@@ -454,6 +497,10 @@ pub fn print_features(f: &FeaturesMeasured, a: &FeatureAssumptions) {
         ("a window's job (100 members, 99 notified)", f.window),
         ("a typing start, steady state, per frame", f.typing_frame),
         ("the same, 128-character user ids", f.typing_frame_long_ids),
+        (
+            "a typing start's expiry check (started again since)",
+            f.typing_check,
+        ),
     ];
     for (name, u) in units {
         println!(
@@ -462,8 +509,8 @@ pub fn print_features(f: &FeaturesMeasured, a: &FeatureAssumptions) {
         );
     }
     println!(
-        "  ws-connection per typing frame: {:.0} ms (mean, waits included)",
-        f.typing_frame_ms
+        "  ws-connection per typing frame: {:.0} ms (mean, waits included); per expiry check: {:.0} ms",
+        f.typing_frame_ms, f.typing_check_ms
     );
     println!();
     println!("  assumed (counted from the code, not measurable locally): {a:?}");

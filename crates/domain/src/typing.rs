@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ChatError;
@@ -230,6 +230,34 @@ pub fn may_have_shown_someone(
     entries.iter().any(|e| {
         &e.user != member && (e.changed_ms() + CLOCK_MARGIN_MS > read || e.typing_at(read))
     })
+}
+
+/// A start's expiry check (docs/api.md §37, "Expiry"): queued when the start is accepted and due
+/// when it would expire, so that the others are told a typist who went quiet without `stop` has
+/// stopped (their clients drop nobody by themselves). Each accepted start queues its own; the
+/// check of a start refreshed since finds a later one there and leaves the push to its check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpiryCheck {
+    pub conversation_id: ConversationId,
+    pub connection: String,
+    /// The accepted start's stamp (unix ms, as its entry records it).
+    pub started_at: i64,
+}
+
+/// How long an expiry check waits in its queue: the typing time (SQS counts whole seconds; the
+/// check never runs early, it waits out what is left of the start's time).
+pub const EXPIRY_CHECK_DELAY_SECS: i32 = (TYPING_TTL_MS / 1000) as i32;
+
+/// The change a due check pushes: its start's expiry, when that start is still the connection's
+/// last and was not stopped (a stop's writer pushed it). None: started again since, stopped, or
+/// gone (pruned after expiring: a push has shown it expired).
+pub fn expired_start(entries: &[TypingEntry], check: &ExpiryCheck) -> Option<i64> {
+    entries
+        .iter()
+        .find(|e| e.connection == check.connection)
+        .filter(|e| e.started_ms == check.started_at && e.stopped_ms.is_none())
+        .map(|e| e.started_ms + TYPING_TTL_MS)
 }
 
 /// When the conversation's typing frame (or a user's presence push) goes out.
@@ -622,5 +650,34 @@ mod tests {
             Ok(false)
         );
         assert!(parse_presence_visibility(br#"{"visible":"no"}"#).is_err());
+    }
+
+    #[test]
+    fn an_expiry_check_pushes_only_the_start_it_was_queued_for() {
+        let check = |started_at| ExpiryCheck {
+            conversation_id: conv(),
+            connection: "c1".into(),
+            started_at,
+        };
+        let body = serde_json::to_string(&check(1_000)).unwrap();
+        assert_eq!(
+            serde_json::from_str::<ExpiryCheck>(&body).unwrap(),
+            check(1_000)
+        );
+        assert!(body.contains(r#""startedAt":1000"#), "{body}");
+        let typing = [
+            entry("c1", "alice", 1_000, None),
+            entry("c2", "bob", 500, None),
+        ];
+        assert_eq!(expired_start(&typing, &check(1_000)), Some(7_000));
+        // Started again since: that start's own check pushes its expiry.
+        let refreshed = [entry("c1", "alice", 3_100, None)];
+        assert_eq!(expired_start(&refreshed, &check(1_000)), None);
+        assert_eq!(expired_start(&refreshed, &check(3_100)), Some(9_100));
+        // Stopped (its writer pushed), or pruned (a push showed it expired).
+        let stopped = [entry("c1", "alice", 1_000, Some(2_000))];
+        assert_eq!(expired_start(&stopped, &check(1_000)), None);
+        assert_eq!(expired_start(&typing[1..], &check(1_000)), None);
+        assert_eq!(EXPIRY_CHECK_DELAY_SECS as i64 * 1000, TYPING_TTL_MS);
     }
 }

@@ -83,6 +83,10 @@ pub struct Config {
     /// (`NOTIFICATION_CONTENT`), and locally the push sink that stands in for SNS
     /// (`CHAT_PUSH_SINK_URL`).
     pub notify: crate::notify::NotifySettings,
+    /// Typing's expiry checks' delay queue (`CHAT_TYPING_QUEUE_URL`, template `TypingQueue`; its
+    /// SQS endpoint is `notify`'s). None: a typist who goes quiet without `stop` is dropped from
+    /// the set without a push of its own (docs/api.md §37).
+    pub typing_queue_url: Option<String>,
     /// Per-user rate limits (`CHAT_SEND_RATE`, `CHAT_SEND_BURST`, `CHAT_REQUEST_RATE`,
     /// `CHAT_REQUEST_BURST`, `CHAT_REQUEST_SAMPLE`; template parameters; 0 turns one off).
     pub rate_limits: crate::RateLimits,
@@ -259,6 +263,7 @@ impl Config {
             attachment_policy: attachment_policy()?,
             rate_limits: rate_limits()?,
             notify: crate::notify::NotifySettings::from_env(var)?,
+            typing_queue_url: var("CHAT_TYPING_QUEUE_URL"),
         })
     }
 

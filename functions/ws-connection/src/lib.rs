@@ -5,8 +5,12 @@
 //! it is verified here, and a connection without a valid token is refused (401). The connection is
 //! then recorded for the fanout, with a TTL matching API Gateway's 2-hour limit. A suspended
 //! user's connection is refused (403, docs/api.md §30).
+//!
+//! The same function runs typing's expiry checks (an SQS event from `TypingQueue`, typing.rs).
 
 use aws_lambda_events::event::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use chat_domain::typing::ExpiryCheck;
 use chat_domain::ChatError;
 use chat_http::auth::TokenVerifier;
 use chat_lambda::{Error, EventHandler, SdkConfig};
@@ -14,7 +18,7 @@ use chat_store::{ChatStore, Config, ConnectionStore};
 use std::future::Future;
 
 mod typing;
-pub use typing::Typing;
+pub use typing::{ExpiryQueue, Typing};
 
 #[derive(Clone, Debug)]
 pub struct WsConnection {
@@ -139,23 +143,103 @@ fn body(event: &ApiGatewayWebsocketProxyRequest) -> Vec<u8> {
     }
 }
 
+/// What invokes the function: a WebSocket route, or a batch of typing's expiry checks.
+#[derive(Debug)]
+pub enum WsEvent {
+    Route(Box<ApiGatewayWebsocketProxyRequest>),
+    ExpiryChecks(SqsEvent),
+}
+
+impl<'de> serde::Deserialize<'de> for WsEvent {
+    /// An SQS event has `Records`; a route's event never has.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let v = serde_json::Value::deserialize(d)?;
+        if v.get("Records").is_some() {
+            serde_json::from_value(v)
+                .map(WsEvent::ExpiryChecks)
+                .map_err(D::Error::custom)
+        } else {
+            serde_json::from_value(v)
+                .map(|r| WsEvent::Route(Box::new(r)))
+                .map_err(D::Error::custom)
+        }
+    }
+}
+
+/// The answer to a [`WsEvent`] of either kind.
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+pub enum WsResponse {
+    Route(ApiGatewayProxyResponse),
+    ExpiryChecks(SqsBatchResponse),
+}
+
+impl WsConnection {
+    /// Typing's due expiry checks (typing.rs, `Typing::expiry_due`), at once. A check that failed
+    /// is reported and comes again after the queue's visibility timeout (its push is then late but
+    /// right: it sends the set as it is then); a malformed one is dropped.
+    pub async fn expiry_checks(&self, event: SqsEvent) -> SqsBatchResponse {
+        let checks = event.records.into_iter().map(|record| async move {
+            let check: Option<ExpiryCheck> = record
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str(b).ok());
+            let Some(check) = check else {
+                tracing::error!(id = ?record.message_id, "malformed typing expiry check");
+                return None;
+            };
+            match self.typing.expiry_due(&check).await {
+                Ok(()) => None,
+                Err(e) => {
+                    tracing::warn!(conversation = %check.conversation_id, error = %e, "typing expiry check failed; retried");
+                    let mut failure = BatchItemFailure::default();
+                    failure.item_identifier = record.message_id.unwrap_or_default();
+                    Some(failure)
+                }
+            }
+        });
+        let mut response = SqsBatchResponse::default();
+        response.batch_item_failures = futures::future::join_all(checks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        response
+    }
+
+    async fn invoked(&self, event: WsEvent) -> WsResponse {
+        match event {
+            WsEvent::Route(route) => WsResponse::Route(self.handle(*route).await),
+            WsEvent::ExpiryChecks(checks) => {
+                WsResponse::ExpiryChecks(self.expiry_checks(checks).await)
+            }
+        }
+    }
+}
+
 impl EventHandler for WsConnection {
-    type Event = ApiGatewayWebsocketProxyRequest;
-    type Response = ApiGatewayProxyResponse;
+    type Event = WsEvent;
+    type Response = WsResponse;
 
     async fn from_config(config: &Config, sdk: &SdkConfig) -> Result<Self, Error> {
         let verifier = TokenVerifier::from_config(&config.auth).await?;
         let connections = config.connection_store(sdk);
+        let expiry = config.typing_queue_url.clone().map(|url| ExpiryQueue {
+            sqs: config.sqs_client(sdk),
+            url,
+        });
         let typing = Typing::new(
             config.chat_store(sdk),
             connections.clone(),
             config.management_client(sdk),
-        );
+        )
+        .with_expiry(expiry);
         Ok(WsConnection::new(connections, verifier, typing)
             .with_suspensions(config.chat_store(sdk)))
     }
 
     fn handle(&self, event: Self::Event) -> impl Future<Output = Self::Response> + Send {
-        WsConnection::handle(self, event)
+        self.invoked(event)
     }
 }

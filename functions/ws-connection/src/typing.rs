@@ -3,15 +3,18 @@
 //! other online members straight through the Management API, at most once a second per
 //! conversation: no stream, no Kinesis, nothing stored but the state itself. Presence pushes
 //! (§38) go the same way, to a user's online direct peers when a connection opens or closes.
+//! A typist who goes quiet without `stop` is pushed as stopped by its start's expiry check
+//! (`TypingQueue`, delayed by the typing time), which this function runs too.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chat_domain::typing::{
-    error_frame, may_have_shown_someone, parse_client_frame, prunable, push_due, renewed_claim,
-    typing_event, typing_now, Broadcast, ClientFrame, LastPush, TypingEntry, TypingState,
-    FRAME_INTERVAL_MS, FRAME_SLACK_MS, SETTLE_MS,
+    error_frame, expired_start, may_have_shown_someone, parse_client_frame, prunable, push_due,
+    renewed_claim, typing_event, typing_now, Broadcast, ClientFrame, ExpiryCheck, LastPush,
+    TypingEntry, TypingState, EXPIRY_CHECK_DELAY_SECS, FRAME_INTERVAL_MS, FRAME_SLACK_MS,
+    SETTLE_MS,
 };
 use chat_domain::{ChatError, ConversationId, UserId};
 use chat_store::connections::LiveConnection;
@@ -36,6 +39,36 @@ pub struct Typing {
     pusher: Pusher,
     /// Member ids per conversation under their `membersVersion` (as the fanout keeps them).
     members: Arc<Mutex<HashMap<ConversationId, MemberList>>>,
+    /// Where accepted starts queue their expiry checks (none: expiry is not pushed by itself).
+    expiry: Option<ExpiryQueue>,
+}
+
+/// The expiry checks' delay queue (template `TypingQueue`).
+#[derive(Clone, Debug)]
+pub struct ExpiryQueue {
+    pub sqs: aws_sdk_sqs::Client,
+    pub url: String,
+}
+
+impl ExpiryQueue {
+    /// Queues `check`, due when its start would expire. 1 SendMessage.
+    async fn queue(&self, check: &ExpiryCheck) -> Result<(), ChatError> {
+        let body = serde_json::to_string(check).map_err(ChatError::internal)?;
+        self.sqs
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .delay_seconds(EXPIRY_CHECK_DELAY_SECS)
+            .send()
+            .await
+            .map_err(|e| {
+                ChatError::internal(format!(
+                    "SendMessage: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        Ok(())
+    }
 }
 
 fn now_ms() -> i64 {
@@ -53,6 +86,15 @@ impl Typing {
             chat,
             connections,
             members: Arc::default(),
+            expiry: None,
+        }
+    }
+
+    /// Accepted starts queue their expiry checks in `queue`.
+    pub fn with_expiry(self, queue: Option<ExpiryQueue>) -> Self {
+        Typing {
+            expiry: queue,
+            ..self
         }
     }
 
@@ -89,22 +131,56 @@ impl Typing {
         if !self.chat.is_member(&frame.conversation, &user).await? {
             return Ok(());
         }
-        let changed = match frame.state {
+        let id = &frame.conversation;
+        match frame.state {
             TypingState::Start => {
-                self.connections
-                    .typing_start(&frame.conversation, connection, &user, at_ms)
+                if self
+                    .connections
+                    .typing_start(id, connection, &user, at_ms)
                     .await?
+                {
+                    let check = ExpiryCheck {
+                        conversation_id: id.clone(),
+                        connection: connection.to_owned(),
+                        started_at: at_ms,
+                    };
+                    let (published, ()) =
+                        tokio::join!(self.publish(id, now_ms()), self.queue_expiry(&check));
+                    published?;
+                }
             }
             TypingState::Stop => {
-                self.connections
-                    .typing_stop(&frame.conversation, connection, at_ms)
-                    .await?
+                if self.connections.typing_stop(id, connection, at_ms).await? {
+                    self.publish(id, now_ms()).await?;
+                }
             }
-        };
-        if changed {
-            self.publish(&frame.conversation, now_ms()).await?;
         }
         Ok(())
+    }
+
+    /// Queues the accepted start's expiry check. A check not queued leaves the typist shown
+    /// until the next push or the clients' own 6 s (the SDK's): logged, not failed.
+    async fn queue_expiry(&self, check: &ExpiryCheck) {
+        if let Some(queue) = &self.expiry {
+            if let Err(e) = queue.queue(check).await {
+                tracing::warn!(conversation = %check.conversation_id, error = %e, "typing expiry check not queued");
+            }
+        }
+    }
+
+    /// A start's expiry check is due: unless the connection started again or stopped since, its
+    /// expiry is a change, pushed as any other (`publish`: the claim, the second, the set without
+    /// it). DynamoDB: 1 Query of the set; when it expired, `publish`'s reads and writes.
+    pub async fn expiry_due(&self, check: &ExpiryCheck) -> Result<(), ChatError> {
+        let id = &check.conversation_id;
+        let state = self.connections.typing_state(id).await?;
+        let Some(expired) = expired_start(&state.entries, check) else {
+            return Ok(());
+        };
+        // SQS counts whole seconds from the send, after the stamp: never early, but wait if so.
+        let early = (expired - now_ms()).clamp(0, MAX_WAIT_MS);
+        tokio::time::sleep(Duration::from_millis(early as u64)).await;
+        self.publish(id, expired).await
     }
 
     /// One frame to one connection (through the Management API, once).

@@ -49,6 +49,14 @@ impl Handlers {
         Ok(self.ws.handle(event).await.status_code)
     }
 
+    /// Typing's due expiry checks (an SQS event) → the ws-connection function's response.
+    pub(crate) async fn expiry_checks(
+        &self,
+        event: aws_lambda_events::event::sqs::SqsEvent,
+    ) -> aws_lambda_events::event::sqs::SqsBatchResponse {
+        self.ws.expiry_checks(event).await
+    }
+
     /// DynamoDB stream records → the relay's response (`batchItemFailures`).
     pub(crate) async fn relay(&self, records: Vec<Value>) -> Result<Value, Error> {
         let event: DynamoDbEvent = serde_json::from_value(json!({ "Records": records }))?;

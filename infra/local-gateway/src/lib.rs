@@ -25,6 +25,7 @@ mod mapping;
 pub mod notify;
 mod pipeline;
 pub mod push_sink;
+mod queue_poll;
 mod registry;
 mod rest_edge;
 mod shutdown;
@@ -251,7 +252,16 @@ impl Gateway {
             Some(addr) => Some(start_notifications(&mut chat, &sdk, addr, &shutdown).await?),
             None => None,
         };
+        let typing_queue = typing_queue(&mut chat, &sdk).await;
         let handlers = handlers::Handlers::new(&chat, &sdk).await?;
+        if let Some((sqs, url)) = typing_queue {
+            let handlers = handlers.clone();
+            let run = move |event| {
+                let handlers = handlers.clone();
+                async move { handlers.expiry_checks(event).await }
+            };
+            queue_poll::spawn(sqs, url, run, shutdown.clone());
+        }
         let fanout = handlers.fanout_stats();
 
         let registry = registry::Registry::default();
@@ -331,9 +341,42 @@ async fn start_notifications(
     )
     .await?;
     let queue = chat.notify.queue_url.clone().unwrap_or_default();
-    notify::spawn(sqs, queue, function, shutdown.clone());
+    let run = move |event| {
+        let function = function.clone();
+        async move { function.handle(event).await }
+    };
+    queue_poll::spawn(sqs, queue, run, shutdown.clone());
     Ok(url)
 }
+
+/// Typing's expiry checks' queue (template `TypingQueue`, on moto's SQS): points `chat` at it
+/// and returns its client and URL, for `queue_poll` to run the ws-connection handler's checks.
+/// None (a warning): no such queue where SQS is, and typists expire without a push of their own.
+async fn typing_queue(
+    chat: &mut chat_store::Config,
+    sdk: &aws_config::SdkConfig,
+) -> Option<(aws_sdk_sqs::Client, String)> {
+    if chat.notify.sqs_endpoint.is_none() {
+        chat.notify.sqs_endpoint = chat.kinesis_endpoint.clone();
+    }
+    let sqs = chat.sqs_client(sdk);
+    let url = match &chat.typing_queue_url {
+        Some(url) => url.clone(),
+        None => match queue_poll::queue_url(&sqs, TYPING_QUEUE).await {
+            Ok(url) => url,
+            Err(e) => {
+                tracing::warn!(error = %e, "typing expiry is not pushed");
+                return None;
+            }
+        },
+    };
+    chat.typing_queue_url = Some(url.clone());
+    Some((sqs, url))
+}
+
+/// The expiry checks' queue's logical id (template.yaml), the name the local stack creates it
+/// under.
+const TYPING_QUEUE: &str = "TypingQueue";
 
 /// The REST edge in front of the REST API's upstream; returns its URL.
 async fn serve_rest(

@@ -47,7 +47,7 @@ async fn members_receive_message_and_read_events_and_outsiders_nothing() {
             &json!({
                 "type": "message.new", "conversationId": conv, "seq": 1, "senderId": b,
                 "clientMsgId": sent.body["clientMsgId"], "body": "hello <b>\"☃\"</b>\n日本語",
-                "createdAt": sent.body["createdAt"],
+                "createdAt": sent.body["createdAt"], "version": 1,
             }),
             "the full message, as the REST response has it"
         );

@@ -163,6 +163,7 @@ fn record(sequence: &str, conversation: &str, seq: u64) -> KinesisEventRecord {
             client_msg_id: None,
             body: None,
             created_at: None,
+            version: None,
             origin: None,
         }],
     };

@@ -34,6 +34,10 @@ pub enum Event {
         body: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         created_at: Option<String>,
+        /// The message's `version` as sent (1; docs/api.md §18: the message object carries it
+        /// everywhere, so a full push too).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<u64>,
         /// The sender's connection that sent it (`X-Connection-Id`), which the push skips:
         /// carried in the Kinesis record, never in a frame (`Event::frame`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,6 +210,7 @@ impl Event {
             client_msg_id: Some(m.client_msg_id.clone()),
             body: Some(m.body.clone()),
             created_at: Some(m.created_at.clone()),
+            version: Some(m.version),
             origin: None,
         }
     }
@@ -259,6 +264,7 @@ impl Event {
             client_msg_id: None,
             body: None,
             created_at: None,
+            version: None,
             origin: None,
         }
     }
@@ -402,6 +408,7 @@ pub mod fixtures {
             client_msg_id: Some("id".into()),
             body: Some("b".into()),
             created_at: Some("t".into()),
+            version: Some(1),
             origin: None,
         }
     }
@@ -464,7 +471,7 @@ mod tests {
         assert_eq!(msg(42).for_audience(200), msg(42));
         assert_eq!(
             serde_json::to_value(msg(1)).unwrap(),
-            serde_json::json!({"type":"message.new","conversationId":C,"seq":1,"senderId":"u","clientMsgId":"id","body":"b","createdAt":"t"})
+            serde_json::json!({"type":"message.new","conversationId":C,"seq":1,"senderId":"u","clientMsgId":"id","body":"b","createdAt":"t","version":1})
         );
         assert_eq!(
             serde_json::to_value(read("u", 40)).unwrap(),
@@ -562,6 +569,7 @@ mod tests {
                 sender_id,
                 client_msg_id,
                 body,
+                version,
                 ..
             } => Event::MessageNew {
                 conversation_id,
@@ -570,6 +578,7 @@ mod tests {
                 client_msg_id,
                 body,
                 created_at: Some(created.into()),
+                version,
                 origin: None,
             },
             _ => unreachable!(),

@@ -21,6 +21,7 @@ use tracing::Instrument;
 
 use super::{percentile, write_units_in, Request};
 
+mod access_log;
 mod features;
 use chat_tests::capacity::{item_size, read_units};
 use chat_tests::{new_uuid, unique, Call, LogCapture, TestApp};
@@ -97,6 +98,9 @@ pub struct Measured {
     pub history: Op,
     /// Stored bytes per 1:1 message, DynamoDB's 100 bytes per item included.
     pub message_bytes: f64,
+    /// The HTTP API's access-log line per REST request: template.yaml's format filled in with
+    /// example values (`access_log`; 600 bytes *assumed* before 2026-12-06, of 16 fields).
+    pub access_log_bytes: f64,
     /// Kinesis record (an `EventBatch` of one event): full and light `message.new`, `read.updated`.
     pub event_bytes: f64,
     pub event_bytes_light: f64,
@@ -168,10 +172,10 @@ pub struct Assumptions {
     /// The share of the group's online members whose client has it on screen: the SDK's
     /// `lightFetch: "watched"` fetches light pushes only for those (clients/js); 1 before.
     pub watching_share: f64,
-    /// Lambda's own JSON lines per invocation (platform.start, platform.report), the HTTP API's
-    /// access-log line (template.yaml's 16 fields), a stream consumer's per-batch line.
+    /// Lambda's own JSON lines per invocation (platform.start, platform.report), a stream
+    /// consumer's per-batch line. (The HTTP API's access-log line is sized from template.yaml:
+    /// `Measured::access_log_bytes`.)
     pub platform_log_bytes: f64,
-    pub access_log_bytes: f64,
     pub consumer_log_bytes: f64,
     /// The share of stream-consumer batches that write their line (`CHAT_LOG_EVERY`: one in 20 of
     /// the ordinary ones); whether every REST request writes its `request` line (before).
@@ -204,7 +208,6 @@ pub const ASSUMED: Assumptions = Assumptions {
     fetches_per_push: 1.0,
     watching_share: 0.2,
     platform_log_bytes: 0.0,
-    access_log_bytes: 600.0,
     consumer_log_bytes: 250.0,
     consumer_line_share: 1.0 / chat_domain::log_sampling::LogSampling::DEFAULT.every as f64,
     every_request_line: false,
@@ -285,7 +288,7 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         } else {
             op.log_bytes
         };
-        own + a.platform_log_bytes + a.access_log_bytes
+        own + a.platform_log_bytes + m.access_log_bytes
     };
     // A stream consumer's lines per message: its batch line (sampled) and Lambda's, per batch.
     let consumer_logs =
@@ -460,7 +463,10 @@ struct Bench<'a> {
 impl Bench<'_> {
     async fn measure_all(&self, n: usize) -> Measured {
         let t = self.t;
-        let mut m = Measured::default();
+        let mut m = Measured {
+            access_log_bytes: access_log::from_template() as f64,
+            ..Measured::default()
+        };
         let (a, b) = (unique("a"), unique("b"));
         let c = t.direct(&a, &b).await;
         let pk = format!("C#{c}");
@@ -1130,8 +1136,12 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
         a.named_connection_share, BEFORE.named_connection_share
     );
     println!(
-        "  log bytes per invocation: Lambda's platform lines {} (SystemLogLevel WARN; before: {} at INFO), access log {}, a stream consumer's line {} written for {:.2} of batches (CHAT_LOG_EVERY; before: all); {} B of headers per response",
-        a.platform_log_bytes, BEFORE.platform_log_bytes, a.access_log_bytes, a.consumer_log_bytes, a.consumer_line_share, a.response_overhead_bytes
+        "  log bytes per invocation: Lambda's platform lines {} (SystemLogLevel WARN; before: {} at INFO), a stream consumer's line {} written for {:.2} of batches (CHAT_LOG_EVERY; before: all); {} B of headers per response",
+        a.platform_log_bytes, BEFORE.platform_log_bytes, a.consumer_log_bytes, a.consumer_line_share, a.response_overhead_bytes
+    );
+    println!(
+        "  the access log's line: template.yaml's format, {} bytes with the example values of bench/src/cost/access_log.rs (a browser's user agent, a UUID sub, a 1:1 send's path)",
+        m.access_log_bytes
     );
     println!(
         "  Kinesis enhanced fan-out ${}/GB, ${}/consumer-hour; fanout reads with its member list cached",
@@ -1290,7 +1300,6 @@ mod tests {
             connections_per_online_user: 1.0,
             named_connection_share: 0.0,
             platform_log_bytes: 0.0,
-            access_log_bytes: 0.0,
             consumer_log_bytes: 0.0,
             response_overhead_bytes: 0.0,
             ..ASSUMED

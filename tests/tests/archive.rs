@@ -81,6 +81,8 @@ async fn seed(t: &TestApp, c: &str, sender: &str, n: u64) {
             fingerprint: chat_domain::message::message_fingerprint(&sender, &body),
             created_at: created_at.clone(),
             request_id: new_uuid(),
+            deleted_version: None,
+            edited_at: None,
         };
         writes.push(message_item(&m).unwrap());
         writes.push(
@@ -894,8 +896,9 @@ async fn a_queued_replay_of_an_archived_message_is_answered_and_commits_nothing(
 }
 
 /// An edited message's archived key keeps the fingerprint of the send, not of the edited body:
-/// a replay of the send is still the original, the edited body is another send (`409`). So is
-/// a deleted one's.
+/// a replay of the send is still the original, the edited body is another send (`409`). A
+/// deleted one's replay answers its tombstone: its text never comes back (found by probing: it
+/// answered the message as sent).
 #[tokio::test]
 async fn archived_keys_of_edited_and_deleted_messages_answer_their_sends() {
     let t = app().await;
@@ -914,9 +917,20 @@ async fn archived_keys_of_edited_and_deleted_messages_answer_their_sends() {
         assert!(archived_key(&t, &c, m["clientMsgId"].as_str().unwrap())
             .await
             .is_some());
-        let r = replay(&t, &c, m, &m["body"]).await;
-        assert_eq!((r.status, &r.body), (200, m), "the send as it was made");
     }
+    let r = replay(&t, &c, edited, &edited["body"]).await;
+    assert_eq!(
+        (r.status, &r.body),
+        (200, edited),
+        "the send as it was made"
+    );
+    let r = replay(&t, &c, deleted, &deleted["body"]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        (&r.body["deleted"], &r.body["body"], &r.body["version"]),
+        (&json!(true), &json!(""), &json!(2)),
+        "the tombstone: {r:?}"
+    );
     let r = replay(&t, &c, edited, &json!("edited")).await;
     assert_eq!((r.status, r.code()), (409, "conflict"));
     assert_eq!(walk(&t, &c, &a).await, [1, 2, 3]);
@@ -924,7 +938,7 @@ async fn archived_keys_of_edited_and_deleted_messages_answer_their_sends() {
 
 /// The calls of a send once keys of its conversation were archived (docs/data-model.md §3
 /// "Send"): the archived key is read after the conversation item, and a replay of an archived
-/// message reads the membership, the boundary and one chunk. Before any key moved, a send makes
+/// message reads the membership, its deleted mark, the boundary and one chunk. Before any key moved, a send makes
 /// its two calls only (`api::round_trips`).
 #[tokio::test]
 async fn a_send_after_keys_moved_reads_its_archived_key_once() {
@@ -939,8 +953,15 @@ async fn a_send_after_keys_moved_reads_its_archived_key_once() {
     let calls = t.calls.take();
     assert_eq!(
         calls,
-        ["GetItem", "GetItem", "GetItem", "GetItem", "S3:GET"],
-        "replay of an archived message"
+        [
+            "GetItem",
+            "GetItem",
+            "GetItem",
+            "BatchGetItem",
+            "GetItem",
+            "S3:GET"
+        ],
+        "replay of an archived message (its deleted mark, with the item that is gone)"
     );
     // A non-member learns nothing of it: 404, as for any conversation not theirs.
     let stranger = unique("s");

@@ -294,6 +294,35 @@ impl ChatStore {
         )
     }
 
+    /// A deletion's mark on its message's idempotency key (`X#`): a replay of the send answers
+    /// the tombstone from the key alone, within the send's 2 round trips (docs/data-model.md
+    /// §4.2). The key of a message not yet archived exists (the archiver moves keys only after
+    /// `archivedThrough` passed their messages: one that advances meanwhile fails this part's
+    /// condition, and the deletion reads again); a replay of an archived message reads its
+    /// deleted mark instead (`answer_archived`).
+    fn send_key_part(
+        &self,
+        id: &ConversationId,
+        tomb: &Message,
+    ) -> Result<TransactWriteItem, ChatError> {
+        let key = keys::send_key(id, &tomb.client_msg_id.to_ascii_lowercase());
+        let mut values = vec![(":version", n(tomb.version))];
+        let expression = match &tomb.edited_at {
+            Some(at) => {
+                values.push((":edited", s(at.clone())));
+                "SET deletedVersion = :version, editedAt = :edited"
+            }
+            None => "SET deletedVersion = :version",
+        };
+        tx::update(
+            &self.table,
+            key,
+            expression,
+            Some("attribute_exists(pk)"),
+            &values,
+        )
+    }
+
     /// Whether an edit comes too late: the message is archived, or older than the archive age
     /// (it may move any moment).
     fn is_archived(&self, read: &Read, m: &Message) -> bool {
@@ -412,8 +441,8 @@ impl ChatStore {
     }
 
     /// `deleteMessage`. DynamoDB: 1 BatchGetItem (as an edit's), then 1 TransactWriteItems
-    /// (head, record, membership check, key, the tombstone, the deleted mark beside it, the preview when it is the
-    /// last message). An archived message: its chunk is read for the message (1 GetObject) and
+    /// (head, record, membership check, key, the tombstone, the deleted mark beside it, the send's
+    /// key marked deleted, the preview when it is the last message). An archived message: its chunk is read for the message (1 GetObject) and
     /// the deleted mark hides it from history (docs/data-model.md §8). Deleting a deleted
     /// message writes only its key: no change.
     pub async fn delete_message(
@@ -488,6 +517,9 @@ impl ChatStore {
             parts.push(self.key_part(id, client_change_key, &key)?);
             if read.message.is_some() {
                 parts.push(self.message_part(&tomb, message_change, change.change_seq)?);
+            }
+            if read.message.is_some() && seq > read.conversation.archived_through {
+                parts.push(self.send_key_part(id, &tomb)?);
             }
             let mark = ReactionsItem {
                 counts: BTreeMap::new(),

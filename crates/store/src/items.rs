@@ -505,6 +505,12 @@ pub struct SendKeyItem {
     /// `clientMsgId` `200` (or `409`).
     #[serde(default)]
     pub request_id: String,
+    /// Set by the message's deletion, in its transaction: the tombstone's version, and the
+    /// message's `editedAt` if it was edited. A replay then answers the tombstone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_version: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited_at: Option<String>,
 }
 
 impl SendKeyItem {
@@ -531,6 +537,8 @@ impl SendKeyItem {
             fingerprint: compact.f,
             created_at: compact.t,
             request_id: String::new(),
+            deleted_version: None,
+            edited_at: None,
         })
     }
 }
@@ -694,6 +702,8 @@ mod tests {
                 fingerprint: compact.f,
                 created_at: compact.t,
                 request_id: String::new(),
+                deleted_version: None,
+                edited_at: None,
             }
         );
     }

@@ -953,13 +953,16 @@ impl ChatStore {
             .collect())
     }
 
-    /// The answer for a send whose key exists (`answer`, `answer_archived`).
+    /// The answer for a send whose key exists (`answer`, `answer_archived`): the message as
+    /// sent, or its tombstone once deleted (the content is gone, docs/api.md §19, and the
+    /// replay's own body must not bring it back; an edit since does not change the answer, §10).
     async fn replay(
         &self,
         key: StoredKey,
         send: &SendRequest<'_>,
     ) -> Result<(Message, bool), ChatError> {
         match key {
+            // The deletion marked the key itself: no read.
             StoredKey::Live(key) => answer(key, send),
             StoredKey::Archived(key) => self.answer_archived(key, send).await,
         }
@@ -967,8 +970,9 @@ impl ChatStore {
 
     /// The answer for a send whose message is archived: a conflict for another body or sender
     /// (the key's fingerprint), else the original from its chunk, with the replay's body (the
-    /// same, by the fingerprint; an edit since changed the archived one). Never `created`: its
-    /// request is long over. DynamoDB: 1 GetItem (`archivedThrough`); S3: 1 GetObject.
+    /// same, by the fingerprint; an edit since changed the archived one), or its tombstone when
+    /// its deleted mark says so. Never `created`: its request is long over. DynamoDB: 1 GetItem
+    /// (`archivedThrough`), 1 BatchGetItem (the message, gone, and its mark); S3: 1 GetObject.
     async fn answer_archived(
         &self,
         key: ArchivedKeyItem,
@@ -977,14 +981,25 @@ impl ChatStore {
         if !key.made_by(&send.fingerprint) {
             return Err(conflict());
         }
-        let original = self.archived_message(send.id, key.seq, 0).await?;
+        let seqs = std::collections::BTreeSet::from([key.seq]);
+        // (`archivedThrough` is read on the way: 0 says it is not known yet.)
+        let now = self.messages_now(send.id, &seqs, 0).await?;
+        let Some(original) = now.get(&key.seq) else {
+            return Err(ChatError::internal(format!(
+                "archived message {} not found",
+                key.seq
+            )));
+        };
+        if original.deleted {
+            return Ok((original.clone(), false));
+        }
         let message = Message::new(
             send.id.clone(),
             key.seq,
-            original.client_msg_id,
+            original.client_msg_id.clone(),
             send.caller.clone(),
             send.request.body.clone(),
-            original.created_at,
+            original.created_at.clone(),
         );
         Ok((message, false))
     }
@@ -1065,6 +1080,8 @@ impl<'a> Commit<'a> {
             fingerprint: p.fingerprint.clone(),
             created_at: m.created_at.clone(),
             request_id: p.request_id.clone(),
+            deleted_version: None,
+            edited_at: None,
         }
     }
 
@@ -1243,6 +1260,14 @@ fn answer(key: SendKeyItem, send: &SendRequest<'_>) -> Result<(Message, bool), C
         send.request.body.clone(),
         key.created_at,
     );
+    if let Some(version) = key.deleted_version {
+        // Deleted since (its deletion marked the key): the tombstone, as history shows it.
+        message.body.clear();
+        message.version = version;
+        message.deleted = true;
+        message.edited_at = key.edited_at;
+        return Ok((message, created));
+    }
     // The same ids as the original (its fingerprint says so), as checked for this request.
     message.attachments = send.attachments.clone();
     Ok((message, created))

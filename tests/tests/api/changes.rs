@@ -117,6 +117,31 @@ async fn the_sender_edits_once_per_change_id_and_everyone_sees_it() {
     );
 }
 
+/// A send replayed after its message was deleted answers the tombstone, as history shows it,
+/// within the send's 2 round trips (found by probing: it answered the deleted text, as sent
+/// again, at version 1); another body is still a `409`.
+#[tokio::test]
+async fn a_replayed_send_of_a_deleted_message_answers_its_tombstone() {
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_group().await;
+    let id = new_uuid();
+    assert_eq!(t.send_with_id(&c, &a, &id, "regret").await.status, 201);
+    let edited = t.edit(&c, 1, &a, &new_uuid(), "regret, edited").await;
+    assert_eq!(edited.status, 200, "{edited:?}");
+    let deleted = t.delete_message(&c, 1, &a, &new_uuid()).await;
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    assert_eq!(deleted.body["version"], 3, "{deleted:?}");
+    t.calls.take();
+    let replay = t
+        .send_with_id(&c, &a, &id.to_ascii_uppercase(), "regret")
+        .await;
+    assert_eq!((replay.status, &replay.body), (200, &deleted.body));
+    assert_eq!(t.calls.take().len(), 2, "a replay's round trips");
+    let other = t.send_with_id(&c, &a, &id, "something else").await;
+    assert_eq!((other.status, other.code()), (409, "conflict"));
+    assert_eq!(history(&t, &c, &a).await, [deleted.body]);
+}
+
 #[tokio::test]
 async fn bad_edits_are_refused_and_change_nothing() {
     let (t, a, _b, c) = chat(false, &[(By::A, "one")]).await;

@@ -22,6 +22,38 @@ fn invalid(msg: impl Into<String>) -> ChatError {
 /// A JSON object request body.
 pub struct Fields(Map<String, Value>);
 
+/// A request body's top-level object, refused when a field appears twice: JSON leaves what that
+/// means to the reader (ours would take the last, a proxy in front the first), and an
+/// idempotency key two readers see differently is no key.
+struct Object(Map<String, Value>);
+
+const REPEATED: &str = "field `";
+
+impl<'de> serde::Deserialize<'de> for Object {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Object;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Object, A::Error> {
+                let mut map = Map::new();
+                while let Some(name) = a.next_key::<String>()? {
+                    if map.contains_key(&name) {
+                        return Err(serde::de::Error::custom(format!(
+                            "{REPEATED}{name}` appears more than once"
+                        )));
+                    }
+                    map.insert(name, a.next_value()?);
+                }
+                Ok(Object(map))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
 impl Fields {
     pub fn parse(body: &[u8]) -> Result<Fields, ChatError> {
         if body.len() > MAX_REQUEST_BYTES {
@@ -32,9 +64,12 @@ impl Fields {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Err(invalid("request body is required (a JSON object)"));
         }
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(map)) => Ok(Fields(map)),
-            Ok(_) => Err(invalid("request body must be a JSON object")),
+        match serde_json::from_slice::<Object>(body) {
+            Ok(Object(map)) => Ok(Fields(map)),
+            Err(e) if e.is_data() && e.to_string().starts_with(REPEATED) => {
+                Err(invalid(format!("{e}")))
+            }
+            Err(e) if e.is_data() => Err(invalid("request body must be a JSON object")),
             Err(e) => Err(invalid(format!("request body is not valid JSON: {e}"))),
         }
     }
@@ -475,6 +510,34 @@ mod tests {
     fn request_body_limit() {
         let big = format!(r#"{{"seq":1,"pad":"{}"}}"#, "x".repeat(MAX_REQUEST_BYTES));
         assert_eq!(err_msg(parse_mark_read(big.as_bytes())).0, 413);
+    }
+
+    /// A field given twice is refused, naming it (found by probing: the last one was taken);
+    /// what is not an object, or not JSON, is told apart.
+    #[test]
+    fn a_repeated_field_is_refused() {
+        let id = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+        let twice = format!(r#"{{"clientMsgId":"{id}","clientMsgId":"{id}","body":"b"}}"#);
+        let (status, message) = err_msg(SendMessage::parse(twice.as_bytes()));
+        assert_eq!(status, 400);
+        assert!(
+            message.contains("`clientMsgId` appears more than once"),
+            "{message}"
+        );
+        let (_, message) = err_msg(parse_mark_read(br#"{"seq":1,"seq":2}"#));
+        assert!(message.contains("`seq`"), "{message}");
+        for (body, says) in [
+            (&b"[1]"[..], "must be a JSON object"),
+            (b"5", "must be a JSON object"),
+            (b"{\"seq\":1} x", "not valid JSON"),
+            (b"{\"seq\":", "not valid JSON"),
+        ] {
+            let (status, message) = err_msg(parse_mark_read(body));
+            assert_eq!(status, 400);
+            assert!(message.contains(says), "{message}");
+        }
+        // Nested objects are the fields' own business; one field once is fine.
+        assert!(parse_mark_read(br#"{"seq":1,"x":{"a":1,"a":2}}"#).is_ok());
     }
 
     #[test]

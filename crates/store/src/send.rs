@@ -128,7 +128,9 @@ impl ChatStore {
     /// request (+ 1 TransactWriteItems, and a GetItem of the conversation when no recent commit
     /// says where it is).
     ///
-    /// With attachments, the message carries copies of their records as read. Alone, the
+    /// With attachments, the message carries copies of their records as read. A refused
+    /// attachment (unknown, used) of a send whose key exists is a replay (its message deleted
+    /// since, and its attachments with it): + 1 or 2 GetItem of the key, then the replay's answer. Alone, the
     /// transaction's claims are conditioned on the records not having gained a thumbnail or a
     /// verdict since (a recorder finds no message to copy them to before the commit): when one
     /// has, nothing is written and the send reads again (the whole again, at most
@@ -197,11 +199,16 @@ impl ChatStore {
         }
         // Reads only so far: one that gets no answer leaves nothing done (a 429, not a 503).
         let head = if !request.attachments.is_empty() {
-            Some(
-                self.head_with_attachments(&mut send)
-                    .await
-                    .map_err(super::nothing_done)?,
-            )
+            match self.head_with_attachments(&mut send).await {
+                Ok(head) => Some(head),
+                // A refused attachment of a send already stored (its message deleted since,
+                // and its attachments with it): a retry learns its outcome, as any replay.
+                Err(e @ ChatError::InvalidRequest(_)) => match self.stored_key(&send).await {
+                    Ok(Some(key)) => return self.replay(key, &send).await,
+                    _ => return Err(e),
+                },
+                Err(e) => return Err(super::nothing_done(e)),
+            }
         } else if self.seen.busy(id, now_ms()) {
             // Sends were queued a moment ago (this instance saw it): queue up, no read needed.
             None

@@ -181,6 +181,28 @@ async fn bad_uploads_are_refused() {
     assert_eq!(r.status, 404, "{r:?}");
 }
 
+/// A send retried after its message (and so its attachment) was deleted learns its outcome, as
+/// any replay: the tombstone, not a 400 for the attachment gone (found by probing); another
+/// send naming that attachment is still refused.
+#[tokio::test]
+async fn a_send_with_attachments_retried_after_its_deletion_answers_the_tombstone() {
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_group().await;
+    let file = uploaded(&t, &c, &a, b"photo").await;
+    let id = new_uuid();
+    let sent = send_with(&t, &c, &a, &id, &[&file]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    assert_eq!(send_with(&t, &c, &a, &id, &[&file]).await.status, 200);
+    let deleted = t.delete_message(&c, 1, &a, &new_uuid()).await;
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    let retry = send_with(&t, &c, &a, &id, &[&file]).await;
+    assert_eq!((retry.status, &retry.body), (200, &deleted.body));
+    let other = send_with(&t, &c, &a, &new_uuid(), &[&file]).await;
+    assert_eq!(other.status, 400, "{other:?}");
+    let h = t.get(&format!("/conversations/{c}/messages"), &a).await;
+    assert_eq!(seqs(&h.body), [1]);
+}
+
 #[tokio::test]
 async fn a_send_uses_only_its_own_uploaded_unused_attachments() {
     let t = TestApp::new().await;

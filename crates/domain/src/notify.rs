@@ -110,12 +110,15 @@ pub struct Device {
     pub registered_at: String,
 }
 
-/// The devices an 11th registration pushes out: given the user's devices other than the one being
-/// registered, as `(deviceId, registeredAt)`, the oldest ones beyond `MAX_DEVICES - 1`.
-pub fn devices_to_evict(others: &[(String, String)]) -> Vec<String> {
-    let mut by_age: Vec<&(String, String)> = others.iter().collect();
+/// The devices an 11th registration pushes out: given the user's devices as read after it was
+/// written, as `(deviceId, registeredAt)`, all but the `MAX_DEVICES` most recently registered
+/// (ties by id). Each registration's look evicts only devices that are not among the 10 newest
+/// of all (10 newer ones are in its view), and the last one sees all: so registrations at once
+/// end with exactly the 10 newest, whichever order they are seen in.
+pub fn devices_to_evict(devices: &[(String, String)]) -> Vec<String> {
+    let mut by_age: Vec<&(String, String)> = devices.iter().collect();
     by_age.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
-    let excess = others.len().saturating_sub(MAX_DEVICES - 1);
+    let excess = devices.len().saturating_sub(MAX_DEVICES);
     by_age
         .into_iter()
         .take(excess)
@@ -381,13 +384,22 @@ mod tests {
                 })
                 .collect()
         };
-        assert!(devices_to_evict(&devices(9)).is_empty());
-        // 10 others + the new one: the oldest (registered first: d9) goes.
-        assert_eq!(devices_to_evict(&devices(10)), vec!["d9".to_owned()]);
+        assert!(devices_to_evict(&devices(10)).is_empty());
+        // 10 and the new one (d0, the newest): the oldest (registered first: d10) goes.
+        assert_eq!(devices_to_evict(&devices(11)), vec!["d10".to_owned()]);
         assert_eq!(
-            devices_to_evict(&devices(11)),
-            vec!["d10".to_owned(), "d9".to_owned()]
+            devices_to_evict(&devices(12)),
+            vec!["d11".to_owned(), "d10".to_owned()]
         );
+        // Seen in any part, a look never evicts one of the 10 newest of all.
+        let all = devices(15);
+        for seen in [&all[..11], &all[3..], &all[..]] {
+            let evicted = devices_to_evict(seen);
+            assert!(
+                evicted.iter().all(|d| !all[..10].iter().any(|n| &n.0 == d)),
+                "{evicted:?}"
+            );
+        }
     }
 
     #[test]

@@ -67,9 +67,9 @@ impl ChatStore {
     /// registered go. `endpoint_arn`: its SNS platform endpoint, where deployed. The device and
     /// the token's holder are written in one transaction conditioned on the holder as read, so
     /// two users registering one token at once never both keep it: the second reads again and
-    /// takes it from the first. DynamoDB: 1 Query of the user's devices, 1 DeleteItem per device
-    /// that goes; per attempt 1 GetItem of the token's holder, 1 DeleteItem of the device holding
-    /// it, 1 TransactWriteItems (device, holder).
+    /// takes it from the first. DynamoDB: per attempt 1 GetItem of the token's holder, 1
+    /// DeleteItem of the device holding it, 1 TransactWriteItems (device, holder); then
+    /// `evict_beyond_cap`'s Query and deletes.
     pub async fn register_device(
         &self,
         user: &UserId,
@@ -77,16 +77,6 @@ impl ChatStore {
         registration: &DeviceRegistration,
         endpoint_arn: Option<String>,
     ) -> Result<Device, ChatError> {
-        let others: Vec<(String, String)> = self
-            .device_items(user)
-            .await?
-            .into_iter()
-            .filter(|d| d.device_id != device_id)
-            .map(|d| (d.device_id, d.registered_at))
-            .collect();
-        for evicted in devices_to_evict(&others) {
-            self.delete_device_if(user, &evicted, None).await?;
-        }
         let device = DeviceItem {
             user_id: user.clone(),
             device_id: device_id.to_owned(),
@@ -97,7 +87,12 @@ impl ChatStore {
         };
         let holder_key = keys::token_owner_key(registration.platform.as_str(), &registration.token);
         let mut retry = self.retry();
-        while retry.next().await {
+        let mut lost = false;
+        while if lost {
+            retry.next_now()
+        } else {
+            retry.next().await
+        } {
             let read = self.item_fields(holder_key.clone(), None).await?;
             let read: Option<TokenOwnerItem> = read.map(from_item).transpose()?;
             let version = read.as_ref().map_or(0, |h| h.holder_version);
@@ -133,12 +128,53 @@ impl ChatStore {
                 tx::put(&self.table, holder_item, Some(condition), values)?,
             ];
             match self.transact(parts).await? {
-                TxOutcome::Committed => return Ok(device.device()),
-                // Registered by someone else meanwhile (or a conflict): read the holder again.
-                TxOutcome::Cancelled(_) | TxOutcome::Conflict => continue,
+                TxOutcome::Committed => {
+                    self.evict_beyond_cap(user).await?;
+                    return Ok(device.device());
+                }
+                // Registered by someone else meanwhile: read the holder again, at once (they
+                // made progress); a conflict waits its backoff first.
+                TxOutcome::Cancelled(_) => lost = true,
+                TxOutcome::Conflict => lost = false,
             }
         }
         Err(ChatError::Throttled)
+    }
+
+    /// After a registration (and the move of a token it took from another device): the user's
+    /// devices beyond the `MAX_DEVICES` most recently registered (`devices_to_evict`), each
+    /// deleted only if not registered again since it was read. Counted after the registration,
+    /// so that registrations at once end with the 10 newest, and a token moving between two of
+    /// the user's devices evicts nobody. DynamoDB: 1 Query, 1 DeleteItem per device that goes.
+    async fn evict_beyond_cap(&self, user: &UserId) -> Result<(), ChatError> {
+        let devices: Vec<(String, String)> = self
+            .device_items(user)
+            .await?
+            .into_iter()
+            .map(|d| (d.device_id, d.registered_at))
+            .collect();
+        for evicted in devices_to_evict(&devices) {
+            let read = devices.iter().find(|(id, _)| *id == evicted).map(|d| &d.1);
+            let r = self
+                .db
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(keys::device_key(user, &evicted)))
+                .condition_expression("registeredAt = :r")
+                .expression_attribute_values(":r", s(read.cloned().unwrap_or_default()))
+                .send()
+                .await;
+            match r {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.as_service_error(),
+                        Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_))
+                    ) => {}
+                Err(e) => return Err(sdk_error("DeleteItem", e)),
+            }
+        }
+        Ok(())
     }
 
     /// Deletes a device (only while it holds `token`, when given); returns what was deleted.

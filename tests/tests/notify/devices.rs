@@ -148,6 +148,40 @@ async fn a_token_moves_to_the_user_who_registers_it_last() {
 
 /// Users registering one token at the same instant: exactly one of them keeps it (else one
 /// user's phone would show another's messages), whatever the interleaving.
+/// The cap holds under registrations at once, and a token moving to a new device of the same
+/// user takes the place of the device it leaves (found by probing: 15 at once left 12-15
+/// devices; a move at the cap evicted another device too).
+#[tokio::test]
+async fn the_cap_holds_for_registrations_at_once_and_a_moving_token_evicts_nobody() {
+    let t = TestApp::new().await;
+    let u = unique("u");
+    let at_once = (0..15).map(|i| {
+        let body = json!({"platform": "fcm", "token": unique("tok")});
+        let (t, u) = (&t, &u);
+        async move { register(t, u, &format!("d{i}"), body).await }
+    });
+    let answers = futures::future::join_all(at_once).await;
+    assert!(answers.iter().all(|r| r.status == 200), "{answers:?}");
+    assert_eq!(ids(&t.get("/devices", &u).await.body).len(), 10);
+
+    let v = unique("v");
+    for i in 0..9 {
+        let body = json!({"platform": "fcm", "token": unique("tok")});
+        assert_eq!(register(&t, &v, &format!("f{i}"), body).await.status, 200);
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let token = unique("tok");
+    let body = json!({"platform": "fcm", "token": token});
+    assert_eq!(register(&t, &v, "old", body.clone()).await.status, 200);
+    assert_eq!(register(&t, &v, "new", body).await.status, 200);
+    let mut now = ids(&t.get("/devices", &v).await.body);
+    now.sort();
+    let mut expected: Vec<String> = (0..9).map(|i| format!("f{i}")).collect();
+    expected.push("new".into());
+    expected.sort();
+    assert_eq!(now, expected);
+}
+
 #[tokio::test]
 async fn a_token_registered_by_several_users_at_once_ends_with_one() {
     let t = TestApp::new().await;

@@ -947,6 +947,34 @@ async fn push_queued_to(
     let answer = fanout.handle(event).await;
     assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
 }
+/// A suspension made by another instance (its item written directly here), while this one
+/// still knows the user as not suspended (a connection a moment before): a new connection is
+/// refused, never left open (found by probing: for 10 s connections were accepted, and never
+/// closed).
+#[tokio::test]
+async fn a_connection_after_a_suspension_elsewhere_is_refused() {
+    bounded(30, async {
+        let t = TestApp::new().await;
+        let a = unique("a");
+        let before = WsClient::connect(&a).await;
+        let mut item = chat_store::keys::suspension_key(&chat_domain::UserId::parse(&a).unwrap());
+        item.insert(
+            "moderatorId".into(),
+            aws_sdk_dynamodb::types::AttributeValue::S("elsewhere".into()),
+        );
+        t.db.put_item()
+            .table_name(&t.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+        let url = format!("{}?token={}", gateway().ws_url, token(&a));
+        assert_eq!(WsClient::connect_url(&url).await.err(), Some(403));
+        drop(before);
+    })
+    .await
+}
+
 /// A moderator's suspension closes the user's open WebSocket connections, through the
 /// Management API's DeleteConnection (the local gateway's stand-in), and `$disconnect`
 /// unregisters them (docs/api.md §30).

@@ -356,12 +356,26 @@ impl ChatStore {
         if let Some(known) = suspensions::known(user, self.suspension_ttl) {
             return Ok(known);
         }
+        self.read_suspension(user, false).await
+    }
+
+    /// Whether `user` is suspended now, whatever this instance knew: what a WebSocket `$connect`
+    /// asks after registering its connection. A suspension writes its item before it reads the
+    /// user's connections to close them, so either it finds this connection or this read finds
+    /// it (a connection that outlived a suspension would take the user's pushes until it
+    /// closed). DynamoDB: 1 strongly consistent GetItem of a key (1 read unit).
+    pub async fn is_suspended_now(&self, user: &UserId) -> Result<bool, ChatError> {
+        self.read_suspension(user, true).await
+    }
+
+    async fn read_suspension(&self, user: &UserId, consistent: bool) -> Result<bool, ChatError> {
         let out = self
             .db
             .get_item()
             .table_name(&self.table)
             .set_key(Some(keys::suspension_key(user)))
             .projection_expression("pk")
+            .consistent_read(consistent)
             .send()
             .await
             .map_err(|e| sdk_error("GetItem", e))?;

@@ -117,6 +117,21 @@ impl WsConnection {
             }
         }
         self.connections.register(&user, connection, now).await?;
+        // Registered, then read afresh: a suspension made meanwhile (or known to this instance
+        // only as "not suspended", for up to 10 s) either closes this connection or is seen here.
+        if let Some(chat) = &self.chat {
+            let suspended = match chat.is_suspended_now(&user).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = self.connections.unregister(connection, now).await;
+                    return Err(e);
+                }
+            };
+            if suspended {
+                self.connections.unregister(connection, now).await?;
+                return Err(ChatError::Suspended);
+            }
+        }
         // Not awaited: the handshake must not wait out the 10 s a push may be held back. (On
         // Lambda the task runs while the instance does; a push it misses waits for the next
         // change, and POST /presence is always current.)

@@ -204,11 +204,14 @@ impl ChatStore {
     /// Slow mode: claims the sender's slot for this period (`lastSentAt` on its member item), or
     /// refuses with the seconds left. None when no slow mode applies to the sender (as this
     /// instance last read the conversation). DynamoDB: none then; else 1 conditional UpdateItem,
-    /// which also proves membership (a non-member: `NotFound`).
+    /// which also proves membership (a non-member: `NotFound`). The slot names the send that
+    /// took it (`lastSentKey`, its `clientMsgId`): a retry of that send (after a `503`, whose
+    /// slot is kept) takes it again, so that it learns its outcome (SPEC: retry to learn it).
     pub(crate) async fn claim_slow_mode(
         &self,
         id: &ConversationId,
         sender: &UserId,
+        client_msg_key: &str,
     ) -> Result<Option<Claim>, ChatError> {
         let rule = self.slow_rules.get(id);
         if !rule.applies_to(sender) {
@@ -222,12 +225,14 @@ impl ChatStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(keys::member_key(id, sender)))
-            .update_expression("SET lastSentAt = :now")
+            .update_expression("SET lastSentAt = :now, lastSentKey = :key")
             .condition_expression(
-                "attribute_exists(pk) AND (attribute_not_exists(lastSentAt) OR lastSentAt <= :cutoff)",
+                "attribute_exists(pk) AND (attribute_not_exists(lastSentAt) OR lastSentAt <= :cutoff \
+                 OR lastSentKey = :key)",
             )
             .expression_attribute_values(":now", n(now))
             .expression_attribute_values(":cutoff", n(cutoff))
+            .expression_attribute_values(":key", AttributeValue::S(client_msg_key.to_owned()))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()

@@ -219,7 +219,10 @@ impl ChatStore {
         // Slow mode (docs/api.md §25), by the rules `head` read (or this instance read last):
         // the sender's slot for this period, given back when the send stores nothing. A retry
         // of a stored `clientMsgId` is answered, as for the rate limit.
-        let claim = match self.claim_slow_mode(id, caller).await {
+        let claim = match self
+            .claim_slow_mode(id, caller, &request.client_msg_key)
+            .await
+        {
             Ok(claim) => claim,
             Err(e @ ChatError::SlowMode { .. }) => {
                 if !self.may_look_up_refused(caller)

@@ -140,6 +140,36 @@ async fn slow_mode_lets_a_member_send_once_per_period_and_exempts_managers() {
     assert_eq!(t.send(&c, member, "free").await.status, 201);
 }
 
+/// A send that answered `503` (outcome unknown) keeps its slot, and its retry (the same
+/// `clientMsgId`) takes it again and learns the outcome, within the period (found by probing:
+/// the retry was `429 slow_mode` for the rest of the period); another send still waits.
+#[tokio::test]
+async fn a_retry_after_a_503_learns_its_outcome_in_slow_mode() {
+    let t = TestApp::new().await;
+    let u = unique_users(2);
+    let (owner, member) = (&u[0], &u[1]);
+    let c = t.group(owner, &[member]).await;
+    assert_eq!(set_slow_mode(&t, &c, owner, 60).await.status, 200);
+    chat_tests::server::dynamodb_faults(&json!({"op": "TransactWriteItems", "table": t.table,
+        "key": format!("C#{c}"), "kind": "InternalServerError", "count": 1000}));
+    let id = new_uuid();
+    let unknown = t.send_with_id(&c, member, &id, "one").await;
+    chat_tests::server::clear_dynamodb_faults();
+    assert_status(&unknown, 503, "unavailable");
+    let retry = t.send_with_id(&c, member, &id, "one").await;
+    assert_eq!(
+        (retry.status, &retry.body["seq"]),
+        (201, &json!(1)),
+        "{retry:?}"
+    );
+    assert_eq!(t.send_with_id(&c, member, &id, "one").await.status, 200);
+    assert_status(
+        &t.send_with_id(&c, member, &new_uuid(), "two").await,
+        429,
+        "slow_mode",
+    );
+}
+
 /// An admin who leaves the group, or is removed or banned, is an admin no more: added back, a
 /// plain member (and the other admins stay).
 #[tokio::test]

@@ -29,6 +29,9 @@ pub fn chat_config() -> Config {
             secret: TEST_SECRET.as_bytes().to_vec(),
         },
         kinesis_endpoint: Some(crate::server::kinesis_endpoint()),
+        // The fanout signs pushed attachments' URLs for the S3 gate, as the handlers do.
+        attachments_bucket: Some(crate::ATTACHMENTS_BUCKET.into()),
+        attachments_s3_endpoint: Some(crate::server::s3_gate_endpoint()),
         ..crate::config()
     }
 }

@@ -155,11 +155,12 @@ async fn a_body_longer_than_the_preview_arrives_whole() {
     .await
 }
 
-/// A message with attachments is pushed light: their URLs are signed per read, so the client
-/// fetches it (docs/api.md §34). The conversation item's preview has no attachments: pushed from
-/// it, the message arrived without them.
+/// A message with attachments is pushed with them, each with a fresh URL (and its thumbnail's)
+/// that serves the bytes (SPEC §14: "wherever it appears (history, push, changes)"; pushed light
+/// before), and so is a change of it. The conversation item's preview has no attachments: the
+/// relay reads the message.
 #[tokio::test]
-async fn a_message_with_attachments_is_pushed_light() {
+async fn a_message_with_attachments_is_pushed_with_their_urls() {
     bounded(60, async {
         let (t, _, b, conv, mut wa) = connected_direct().await;
         let bytes = b"\x89PNG not really an image".to_vec();
@@ -168,21 +169,52 @@ async fn a_message_with_attachments_is_pushed_light() {
             .post(&format!("/conversations/{conv}/attachments"), &b, body)
             .await;
         assert_eq!(created.status, 201, "{created:?}");
+        let id = created.body["attachmentId"].as_str().unwrap().to_owned();
         assert_eq!(
-            chat_tests::upload_with(&created.body["upload"], bytes, &[]).await,
+            chat_tests::upload_with(&created.body["upload"], bytes.clone(), &[]).await,
             200
         );
+        // As if the thumbnailer had made one: the push signs its URL too.
+        let cid = chat_domain::ConversationId::parse(&conv).unwrap();
+        assert!(t.app.store.record_thumbnail(&cid, &id, 1, 1).await.unwrap());
         let send = json!({"clientMsgId": chat_tests::new_uuid(), "body": "look",
-                          "attachments": [created.body["attachmentId"]]});
+                          "attachments": [id]});
         let sent = t
             .post(&format!("/conversations/{conv}/messages"), &b, send)
             .await;
         assert_eq!(sent.status, 201, "{sent:?}");
         let events = wa.until_message(EVENT, &conv, 1).await;
+        let pushed = message(&events, &conv, 1);
+        assert_eq!(pushed["body"], "look", "{pushed}");
+        let a = &pushed["attachments"][0];
         assert_eq!(
-            message(&events, &conv, 1),
-            &json!({"type": "message.new", "conversationId": conv, "seq": 1}),
-            "light: no content, no attachments without their URLs"
+            (&a["attachmentId"], &a["fileName"], &a["size"], &a["width"]),
+            (&json!(id), &json!("a.png"), &json!(bytes.len()), &json!(1)),
+            "{pushed}"
+        );
+        assert!(
+            a["thumbnailUrl"].is_string() && a["urlExpiresAt"].is_string(),
+            "{a}"
+        );
+        let (status, _, got) =
+            chat_tests::raw_http("GET", a["url"].as_str().unwrap(), &[], Vec::new()).await;
+        assert_eq!(
+            (status, got),
+            (200, bytes),
+            "the pushed URL serves the file"
+        );
+        let r = t.react(&conv, 1, &b, "party", true).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let events = wa
+            .until(EVENT, |e| e.iter().any(|e| e["type"] == "reaction.added"))
+            .await;
+        let change = events
+            .iter()
+            .find(|e| e["type"] == "reaction.added")
+            .unwrap();
+        assert!(
+            change["message"]["attachments"][0]["url"].is_string(),
+            "{change}"
         );
     })
     .await

@@ -269,24 +269,34 @@ impl ChatStore {
         &self,
         messages: impl IntoIterator<Item = &'m mut Message>,
     ) -> Result<(), ChatError> {
+        for m in messages {
+            self.sign_attachment_list(&m.conversation_id, &mut m.attachments)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// `sign_attachments` of one message's attachments, `list` (a push's: the fanout signs
+    /// those of the message it pushes).
+    pub async fn sign_attachment_list(
+        &self,
+        id: &ConversationId,
+        list: &mut [Attachment],
+    ) -> Result<(), ChatError> {
         let Some(a) = self.attachments.as_ref() else {
             return Ok(());
         };
-        for m in messages {
-            for att in m.attachments.iter_mut() {
-                if a.policy.may_serve(&att.attachment_id, att.scan).is_err() {
-                    continue;
-                }
-                let (url, expires) = self
-                    .sign_get(a, &m.conversation_id, &att.attachment_id)
-                    .await?;
-                att.url = Some(url);
-                att.url_expires_at = Some(expires);
-                // Dimensions are recorded only with a thumbnail written (`record_thumbnail`).
-                if att.width.is_some() {
-                    let key = thumbnail_key(&m.conversation_id, &att.attachment_id);
-                    att.thumbnail_url = Some(self.sign_get_key(a, key).await?.0);
-                }
+        for att in list.iter_mut() {
+            if a.policy.may_serve(&att.attachment_id, att.scan).is_err() {
+                continue;
+            }
+            let (url, expires) = self.sign_get(a, id, &att.attachment_id).await?;
+            att.url = Some(url);
+            att.url_expires_at = Some(expires);
+            // Dimensions are recorded only with a thumbnail written (`record_thumbnail`).
+            if att.width.is_some() {
+                let key = thumbnail_key(id, &att.attachment_id);
+                att.thumbnail_url = Some(self.sign_get_key(a, key).await?.0);
             }
         }
         Ok(())

@@ -681,6 +681,14 @@ impl ChatStore {
     ) -> Result<(), ChatError> {
         Ok(())
     }
+
+    pub async fn sign_attachment_list(
+        &self,
+        _id: &ConversationId,
+        _list: &mut [chat_domain::attachments::Attachment],
+    ) -> Result<(), ChatError> {
+        Ok(())
+    }
 }
 
 /// BatchGetItem of up to 100 keys of one table, retrying unprocessed keys with backoff.

@@ -90,10 +90,9 @@ fn conversation_events(before: Option<&ConversationItem>, after: &ConversationIt
         .last_message
         .as_ref()
         .filter(|m| m.seq == after.last_seq);
+    // (A message with attachments is not complete in the preview, which leaves them out: the
+    // relay reads it, as a message whose preview was cut.)
     let last = newest.and_then(|m| m.complete(&after.conversation_id));
-    // A message with attachments is pushed light whatever is read (Event::message_new): nothing
-    // to fill.
-    let attached = newest.filter(|m| m.has_attachments).map(|m| m.seq);
     let mut light = false;
     for seq in seq_before + 1..=after.last_seq {
         events.push(match &last {
@@ -101,7 +100,6 @@ fn conversation_events(before: Option<&ConversationItem>, after: &ConversationIt
                 let origin = newest.and_then(|n| n.origin.clone());
                 Event::message_new(m).from_origin(origin)
             }
-            _ if attached == Some(seq) => Event::light(&after.conversation_id, seq),
             _ => {
                 light = true;
                 Event::light(&after.conversation_id, seq)
@@ -225,25 +223,16 @@ mod tests {
     }
 
     #[test]
-    fn a_message_with_attachments_is_pushed_light_with_nothing_to_fill() {
-        // Its preview carries no attachments: a full push of it would show none (docs/api.md §34).
+    fn a_message_with_attachments_is_read_for_its_push() {
+        // Its preview carries no attachments: the relay reads the message (docs/api.md §34).
         let mut with = group(2, 0);
         with.last_message.as_mut().unwrap().has_attachments = true;
         let change = events_from_change(&image(&group(1, 0), "C"), &image(&with, "C")).unwrap();
         assert_eq!(change.events, vec![Event::light(&conversation(), 2)]);
-        assert!(!change.fill, "a read would push it light all the same");
-        // In a group commit, the earlier ones are still filled.
-        let mut with = group(4, 0);
-        with.last_message.as_mut().unwrap().has_attachments = true;
-        let change = events_from_change(&image(&group(2, 0), "C"), &image(&with, "C")).unwrap();
-        assert_eq!(
-            change.events,
-            vec![
-                Event::light(&conversation(), 3),
-                Event::light(&conversation(), 4)
-            ]
+        assert!(
+            change.fill,
+            "filled from the message item, attachments included"
         );
-        assert!(change.fill);
     }
 
     #[test]

@@ -434,10 +434,19 @@ impl Fanout {
         records.dedup();
         // Content deleted since these events were relayed is not pushed (docs/data-model.md §8.4).
         let deleted = self.deleted(conversation, &events, state).await?;
-        let events: Vec<(Event, usize)> = events
+        let mut events: Vec<(Event, usize)> = events
             .into_iter()
             .map(|(e, i)| (e.without_deleted(&deleted), i))
             .collect();
+        // Attachments' URLs, fresh for this push as for every read (a local signature, no
+        // request); above 200 members the frames are light and carry none.
+        if users.len() <= chat_domain::events::FULL_PUSH_MAX_MEMBERS {
+            for (e, _) in events.iter_mut() {
+                if let Some(list) = e.attachments_mut() {
+                    self.chat.sign_attachment_list(conversation, list).await?;
+                }
+            }
+        }
         let mut plans = FramePlans::new(&events, users.len());
         if plans.frames(&records, None)?.is_empty() {
             return Ok(Pushed::everyone());

@@ -9,6 +9,7 @@ pub mod redelivery;
 
 use serde::{Deserialize, Serialize};
 
+use crate::attachments::Attachment;
 use crate::changes::{ChangeKind, ChangeRecord};
 use crate::model::Message;
 use crate::{ConversationId, UserId};
@@ -38,6 +39,10 @@ pub enum Event {
         /// everywhere, so a full push too).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<u64>,
+        /// Its attachments' records as sent; the fanout signs their URLs for the frame
+        /// (`attachments_mut`), as every read of the message does.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
         /// The sender's connection that sent it (`X-Connection-Id`), which the push skips:
         /// carried in the Kinesis record, never in a frame (`Event::frame`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,23 +191,33 @@ impl Event {
     /// Gives a full change event its message as it is now; one with attachments goes light
     /// instead, as its `message.new` does (`message_new`): their URLs are presigned per read.
     pub fn set_message(&mut self, message: Message) {
-        let Some(c) = self.change_mut() else {
-            return;
-        };
-        if !message.attachments.is_empty() {
-            c.full = None;
-        } else if let Some(d) = c.full.as_mut() {
+        if let Some(d) = self.change_mut().and_then(|c| c.full.as_mut()) {
             d.message = Some(message);
         }
     }
 
-    /// `message.new` with the message's content; light for a message with attachments: their
-    /// URLs are presigned per read, so the client fetches it (`afterSeq`), never a shared push
-    /// that carries none (docs/api.md §34).
+    /// The attachments this event's message carries (a full `message.new`'s, a full change's
+    /// message's), whose URLs the fanout signs for its frames (docs/api.md §34: fresh on every
+    /// read, a push included).
+    pub fn attachments_mut(&mut self) -> Option<&mut Vec<Attachment>> {
+        let list = match self {
+            Event::MessageNew { attachments, .. } => attachments,
+            other => {
+                &mut other
+                    .change_mut()?
+                    .full
+                    .as_mut()?
+                    .message
+                    .as_mut()?
+                    .attachments
+            }
+        };
+        (!list.is_empty()).then_some(list)
+    }
+
+    /// `message.new` with the message's content, its attachments' records included (the
+    /// fanout signs their URLs).
     pub fn message_new(m: &Message) -> Event {
-        if !m.attachments.is_empty() {
-            return Event::light(&m.conversation_id, m.seq);
-        }
         Event::MessageNew {
             conversation_id: m.conversation_id.clone(),
             seq: m.seq,
@@ -211,6 +226,7 @@ impl Event {
             body: Some(m.body.clone()),
             created_at: Some(m.created_at.clone()),
             version: Some(m.version),
+            attachments: m.attachments.clone(),
             origin: None,
         }
     }
@@ -265,6 +281,7 @@ impl Event {
             body: None,
             created_at: None,
             version: None,
+            attachments: Vec::new(),
             origin: None,
         }
     }
@@ -409,6 +426,7 @@ pub mod fixtures {
             body: Some("b".into()),
             created_at: Some("t".into()),
             version: Some(1),
+            attachments: Vec::new(),
             origin: None,
         }
     }
@@ -417,32 +435,31 @@ pub mod fixtures {
 #[cfg(test)]
 mod tests {
 
+    /// A message with attachments is pushed in full with their records (SPEC §14: "wherever it
+    /// appears (history, push, changes)"), and so are its changes; the fanout signs the URLs.
     #[test]
-    fn a_message_with_attachments_is_pushed_light() {
+    fn a_message_with_attachments_is_pushed_with_them() {
         let id = ConversationId::parse(&format!("d-{}", "1".repeat(32))).unwrap();
         let sender = UserId::parse("alice").unwrap();
         let mut m = Message::new(id, 4, "c".into(), sender, String::new(), "t".into());
-        assert!(!Event::message_new(&m).is_light());
+        assert_eq!(Event::message_new(&m).attachments_mut(), None);
         m.attachments
             .push(crate::attachments::Attachment::fixture("a"));
-        assert!(Event::message_new(&m).is_light());
-        // Its changes too: the edit's event goes light rather than carry no URLs.
+        let mut new = Event::message_new(&m);
+        assert!(!new.is_light());
+        assert_eq!(new.attachments_mut().map(|a| a.len()), Some(1));
+        assert!(serde_json::to_string(&new)
+            .unwrap()
+            .contains(r#""attachments":[{"#));
+        assert_eq!(
+            new.for_audience(201).attachments_mut(),
+            None,
+            "light above 200"
+        );
         let mut edited = Event::change(ChangeKind::Edited, ChangeEvent::of(record(4)));
         edited.set_message(m.clone());
-        assert_eq!(edited.as_change().unwrap().1.full, None);
         assert!(!edited.lacks_message());
-        m.attachments.clear();
-        let mut plain = Event::change(ChangeKind::Edited, ChangeEvent::of(record(4)));
-        plain.set_message(m);
-        assert!(plain
-            .as_change()
-            .unwrap()
-            .1
-            .full
-            .as_ref()
-            .unwrap()
-            .message
-            .is_some());
+        assert_eq!(edited.attachments_mut().map(|a| a.len()), Some(1));
     }
 
     use super::fixtures::*;
@@ -570,6 +587,7 @@ mod tests {
                 client_msg_id,
                 body,
                 version,
+                attachments,
                 ..
             } => Event::MessageNew {
                 conversation_id,
@@ -579,6 +597,7 @@ mod tests {
                 body,
                 created_at: Some(created.into()),
                 version,
+                attachments,
                 origin: None,
             },
             _ => unreachable!(),

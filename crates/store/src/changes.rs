@@ -388,14 +388,17 @@ impl ChatStore {
                 let answer = replayed_edit(&message, &edit.body, key.version, key.at.as_deref());
                 return Ok(read.reactions.apply(answer));
             }
-            check_edit(&Target {
-                caller,
-                owner: read.conversation.owner_id.as_ref(),
-                admins: &[],
-                moderator: false,
-                message: &message,
-                archived: self.is_archived(&read, &message),
-            })?;
+            check_edit(
+                &Target {
+                    caller,
+                    owner: read.conversation.owner_id.as_ref(),
+                    admins: &[],
+                    moderator: false,
+                    message: &message,
+                    archived: self.is_archived(&read, &message),
+                },
+                &edit.body,
+            )?;
             let change = read.next_change(ChangeKind::Edited, seq, caller, None);
             let after = edited(&message, &edit.body, &change.at);
             let mut parts = self.change_parts(&read, &change)?;

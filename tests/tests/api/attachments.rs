@@ -203,6 +203,33 @@ async fn a_send_with_attachments_retried_after_its_deletion_answers_the_tombston
     assert_eq!(seqs(&h.body), [1]);
 }
 
+/// A caption can be removed: an edit's body may be empty beside attachments, as a send's (found
+/// by probing: 400); without attachments it may not.
+#[tokio::test]
+async fn an_edit_may_empty_the_body_of_a_message_with_attachments() {
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_group().await;
+    let file = uploaded(&t, &c, &a, b"photo").await;
+    let body = json!({"clientMsgId": new_uuid(), "body": "caption", "attachments": [file]});
+    let sent = t
+        .post(&format!("/conversations/{c}/messages"), &a, body)
+        .await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let edited = t.edit(&c, 1, &a, &new_uuid(), "").await;
+    assert_eq!(edited.status, 200, "{edited:?}");
+    assert_eq!(
+        (
+            &edited.body["body"],
+            &edited.body["version"],
+            &edited.body["attachments"][0]["attachmentId"]
+        ),
+        (&json!(""), &json!(2), &json!(file))
+    );
+    assert_eq!(t.send(&c, &a, "plain").await.status, 201);
+    let refused = t.edit(&c, 2, &a, &new_uuid(), "").await;
+    assert_eq!((refused.status, refused.code()), (400, "invalid_request"));
+}
+
 #[tokio::test]
 async fn a_send_uses_only_its_own_uploaded_unused_attachments() {
     let t = TestApp::new().await;

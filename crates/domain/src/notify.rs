@@ -17,6 +17,9 @@ pub const MAX_TOKEN_CHARS: usize = 4096;
 pub const MAX_DEVICE_ID_CHARS: usize = 128;
 /// The characters of the newest message a `full` notification shows.
 pub const PREVIEW_CHARS: usize = 100;
+/// The preview of a message without text (its attachments'), rather than an empty line (found
+/// by probing: a photo's notification said nothing).
+pub const ATTACHMENT_PREVIEW: &str = "Sent an attachment";
 
 fn invalid(msg: impl Into<String>) -> ChatError {
     ChatError::invalid(msg)
@@ -294,7 +297,11 @@ pub fn notification(
     let several = (count > 1).then(|| format!("{count} new messages"));
     let (title, body) = match content {
         Content::Full => {
-            let preview = first_chars(newest.body, PREVIEW_CHARS);
+            // A message without text has attachments (a send's only empty body).
+            let preview = match newest.body {
+                "" => ATTACHMENT_PREVIEW.to_owned(),
+                text => first_chars(text, PREVIEW_CHARS),
+            };
             let body = match several {
                 Some(n) => format!("{n}: {preview}"),
                 None => preview,
@@ -518,6 +525,14 @@ mod tests {
             1,
         );
         assert_eq!(three.body, "3 new messages: hi");
+        let photo = Newest {
+            body: "",
+            ..newest.clone()
+        };
+        assert_eq!(
+            notification(Content::Full, &c, &photo, 1, 1).body,
+            "Sent an attachment"
+        );
         let sender = notification(Content::Sender, &c, &newest, 1, 1);
         assert_eq!(sender.body, "New message from alice");
         assert!(!sender.body.contains('x'));

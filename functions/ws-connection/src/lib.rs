@@ -258,3 +258,36 @@ impl EventHandler for WsConnection {
         self.invoked(event)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lambda hands the function either kind of event as JSON: an SQS batch (it has `Records`)
+    /// is typing's expiry checks, anything else a WebSocket route's event.
+    #[test]
+    fn an_event_is_told_apart_by_its_records() {
+        let sqs = serde_json::json!({"Records": [{"messageId": "m1", "eventSource": "aws:sqs",
+            "body": "{\"conversationId\":\"d-00000000000000000000000000000001\",\"connection\":\"c1\",\"startedAt\":1}"}]});
+        match serde_json::from_value::<WsEvent>(sqs).unwrap() {
+            WsEvent::ExpiryChecks(e) => assert_eq!(e.records[0].message_id.as_deref(), Some("m1")),
+            other => panic!("{other:?}"),
+        }
+        // As API Gateway sends a route (the local gateway's event, infra/local-gateway).
+        let route = serde_json::json!({"requestContext": {"routeKey": "typing",
+            "eventType": "MESSAGE", "messageDirection": "IN", "connectionId": "c1",
+            "connectedAt": 1, "requestTimeEpoch": 2, "requestTime": "06/Dec/2026:12:00:00 +0000",
+            "requestId": "r", "extendedRequestId": "r", "stage": "v1", "apiId": "a",
+            "domainName": "d", "identity": {"sourceIp": "203.0.113.1"}},
+            "body": "{}", "isBase64Encoded": false});
+        match serde_json::from_value::<WsEvent>(route).unwrap() {
+            WsEvent::Route(r) => assert_eq!(r.request_context.route_key.as_deref(), Some("typing")),
+            other => panic!("{other:?}"),
+        }
+        let answer = serde_json::to_value(WsResponse::ExpiryChecks(SqsBatchResponse::default()));
+        assert_eq!(
+            answer.unwrap(),
+            serde_json::json!({"batchItemFailures": []})
+        );
+    }
+}

@@ -58,8 +58,11 @@ async fn a_flood_of_sends_stores_exactly_what_the_bucket_allows() {
     let sent: Vec<usize> = (0..answers.len())
         .filter(|&i| answers[i].status == 201)
         .collect();
-    // An admitted send may still meet the conversation's contention past its deadline on this
-    // loaded machine: `429 throttled`, also nothing stored (its token is spent).
+    // `429 throttled`, nothing stored either way: an admitted send that met the conversation's
+    // contention past its deadline on this loaded machine (its token spent), or the limiter's own
+    // write throttled by the bucket item's partition under the flood (no token spent; seen in a
+    // slow CI run: 65 sent and 104 throttled in 11 s). So what was stored is held to the bucket,
+    // and what was admitted or throttled must reach the burst at least.
     let throttled = answers.iter().filter(|r| r.code() == "throttled").count();
     for r in answers
         .iter()
@@ -67,9 +70,8 @@ async fn a_flood_of_sends_stores_exactly_what_the_bucket_allows() {
     {
         assert_limited(r);
     }
-    let admitted = sent.len() + throttled;
     assert!(
-        admitted >= SENDS.burst as usize && admitted <= most(SENDS, elapsed),
+        sent.len() + throttled >= SENDS.burst as usize && sent.len() <= most(SENDS, elapsed),
         "{} sent, {throttled} throttled in {elapsed:?}",
         sent.len()
     );

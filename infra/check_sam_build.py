@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CI check: `sam build` produces a bootstrap for every function of template.yaml.
 
-    .venv/bin/python infra/check_sam_build.py [--arch x86_64|arm64] [--build-dir DIR] [--skip-build]
+    .venv/bin/python infra/check_sam_build.py [--arch x86_64|arm64] [--build-dir DIR] [--skip-build] [--quick]
 
 Runs the deployment's own build (`sam build --language-extensions`, i.e. `cargo lambda build
 --release` for each function's binary, README "Deploy") with the template's Architecture parameter
@@ -14,6 +14,12 @@ Exit status 1 when a bootstrap is missing or wrong, or the build fails.
 To save time on few cores, the binaries are first built by one `cargo lambda build` (with the
 same flags SAM uses, all `--bin`s at once, so cargo links them in parallel); `sam build` then
 finds them up to date and packages them. `--no-prebuild` leaves it all to `sam build`.
+
+`--quick` (CI) builds with the release profile's link-time optimization off and 16 codegen units
+per crate (CARGO_PROFILE_RELEASE_LTO, CARGO_PROFILE_RELEASE_CODEGEN_UNITS, for the prebuild and
+`sam build` alike, so `sam build` still finds the binaries up to date): the same code, template and
+packaging, in about 6 minutes instead of 14 on 2 cores; its bootstraps are about 12 % larger than
+the deployed ones, and the size table says which profile made them.
 
 CI builds x86_64: the arm64 Rust target (`rustup target add aarch64-unknown-linux-gnu`) is
 downloaded from outside the package registries and cannot be installed offline. Needs `sam` and
@@ -36,6 +42,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FUNCTION = "AWS::Serverless::Function"
 # ELF e_machine of each Lambda architecture.
 ELF_MACHINE = {"x86_64": 0x3E, "arm64": 0xB7}
+# `--quick`: what CI overrides of Cargo.toml's release profile (not what is deployed).
+QUICK_PROFILE = {"CARGO_PROFILE_RELEASE_LTO": "false", "CARGO_PROFILE_RELEASE_CODEGEN_UNITS": "16"}
+QUICK_LABEL = "no LTO, 16 codegen units: not the deployed sizes"
 
 
 def functions(template_path: str) -> dict[str, str]:
@@ -64,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--template", default=os.path.join(REPO, "template.yaml"))
     parser.add_argument("--build-dir", help="default: .aws-sam/check-<arch>")
     parser.add_argument("--skip-build", action="store_true", help="only check an existing build dir")
+    parser.add_argument("--quick", action="store_true",
+                        help="release profile without LTO, 16 codegen units (CI: same checks, larger binaries)")
     parser.add_argument("--no-prebuild", action="store_true",
                         help="let sam build compile each function itself, one after the other")
     args = parser.parse_args(argv)
@@ -81,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                       f'export PATH="$PWD/.venv/bin:$PATH")', file=sys.stderr)
                 return 1
         env = dict(os.environ, SAM_CLI_TELEMETRY="0")
+        if args.quick:
+            env.update(QUICK_PROFILE)
         env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         start = time.monotonic()
         if not args.no_prebuild:
@@ -124,11 +137,12 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{name} ({binary}): bootstrap is not executable")
         sizes[name] = {"binary": binary, "bytes": os.path.getsize(path)}
 
+    profile = "release" + (", " + QUICK_LABEL if args.quick else "")
     width = max(len(n) for n in expected)
-    print(f"\n{'function'.ljust(width)}  {'binary'.ljust(14)}  {'bootstrap':>10}  ({args.arch}, release)")
+    print(f"\n{'function'.ljust(width)}  {'binary'.ljust(14)}  {'bootstrap':>10}  ({args.arch}, {profile})")
     for name, entry in sizes.items():
         print(f"{name.ljust(width)}  {entry['binary'].ljust(14)}  {entry['bytes'] / 2**20:7.2f} MiB")
-    record = {"arch": args.arch, "build_seconds": seconds, "functions": sizes}
+    record = {"arch": args.arch, "profile": profile, "build_seconds": seconds, "functions": sizes}
     os.makedirs(build_dir, exist_ok=True)
     with open(os.path.join(build_dir, "bootstrap-sizes.json"), "w") as f:
         json.dump(record, f, indent=2)

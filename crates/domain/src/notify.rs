@@ -198,6 +198,13 @@ pub fn decide(last_read_seq: u64, last_seq: u64, from_seq: u64, muted: bool) -> 
     Some(last_seq - last_read_seq.max(from_seq.saturating_sub(1)))
 }
 
+/// The first seq a window's job may tell of: its opening message's, or, when the job of the
+/// window before counted messages up to `covered` (a message that reached the indexer just after
+/// that job closed its window opens the next one, yet was counted), the one after those.
+pub fn window_start(from_seq: u64, covered: u64) -> u64 {
+    from_seq.max(covered.saturating_add(1))
+}
+
 /// One message of a window, as the notifier weighs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowMessage<'a> {
@@ -276,7 +283,7 @@ pub struct Newest<'a> {
 
 fn first_chars(s: &str, n: usize) -> String {
     match s.char_indices().nth(n) {
-        Some((i, _)) => format!("{}…", &s[..i]),
+        Some((i, _)) => s[..i].to_owned(),
         None => s.to_owned(),
     }
 }
@@ -500,6 +507,16 @@ mod tests {
     }
 
     #[test]
+    fn a_window_starts_after_what_the_one_before_counted() {
+        assert_eq!(window_start(5, 0), 5, "no window before");
+        assert_eq!(window_start(5, 4), 5, "the one before ended below");
+        assert_eq!(window_start(5, 6), 7, "the one before counted 5 and 6");
+        // Nothing left: the conversation's last seq (6) is below the start.
+        assert_eq!(decide(0, 6, window_start(5, 6), false), None);
+        assert_eq!(decide(0, 7, window_start(5, 6), false), Some(1));
+    }
+
+    #[test]
     fn payloads_follow_the_content_setting() {
         let c = ConversationId::parse("d-00000000000000000000000000000001").unwrap();
         let alice = UserId::parse("alice").unwrap();
@@ -512,7 +529,11 @@ mod tests {
         };
         let full = notification(Content::Full, &c, &newest, 1, 2);
         assert_eq!(full.title, "alice");
-        assert_eq!(full.body, format!("{}…", "x".repeat(100)));
+        assert_eq!(
+            full.body,
+            "x".repeat(100),
+            "the first 100 characters, no more"
+        );
         assert_eq!((full.badge, full.data.seq), (2, 7));
         let three = notification(
             Content::Full,

@@ -280,10 +280,14 @@ impl ChatStore {
         }
     }
 
-    /// Closes the window its job names: true when this call closed it; false when it was closed
-    /// already (a job delivered again sends nothing again) or another window is open. Messages
-    /// after this open the next window. 1 UpdateItem.
-    pub async fn close_notify_window(&self, window: &NotifyWindow) -> Result<bool, ChatError> {
+    /// Closes the window its job names: `Some(covered)` when this call closed it, with the
+    /// highest seq an earlier window's job already covered (`coveredTo`, 0 when none); `None`
+    /// when it was closed already (a job delivered again sends nothing again) or another window
+    /// is open. Messages after this open the next window. 1 UpdateItem.
+    pub async fn close_notify_window(
+        &self,
+        window: &NotifyWindow,
+    ) -> Result<Option<u64>, ChatError> {
         let update = self
             .db
             .update_item()
@@ -292,11 +296,43 @@ impl ChatStore {
             .update_expression("REMOVE openUntil")
             .condition_expression("attribute_exists(openUntil) AND fromSeq = :seq")
             .expression_attribute_values(":seq", n(window.from_seq))
+            .return_values(ReturnValue::AllOld)
             .send()
             .await;
         match update {
-            Ok(_) => Ok(true),
-            Err(e) if is_condition_failed(&e) => Ok(false),
+            Ok(out) => Ok(Some(
+                out.attributes
+                    .as_ref()
+                    .and_then(|old| super::attrs::get_n(old, "coveredTo"))
+                    .unwrap_or(0),
+            )),
+            Err(e) if is_condition_failed(&e) => Ok(None),
+            Err(e) => Err(sdk_error("UpdateItem", e)),
+        }
+    }
+
+    /// Records that a closed window's job covers the conversation's messages up to `last_seq`
+    /// (`coveredTo`, never lowered), so that the next window, opened by a message that reached
+    /// the indexer after the close but was counted by this job, does not tell of it again.
+    /// 1 UpdateItem.
+    pub async fn cover_notify_window(
+        &self,
+        id: &ConversationId,
+        last_seq: u64,
+    ) -> Result<(), ChatError> {
+        let update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::notify_window_key(id)))
+            .update_expression("SET coveredTo = :seq")
+            .condition_expression("attribute_not_exists(coveredTo) OR coveredTo < :seq")
+            .expression_attribute_values(":seq", n(last_seq))
+            .send()
+            .await;
+        match update {
+            Ok(_) => Ok(()),
+            Err(e) if is_condition_failed(&e) => Ok(()),
             Err(e) => Err(sdk_error("UpdateItem", e)),
         }
     }

@@ -14,7 +14,8 @@ use super::notify::{NotifySettings, PlatformArns};
 use super::ChatStore;
 use chat_domain::error::ChatError;
 use chat_domain::notify::{
-    decide, notification, told_of, Newest, Notification, NotifyWindow, Platform, WindowMessage,
+    decide, notification, told_of, window_start, Newest, Notification, NotifyWindow, Platform,
+    WindowMessage,
 };
 use chat_domain::{ConversationId, ConversationType, UserId};
 
@@ -88,8 +89,9 @@ impl Notifier {
     /// A window's delay is over: closes it, then notifies each member for whom its messages are
     /// still unread and who has not muted the conversation, once, on each of its devices.
     /// A member is told of the window's messages it has not read, not deleted since and not
-    /// from someone it blocks (`told_of`), with the newest of them as the preview. DynamoDB: 1
-    /// UpdateItem, `load_conversation`, 1 Query of the window's messages, in a group 1
+    /// from someone it blocks (`told_of`), with the newest of them as the preview; none that an
+    /// earlier window's job counted (`window_start`). DynamoDB: 1 UpdateItem (the close),
+    /// `load_conversation`, 1 UpdateItem (what it covers), 1 Query of the window's messages, in a group 1
     /// BatchGetItem of block keys per 100 (member, sender) pairs, and per member notified 1
     /// Query of its devices and the badge's reads (`badge`).
     pub async fn window_due(
@@ -98,9 +100,12 @@ impl Notifier {
         pusher: &Pusher,
     ) -> Result<WindowReport, ChatError> {
         let mut report = WindowReport::default();
-        if !self.store.close_notify_window(window).await? {
+        let Some(covered) = self.store.close_notify_window(window).await? else {
             return Ok(report);
-        }
+        };
+        // A message counted by the last window's job may have opened this one (it reached the
+        // indexer just after that job closed its window): told of once, not again.
+        let from_seq = window_start(window.from_seq, covered);
         let Some((conversation, members)) = self
             .store
             .load_conversation(&window.conversation_id)
@@ -108,21 +113,24 @@ impl Notifier {
         else {
             return Ok(report);
         };
-        if conversation.last_message.is_none() {
+        if conversation.last_message.is_none() || conversation.last_seq < from_seq {
             return Ok(report);
+        }
+        // Before anyone is told: the next window starts after what this one counts. Best
+        // effort: without it the next window may tell of a message twice, never of none.
+        if let Err(e) = self
+            .store
+            .cover_notify_window(&window.conversation_id, conversation.last_seq)
+            .await
+        {
+            tracing::warn!(error = ?e, "notification window's coverage not recorded");
         }
         let now = chat_domain::time::now_rfc3339();
         let due: Vec<_> = members
             .iter()
             .filter(|m| {
                 let muted = m.notifications.as_ref().is_some_and(|n| n.is_muted(&now));
-                decide(
-                    m.last_read_seq,
-                    conversation.last_seq,
-                    window.from_seq,
-                    muted,
-                )
-                .is_some()
+                decide(m.last_read_seq, conversation.last_seq, from_seq, muted).is_some()
             })
             .map(|m| (m.member_id.clone(), m.last_read_seq))
             .collect();
@@ -132,7 +140,7 @@ impl Notifier {
         let id = &conversation.conversation_id;
         let messages = self
             .store
-            .messages_between(id, window.from_seq, conversation.last_seq)
+            .messages_between(id, from_seq, conversation.last_seq)
             .await?;
         // In a group, a member is not told of messages from those it blocks (docs/api.md §28):
         // 1 BatchGetItem of block keys per 100 (member, sender) pairs.
@@ -156,7 +164,7 @@ impl Notifier {
             .into_iter()
             .filter_map(|(member, last_read)| {
                 let blocks = |sender: &UserId| blocked.contains(&(member.clone(), sender.clone()));
-                let (count, seq) = told_of(&weighed, window.from_seq, last_read, blocks)?;
+                let (count, seq) = told_of(&weighed, from_seq, last_read, blocks)?;
                 Some((member, seq, count))
             })
             .collect();

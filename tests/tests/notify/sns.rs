@@ -177,3 +177,33 @@ async fn a_disabled_endpoint_removes_its_device_and_the_token_registered_again_e
     assert_eq!(sns.notify(&c, 4).await, sent(1));
     assert_eq!(sns.actions.take(), ["Publish"]);
 }
+
+/// A message that reaches the indexer just after a window's job closed its window, yet was
+/// committed before that job read the conversation, is counted by that job and opens the next
+/// window: it is told of once (found by probing: twice, "2 new messages: …" and then again alone).
+#[tokio::test]
+async fn a_message_counted_by_a_window_is_not_told_of_again_by_the_window_it_opens() {
+    let t = TestApp::new().await;
+    let _hold = chat_tests::indexer::hold().await;
+    let sns = SnsNotifier::new(&t).await;
+    let (a, b, c) = t.new_direct().await;
+    let token = unique("fcm");
+    register(&t, &b, "pixel", "fcm", &token).await;
+    t.send(&c, &a, "one").await;
+    t.send(&c, &a, "two").await;
+    // The window opened by 1 counts 1 and 2; 2 opened the next one.
+    assert_eq!(sns.notify(&c, 1).await, sent(1));
+    assert_eq!(sns.notify(&c, 2).await, WindowReport::default());
+    // A message after what was counted is told of as usual.
+    t.send(&c, &a, "three").await;
+    assert_eq!(sns.notify(&c, 3).await, sent(1));
+    let bodies: Vec<Value> = endpoint_of(&token)
+        .1
+        .iter()
+        .map(|m| payload(m, "GCM")["notification"]["body"].clone())
+        .collect();
+    assert_eq!(
+        sorted(bodies),
+        [json!("2 new messages: two"), json!("three")]
+    );
+}

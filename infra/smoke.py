@@ -610,6 +610,18 @@ def main() -> int:
             ec = error_code(e)
             check(status == 404 and ec and ec[0] == "not_found",
                   f"expected 404 not_found in the error shape, got {status} {short(text)}")
+            if local:
+                # A request target that is not a path (`OPTIONS *`) names no route either.
+                u = urllib.parse.urlsplit(rest)
+                with socket.create_connection((u.hostname, u.port or 80), timeout=10) as sock:
+                    sock.sendall(f"OPTIONS * HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                                 "Connection: close\r\n\r\n".encode())
+                    answer = b""
+                    while chunk := sock.recv(65536):
+                        answer += chunk
+                head, _, star_body = answer.partition(b"\r\n\r\n")
+                check(head.startswith(b"HTTP/1.1 404") and b'"not_found"' in star_body,
+                      f"OPTIONS *: expected 404 not_found, got {short(answer.decode(errors='replace'))}")
             return {"detail": f"404 {short(text, 120)}"}
         r.step("unknown path gets 404", unknown_path)
 
@@ -620,6 +632,10 @@ def main() -> int:
             ec = error_code(e)
             if local:
                 check(ec and ec[0] == "unauthorized", f"not the error shape: {short(text)}")
+                # A token that is not ASCII text (sent as Latin-1) is a malformed one.
+                status, e, text = http("GET", f"{rest}/inbox", headers={"Authorization": "Bearer caf\u00e9"})
+                check(status == 401 and (error_code(e) or [""])[0] == "unauthorized",
+                      f"non-ASCII token: expected 401 unauthorized, got {status} {short(text)}")
             # Deployed, API Gateway's JWT authorizer answers first, in its own shape
             # ({"message":"Unauthorized"}), not ours.
             return {"detail": f"401 {short(text, 120)}"}

@@ -94,6 +94,10 @@ impl RestEdge {
             Err(refused) => return refused,
         };
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        // `OPTIONS *` and other targets that are not a path name no route (the HTTP API: 404).
+        if !path.starts_with('/') {
+            return error(StatusCode::NOT_FOUND, "not_found", NOT_FOUND);
+        }
         let slots = self.slots(&parts.method, parts.uri.path());
         let _slot = slots.acquire().await;
         // A read has no effect: when watch itself fails one (its own 5xx, no function's
@@ -169,8 +173,19 @@ impl RestEdge {
 
 /// The answer refusing a request whose header value is not visible ASCII text (the function
 /// runner fails such a request with its own 500; a handler could not read it either): bad input,
-/// a 400 naming the header.
+/// a 400 naming the header; an `Authorization` header that is not is a malformed token, `401`
+/// as the functions answer it (docs/api.md §3).
 fn header_refusal(headers: &HeaderMap) -> Option<Response<Body>> {
+    if headers
+        .get(header::AUTHORIZATION)
+        .is_some_and(|v| v.to_str().is_err())
+    {
+        return Some(error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "malformed Authorization header",
+        ));
+    }
     let (name, _) = headers.iter().find(|(_, v)| v.to_str().is_err())?;
     Some(error(
         StatusCode::BAD_REQUEST,
@@ -547,6 +562,16 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(&body.to_bytes()).unwrap();
         assert_eq!(body["error"]["code"], "invalid_request");
         assert!(body["error"]["message"].as_str().unwrap().contains("x-foo"));
+        // A token that is not ASCII text is a malformed one, whatever else is wrong.
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer \xc3\xa9").unwrap(),
+        );
+        let refused = header_refusal(&headers).unwrap();
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        let body = futures::executor::block_on(refused.into_body().collect()).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body.to_bytes()).unwrap();
+        assert_eq!(body["error"]["code"], "unauthorized");
     }
 
     #[test]

@@ -25,6 +25,8 @@ export CHAT_FUNCTIONS_CONCURRENCY="${CHAT_FUNCTIONS_CONCURRENCY:-32}"
 DEMO_PORT="${CHAT_DEMO_PORT:-9003}"
 # Offline notifications (docs/api.md §33): the push sink stands in for SNS; 2 s delay locally.
 export CHAT_PUSH_SINK_PORT="${CHAT_PUSH_SINK_PORT:-9004}" NOTIFY_DELAY_SECONDS="${NOTIFY_DELAY_SECONDS:-2}"
+# The all-requests limit exact (docs/api.md §24): deployed, one request in 16 writes the bucket.
+export CHAT_REQUEST_SAMPLE="${CHAT_REQUEST_SAMPLE:-1}"
 WS_PORT="${CHAT_WS_PORT:-9001}"
 MANAGEMENT_PORT="${CHAT_MANAGEMENT_PORT:-9002}"
 EMULATOR_PORT="${CHAT_EMULATOR_PORT:-4566}"

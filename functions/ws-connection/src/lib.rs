@@ -111,8 +111,11 @@ impl WsConnection {
             .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         let user = self.verifier.verify(token, now).await?;
+        // Read afresh, not from what this instance knew (up to 10 s old): a suspended user's
+        // handshake is refused before anything is registered (a registration undone would move
+        // its `lastActiveAt` and push presence), and a lifted suspension admits it at once.
         if let Some(chat) = &self.chat {
-            if chat.is_suspended(&user).await? {
+            if chat.is_suspended_now(&user).await? {
                 return Err(ChatError::Suspended);
             }
         }

@@ -60,7 +60,11 @@ pub(crate) fn user_from_claims(
     if (exp as i64) <= now_unix {
         return Err(unauthorized("token expired"));
     }
-    if let Some(nbf) = claims.get("nbf").and_then(|n| n.as_f64()) {
+    if let Some(nbf) = claims.get("nbf") {
+        // Present but not a time: malformed, not "no nbf" (RFC 7519 §4.1.5: a NumericDate).
+        let nbf = nbf
+            .as_f64()
+            .ok_or_else(|| unauthorized("token's nbf claim is not a number"))?;
         if nbf as i64 > now_unix {
             return Err(unauthorized("token not yet valid"));
         }
@@ -157,5 +161,12 @@ mod tests {
         );
         assert!(verify_hs256(&early, b"k", NOW).is_err());
         assert!(verify_hs256(&early, b"k", NOW + 31).is_ok());
+        // An nbf that is not a number is a malformed token (found by probing: it was ignored).
+        let odd = sign(
+            r#"{"alg":"HS256","typ":"JWT"}"#,
+            &format!(r#"{{"sub":"u1","exp":{},"nbf":"x"}}"#, NOW + 60),
+            b"k",
+        );
+        assert!(verify_hs256(&odd, b"k", NOW).is_err());
     }
 }

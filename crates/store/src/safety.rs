@@ -291,17 +291,24 @@ impl ChatStore {
             .consistent_read(true)
             .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
             .expression_attribute_values(":p", AttributeValue::S(prefix.to_owned()))
-            .limit(page.limit as i32);
+            // One more than the page: a page that ends the list says so (no cursor to an
+            // empty page).
+            .limit(page.limit as i32 + 1);
         if let Some(after) = &page.after {
             q = q.set_exclusive_start_key(Some(keys::key(pk, after.clone())));
         }
         let out = q.send().await.map_err(|e| sdk_error("Query", e))?;
-        let next = out
-            .last_evaluated_key
-            .as_ref()
-            .and_then(|k| get_s(k, keys::SK))
-            .map(cursor);
-        Ok((out.items.unwrap_or_default(), next))
+        let stopped_early = out.last_evaluated_key.is_some();
+        let mut items = out.items.unwrap_or_default();
+        let more = items.len() > page.limit as usize;
+        items.truncate(page.limit as usize);
+        // More, or DynamoDB stopped at 1 MB before the page was full: on from the last shown.
+        let next = if more || stopped_early {
+            items.last().and_then(|i| get_s(i, keys::SK)).map(cursor)
+        } else {
+            None
+        };
+        Ok((items, next))
     }
 
     /// `suspendUser` / `unsuspendUser` (moderators): the suspension item put or deleted.

@@ -71,6 +71,38 @@ async fn a_blocked_user_cannot_open_send_in_or_add_the_blocker() {
     assert_eq!(t.get("/me/blocks", &a).await.body["blocks"], json!([]));
 }
 
+/// `blocks` pages: a page that ends the list has no cursor, even when it is full (found by
+/// probing: `limit=1` with one block answered a cursor to an empty page).
+#[tokio::test]
+async fn the_last_page_of_blocks_has_no_cursor() {
+    let t = TestApp::new().await;
+    let (a, b, c) = (unique("a"), unique("b"), unique("c"));
+    assert_eq!(block(&t, &a, &b, true).await.status, 204);
+    let only = t.get("/me/blocks?limit=1", &a).await;
+    assert_eq!(only.body["blocks"].as_array().unwrap().len(), 1, "{only:?}");
+    assert_eq!(only.body["nextCursor"], json!(null), "{only:?}");
+    assert_eq!(block(&t, &a, &c, true).await.status, 204);
+    let first = t.get("/me/blocks?limit=1", &a).await;
+    let cursor = first.body["nextCursor"].as_str().expect("a second page");
+    let second = t
+        .get(&format!("/me/blocks?limit=1&cursor={cursor}"), &a)
+        .await;
+    assert_eq!(
+        second.body["blocks"].as_array().unwrap().len(),
+        1,
+        "{second:?}"
+    );
+    assert_eq!(second.body["nextCursor"], json!(null), "{second:?}");
+    let mut seen = vec![
+        first.body["blocks"][0]["userId"].clone(),
+        second.body["blocks"][0]["userId"].clone(),
+    ];
+    seen.sort_by_key(|v| v.to_string());
+    let mut want = vec![json!(b), json!(c)];
+    want.sort_by_key(|v| v.to_string());
+    assert_eq!(seen, want);
+}
+
 #[tokio::test]
 async fn blocking_before_the_conversation_exists_holds_once_it_is_created() {
     let t = TestApp::new().await;

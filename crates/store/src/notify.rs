@@ -330,11 +330,8 @@ impl ChatStore {
             .expression_attribute_values(":seq", n(last_seq))
             .send()
             .await;
-        match update {
-            Ok(_) => Ok(()),
-            Err(e) if is_condition_failed(&e) => Ok(()),
-            Err(e) => Err(sdk_error("UpdateItem", e)),
-        }
+        // Already as far (a job delivered again): nothing to do.
+        super::connections::done_unless_failed("UpdateItem", update)
     }
 
     /// The member's badge: how many of its conversations have unread messages, counted from its

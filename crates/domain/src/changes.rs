@@ -137,7 +137,7 @@ impl EditMessage {
 /// `DELETE …/messages/{seq}?clientChangeId=`: its idempotency key (lower case).
 pub fn parse_delete(q: &dyn QueryParams) -> Result<String, ChatError> {
     let raw = q
-        .first("clientChangeId")
+        .one("clientChangeId")?
         .ok_or_else(|| invalid("query parameter `clientChangeId` is required (a UUID)"))?;
     parse_uuid("clientChangeId", raw)
 }
@@ -151,7 +151,7 @@ pub struct ChangesQuery {
 
 impl ChangesQuery {
     pub fn parse(q: &dyn QueryParams) -> Result<Self, ChatError> {
-        let after = match q.first("afterChange") {
+        let after = match q.one("afterChange")? {
             None => 0,
             Some(v) => v
                 .parse::<u64>()
@@ -180,10 +180,10 @@ pub struct ReactorsQuery {
 impl ReactorsQuery {
     pub fn parse(q: &dyn QueryParams) -> Result<Self, ChatError> {
         let reaction = q
-            .first("reaction")
+            .one("reaction")?
             .map(|r| Reaction::parse(r, "query parameter"))
             .transpose()?;
-        let after = q.first("cursor").map(decode_reactor_cursor).transpose()?;
+        let after = q.one("cursor")?.map(decode_reactor_cursor).transpose()?;
         Ok(ReactorsQuery {
             reaction,
             limit: page_limit(q, DEFAULT_REACTORS_LIMIT)?,

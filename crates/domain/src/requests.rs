@@ -339,13 +339,26 @@ pub fn parse_origin(value: Option<&[u8]>) -> Result<Option<String>, ChatError> {
     Ok(Some(String::from_utf8_lossy(value).into_owned()))
 }
 
-/// Query-string access, first value wins.
+/// Query-string access: each parameter at most once (docs/api.md §1).
 pub trait QueryParams {
-    fn first(&self, name: &str) -> Option<&str>;
+    /// Every value given for `name`, in order.
+    fn values(&self, name: &str) -> Vec<&str>;
+
+    /// The value of `name`, if given; given twice or more: `400` naming it (which one would
+    /// count is anyone's guess).
+    fn one(&self, name: &str) -> Result<Option<&str>, ChatError> {
+        match self.values(name)[..] {
+            [] => Ok(None),
+            [v] => Ok(Some(v)),
+            _ => Err(invalid(format!(
+                "query parameter `{name}` must be given at most once"
+            ))),
+        }
+    }
 }
 
 fn seq_param(q: &dyn QueryParams, name: &str) -> Result<Option<u64>, ChatError> {
-    match q.first(name) {
+    match q.one(name)? {
         None => Ok(None),
         Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
             .parse()
@@ -358,7 +371,7 @@ fn seq_param(q: &dyn QueryParams, name: &str) -> Result<Option<u64>, ChatError> 
 }
 
 pub fn page_limit(q: &dyn QueryParams, default: u32) -> Result<u32, ChatError> {
-    match q.first("limit") {
+    match q.one("limit")? {
         None => Ok(default),
         Some(v) => v
             .parse::<u32>()
@@ -411,9 +424,45 @@ mod tests {
     use std::collections::HashMap;
 
     impl QueryParams for HashMap<&str, &str> {
-        fn first(&self, name: &str) -> Option<&str> {
-            self.get(name).copied()
+        fn values(&self, name: &str) -> Vec<&str> {
+            self.get(name).copied().into_iter().collect()
         }
+    }
+
+    /// A query string as pairs, repeats and all.
+    struct Pairs<'a>(Vec<(&'a str, &'a str)>);
+
+    impl QueryParams for Pairs<'_> {
+        fn values(&self, name: &str) -> Vec<&str> {
+            self.0
+                .iter()
+                .filter(|(k, _)| *k == name)
+                .map(|(_, v)| *v)
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_query_parameter_given_twice_is_refused_by_its_name() {
+        let twice = Pairs(vec![("afterSeq", "1"), ("limit", "5"), ("afterSeq", "2")]);
+        let e = HistoryQuery::parse(&twice).unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert!(e.to_string().contains("`afterSeq`"), "{e}");
+        let limit_twice = Pairs(vec![("limit", "5"), ("limit", "5")]);
+        assert_eq!(page_limit(&limit_twice, 20).unwrap_err().status(), 400);
+        let once = Pairs(vec![
+            ("afterSeq", "1"),
+            ("limit", "5"),
+            ("other", "x"),
+            ("other", "y"),
+        ]);
+        assert_eq!(
+            HistoryQuery::parse(&once).unwrap(),
+            HistoryQuery {
+                cursor: HistoryCursor::After(1),
+                limit: 5
+            }
+        );
     }
 
     fn caller() -> UserId {

@@ -28,6 +28,15 @@ pub fn check_block_target(caller: &UserId, target: &UserId) -> Result<(), ChatEr
     Ok(())
 }
 
+/// `PUT /moderation/suspensions/{userId}`: no moderator suspends themselves (`400`): they could
+/// not lift it (every request of theirs would be `403 suspended`).
+pub fn check_suspension_target(moderator: &UserId, target: &UserId) -> Result<(), ChatError> {
+    if moderator == target {
+        return Err(ChatError::invalid("a moderator cannot suspend themselves"));
+    }
+    Ok(())
+}
+
 /// Why a message is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -118,7 +127,7 @@ impl PageQuery {
     pub fn parse(q: &dyn QueryParams, default: u32, prefix: &str) -> Result<PageQuery, ChatError> {
         let limit = page_limit(q, default)?;
         let after = q
-            .first("cursor")
+            .one("cursor")?
             .map(|c| decode_cursor(c, prefix))
             .transpose()?;
         Ok(PageQuery { limit, after })
@@ -153,6 +162,17 @@ mod tests {
         assert!(check_block_target(&u("a"), &u("b")).is_ok());
         assert_eq!(
             check_block_target(&u("a"), &u("a")).unwrap_err().status(),
+            400
+        );
+    }
+
+    #[test]
+    fn no_moderator_suspends_themselves() {
+        assert!(check_suspension_target(&u("m"), &u("b")).is_ok());
+        assert_eq!(
+            check_suspension_target(&u("m"), &u("m"))
+                .unwrap_err()
+                .status(),
             400
         );
     }

@@ -162,10 +162,11 @@ impl<'a> Query<'a> {
 }
 
 impl QueryParams for Query<'_> {
-    fn first(&self, name: &str) -> Option<&str> {
+    fn values(&self, name: &str) -> Vec<&str> {
         self.0
             .query_string_parameters_ref()
-            .and_then(|q| q.first(name))
+            .and_then(|q| q.all(name))
+            .unwrap_or_default()
     }
 }
 

@@ -202,10 +202,11 @@ async fn safety(
         }
         Operation::SuspendUser | Operation::UnsuspendUser => {
             let on = operation == Operation::SuspendUser;
-            let target = user()?;
-            store
-                .set_suspension(identity.moderator()?, &target, on)
-                .await?;
+            let (target, moderator) = (user()?, identity.moderator()?);
+            if on {
+                chat_domain::safety::check_suspension_target(moderator, &target)?;
+            }
+            store.set_suspension(moderator, &target, on).await?;
             if let (true, Some(s)) = (on, sessions) {
                 s.connections.close_all(&s.management, &target).await?;
             }

@@ -12,7 +12,7 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
     let limit = page_limit(&query, DEFAULT_INBOX_LIMIT)?;
     let page = app
         .store
-        .inbox(&caller, limit, query.first("cursor"))
+        .inbox(&caller, limit, query.one("cursor")?)
         .await?;
     http::json(200, &page)
 }

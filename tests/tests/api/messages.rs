@@ -347,6 +347,8 @@ async fn history_pages_in_both_directions() {
         "?limit=101",
         "?limit=x",
         "?afterSeq=1.5",
+        "?afterSeq=1&afterSeq=2",
+        "?limit=5&limit=5",
     ] {
         let r = t
             .get(&format!("/conversations/{c}/messages{bad}"), &a)

@@ -435,6 +435,9 @@ mod tests {
             r#"{}"#,
             r#"{"level":"all","mutedUntil":"tomorrow"}"#,
             r#"{"level":"all","mutedUntil":5}"#,
+            // Past 9999 in UTC (found by probing: a 503), before 0000 (stored as "-001-…").
+            r#"{"level":"none","mutedUntil":"9999-12-31T23:00:00-01:00"}"#,
+            r#"{"level":"none","mutedUntil":"0000-01-01T00:30:00+01:00"}"#,
         ] {
             assert!(
                 NotificationSettings::parse(bad.as_bytes()).is_err(),

@@ -40,13 +40,37 @@ pub fn unix_micros(t: OffsetDateTime) -> u64 {
     (t.unix_timestamp_nanos() / 1_000).max(0) as u64
 }
 
+/// An RFC 3339 time, in UTC. None also for one whose UTC time falls outside the years 0000–9999
+/// (`9999-12-31T23:00:00-01:00`): `rfc3339` could not write it back as RFC 3339.
 pub fn parse_rfc3339(s: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(s, &Rfc3339).ok()
+    let utc = OffsetDateTime::parse(s, &Rfc3339)
+        .ok()?
+        .checked_to_offset(time::UtcOffset::UTC)?;
+    (0..=9999).contains(&utc.year()).then_some(utc)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_whose_utc_year_leaves_0000_to_9999_are_not_rfc_3339() {
+        for bad in [
+            "9999-12-31T23:00:00-01:00",
+            "9999-12-31T23:59:59.999-01:00",
+            "0000-01-01T00:30:00+01:00",
+            "tomorrow",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        for (good, utc) in [
+            ("9999-12-31T23:59:59Z", "9999-12-31T23:59:59.000Z"),
+            ("0000-01-01T00:30:00+00:30", "0000-01-01T00:00:00.000Z"),
+            ("2026-12-03T18:00:00+01:00", "2026-12-03T17:00:00.000Z"),
+        ] {
+            assert_eq!(parse_rfc3339(good).map(rfc3339).as_deref(), Some(utc));
+        }
+    }
 
     #[test]
     fn formats_fixed_width_utc() {

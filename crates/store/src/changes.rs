@@ -36,6 +36,9 @@ struct Read {
     reactor: Option<ReactorItem>,
     /// Whether the caller's member item was there (a moderator need not be a member).
     member: bool,
+    /// Whether the caller's peer in a direct conversation blocks it (its member item's
+    /// `blocked`, docs/data-model.md §10.1): it may not edit or add reactions there.
+    blocked: bool,
 }
 
 impl Read {
@@ -61,6 +64,11 @@ impl Read {
             at: chat_domain::time::now_rfc3339(),
         }
     }
+}
+
+/// The refusal of an edit or an added reaction by a user its peer blocks.
+fn blocked() -> ChatError {
+    ChatError::Blocked("the other user has blocked you".into())
 }
 
 /// The condition that an item a change writes is still as read: written last by change `read`
@@ -119,7 +127,9 @@ impl ChatStore {
         let sk_of = |i: &Item| get_s(i, keys::SK).unwrap_or_default().to_owned();
         let by_sk: BTreeMap<String, Item> = found.into_iter().map(|i| (sk_of(&i), i)).collect();
         let get = |sk: &str| by_sk.get(sk).cloned();
-        let member = get(&keys::member_sk(caller)).is_some();
+        let member_item = by_sk.get(&keys::member_sk(caller));
+        let member = member_item.is_some();
+        let blocked = member_item.is_some_and(|m| m.contains_key("blocked"));
         let (Some(conversation), true) = (get(keys::CONVERSATION_SK), member || moderator) else {
             return Err(ChatError::NotFound);
         };
@@ -149,6 +159,7 @@ impl ChatStore {
                 .map(from_item)
                 .transpose()?,
             member,
+            blocked,
         })
     }
 
@@ -177,12 +188,20 @@ impl ChatStore {
                 &[],
             )?,
         ];
-        // A moderator who is not a member changes by its role, not by a membership.
+        // A moderator who is not a member changes by its role, not by a membership. An edit
+        // or an added reaction also needs the peer not to block its author (a block meanwhile
+        // makes the change read again, and refuse); taking one's own back does not.
         if read.member {
+            let condition = match change.kind {
+                ChangeKind::Edited | ChangeKind::ReactionAdded => {
+                    "attribute_exists(pk) AND attribute_not_exists(blocked)"
+                }
+                ChangeKind::Deleted | ChangeKind::ReactionRemoved => "attribute_exists(pk)",
+            };
             parts.push(tx::check(
                 &self.table,
                 keys::member_key(&change.conversation_id, &change.user_id),
-                "attribute_exists(pk)",
+                condition,
                 &[],
             )?);
         }
@@ -387,6 +406,9 @@ impl ChatStore {
                 check_replay(&key.fingerprint, &fingerprint)?;
                 let answer = replayed_edit(&message, &edit.body, key.version, key.at.as_deref());
                 return Ok(read.reactions.apply(answer));
+            }
+            if read.blocked {
+                return Err(blocked());
             }
             check_edit(
                 &Target {
@@ -652,6 +674,9 @@ impl ChatStore {
                 return Err(ChatError::Conflict(
                     "the message is deleted: it takes no reactions".into(),
                 ));
+            }
+            if read.blocked && add {
+                return Err(blocked());
             }
             let mine = read.reactor.as_ref().map_or(&[][..], |r| &r.reactions[..]);
             let result = |counts: &BTreeMap<String, u64>| ReactionsResult {

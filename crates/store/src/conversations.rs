@@ -213,12 +213,18 @@ impl ChatStore {
         Ok(peers)
     }
 
-    /// Whether `user` is a member of `id` now. 1 strongly consistent GetItem of the member item.
-    pub async fn is_member(&self, id: &ConversationId, user: &UserId) -> Result<bool, ChatError> {
+    /// Whether `user` is a member of `id` now (None: it is not) and, if so, whether its peer
+    /// blocks it (a direct conversation's `blocked`, docs/data-model.md §10.1). 1 strongly
+    /// consistent GetItem of the member item.
+    pub async fn member_blocked(
+        &self,
+        id: &ConversationId,
+        user: &UserId,
+    ) -> Result<Option<bool>, ChatError> {
         let item = self
-            .item_fields(keys::member_key(id, user), Some("pk"))
+            .item_fields(keys::member_key(id, user), Some("pk, blocked"))
             .await?;
-        Ok(item.is_some())
+        Ok(item.map(|m| m.contains_key("blocked")))
     }
 
     /// A conversation and its members, if `caller` is one of them; otherwise `NotFound` (no hint

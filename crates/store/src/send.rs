@@ -139,7 +139,8 @@ impl ChatStore {
     ///
     /// A direct conversation's member whose peer blocks it is refused by the same condition as a
     /// non-member (its member item's `blocked`, docs/data-model.md §10.1); only then is its member
-    /// item read to tell the two apart (`403 blocked`).
+    /// item read to tell the two apart (`403 blocked`; a retry of its own send stored before the
+    /// block is answered: `answer_blocked`).
     ///
     /// S3, with attachments: `attachments_for_send`'s; while scanning is on, + those of
     /// `untag_after_send` once the message is stored.
@@ -156,10 +157,15 @@ impl ChatStore {
                     .await?;
                 match member {
                     Some(m) if m.contains_key("blocked") => {
-                        Err(ChatError::Blocked("the other user has blocked you".into()))
+                        self.answer_blocked(SendRequest::new(caller, id, request))
+                            .await
                     }
                     _ => Err(ChatError::NotFound),
                 }
+            }
+            Err(ChatError::Blocked(_)) => {
+                self.answer_blocked(SendRequest::new(caller, id, request))
+                    .await
             }
             Ok(sent) => {
                 self.untag_after_send(&sent.0).await?;
@@ -169,20 +175,35 @@ impl ChatStore {
         }
     }
 
+    /// A send refused because the peer blocks its sender (`403 blocked`), unless it is a retry
+    /// of the caller's own send stored before the block: a retry learns its outcome (docs/api.md
+    /// §2), and a member is hidden nothing. DynamoDB: `stored_key`'s (+ with attachments,
+    /// `head_with_attachments`' BatchGetItem, for the replay's copies of them).
+    async fn answer_blocked(
+        &self,
+        mut send: SendRequest<'_>,
+    ) -> Result<(Message, bool), ChatError> {
+        let blocked = || ChatError::Blocked("the other user has blocked you".into());
+        let Some(key) = self.stored_key(&send).await? else {
+            return Err(blocked());
+        };
+        if !send.request.attachments.is_empty() {
+            // A message deleted since took its attachments with it: its tombstone has none.
+            let _ = self.head_with_attachments(&mut send).await;
+        }
+        match self.replay(key, &send).await {
+            Err(ChatError::Conflict(_)) => Err(blocked()),
+            answered => answered,
+        }
+    }
+
     async fn send_as_member(
         &self,
         caller: &UserId,
         id: &ConversationId,
         request: &SendMessage,
     ) -> Result<(Message, bool), ChatError> {
-        let mut send = SendRequest {
-            id,
-            caller,
-            request,
-            fingerprint: send_fingerprint(caller, &request.body, &request.attachments),
-            request_id: uuid::Uuid::new_v4().to_string(),
-            attachments: Vec::new(),
-        };
+        let mut send = SendRequest::new(caller, id, request);
         // The sender's rate limit (docs/api.md §24), before anything is written. A retry of a
         // send already stored (after a 503, say) is not refused: it learns its outcome. That
         // costs a read only when the limit refuses.
@@ -521,9 +542,20 @@ impl ChatStore {
                 tx::delete(table, keys::key(pk(), sk), condition, &values)
             }
             (Target::Member { sender }, Write::MoveWatermark { to_seq }) => {
-                // Its watermark and last sent seq to its newest message, while it is a member.
+                // Its watermark and last sent seq to its newest message, while it is a member;
+                // in a group, also when it sent (`lastSentAt`): slow mode, once on, counts the
+                // messages sent before it was (docs/api.md §25).
                 values.push((":next", n(*to_seq)));
-                let expression = "SET lastReadSeq = :next, lastSentSeq = :next";
+                let expression = if commit.id.is_direct() {
+                    "SET lastReadSeq = :next, lastSentSeq = :next"
+                } else {
+                    let newest = commit.messages.iter().find(|m| m.seq == *to_seq);
+                    let sent_at = newest
+                        .and_then(|m| chat_domain::time::parse_rfc3339(&m.created_at))
+                        .map_or_else(now_ms, chat_domain::time::unix_millis);
+                    values.push((":sentAt", n(sent_at)));
+                    "SET lastReadSeq = :next, lastSentSeq = :next, lastSentAt = :sentAt"
+                };
                 let key = keys::member_key(commit.id, sender);
                 tx::update(table, key, expression, condition, &values)
             }
@@ -1015,7 +1047,18 @@ impl ChatStore {
     }
 }
 
-impl SendRequest<'_> {
+impl<'a> SendRequest<'a> {
+    fn new(caller: &'a UserId, id: &'a ConversationId, request: &'a SendMessage) -> Self {
+        SendRequest {
+            id,
+            caller,
+            request,
+            fingerprint: send_fingerprint(caller, &request.body, &request.attachments),
+            request_id: uuid::Uuid::new_v4().to_string(),
+            attachments: Vec::new(),
+        }
+    }
+
     /// The send as a queued send (`P#`) of a request whose deadline is `expires_at` (unix ms):
     /// also what a commit of it, alone or in a group, stores.
     fn content(&self, enqueued_at: u64, expires_at: u64) -> QueuedItem {

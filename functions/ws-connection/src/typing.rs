@@ -99,8 +99,8 @@ impl Typing {
     }
 
     /// A client frame on the `typing` route. A bad frame is answered to its connection alone
-    /// (`{"type":"error",…}`); a non-member's frame, an early `start` and a `stop` of nobody are
-    /// ignored. DynamoDB: 2 GetItem (owner, member item), 1 UpdateItem of the connection's
+    /// (`{"type":"error",…}`); a non-member's frame, a blocked member's `start`, an early
+    /// `start` and a `stop` of nobody are ignored. DynamoDB: 2 GetItem (owner, member item), 1 UpdateItem of the connection's
     /// typing item, 1 Query of the set (2 when the change waits out the second), and when a
     /// frame goes out 1 PutItem (the claim; 1 more when its posts ran late), 1 Query (the set,
     /// read after the claim) + the push's reads.
@@ -128,8 +128,12 @@ impl Typing {
         let Some(user) = self.connections.owner(connection).await? else {
             return Ok(());
         };
-        if !self.chat.is_member(&frame.conversation, &user).await? {
-            return Ok(());
+        // A member whose peer blocks it types to nobody (docs/api.md §28); its `stop` still
+        // ends a start from before the block.
+        match self.chat.member_blocked(&frame.conversation, &user).await? {
+            None => return Ok(()),
+            Some(true) if frame.state == TypingState::Start => return Ok(()),
+            Some(_) => {}
         }
         let id = &frame.conversation;
         match frame.state {

@@ -140,6 +140,24 @@ async fn slow_mode_lets_a_member_send_once_per_period_and_exempts_managers() {
     assert_eq!(t.send(&c, member, "free").await.status, 201);
 }
 
+/// Slow mode counts a message sent just before it was switched on (found by probing: the
+/// member's next send, 0.1 s later, was stored; docs/api.md §25 says a member who sent less than
+/// the period ago waits).
+#[tokio::test]
+async fn slow_mode_counts_a_message_sent_before_it_was_switched_on() {
+    let t = TestApp::new().await;
+    let u = unique_users(2);
+    let (owner, member) = (&u[0], &u[1]);
+    let c = t.group(owner, &[member]).await;
+    assert_eq!(t.send(&c, member, "before").await.status, 201);
+    assert_eq!(set_slow_mode(&t, &c, owner, 30).await.status, 200);
+    let refused = t.send(&c, member, "right after").await;
+    assert_status(&refused, 429, "slow_mode");
+    let after: u64 = refused.headers["retry-after"].parse().unwrap();
+    assert!((25..=30).contains(&after), "{refused:?}");
+    assert_eq!(t.send(&c, owner, "exempt").await.status, 201);
+}
+
 /// A send that answered `503` (outcome unknown) keeps its slot, and its retry (the same
 /// `clientMsgId`) takes it again and learns the outcome, within the period (found by probing:
 /// the retry was `429 slow_mode` for the rest of the period); another send still waits.

@@ -71,6 +71,60 @@ async fn a_blocked_user_cannot_open_send_in_or_add_the_blocker() {
     assert_eq!(t.get("/me/blocks", &a).await.body["blocks"], json!([]));
 }
 
+/// A blocked user may not edit its messages in the direct conversation or add reactions there
+/// (found by probing: it could rewrite what the blocker reads); it may still delete its own and
+/// take its reactions back. A retry of what it did before the block (a send, an edit) learns
+/// its outcome, as every retry does (found by probing: a replayed send was `403`).
+#[tokio::test]
+async fn a_blocked_user_edits_and_reacts_no_more_but_its_retries_learn_their_outcome() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    let (sent, edited) = (new_uuid(), new_uuid());
+    assert_eq!(t.send_with_id(&c, &b, &sent, "before").await.status, 201);
+    assert_eq!(t.edit(&c, 1, &b, &edited, "edited").await.status, 200);
+    assert_eq!(t.react(&c, 1, &b, "ok", true).await.status, 200);
+    assert_eq!(block(&t, &a, &b, true).await.status, 204);
+
+    let replay = t.send_with_id(&c, &b, &sent, "before").await;
+    assert_eq!(
+        (replay.status, &replay.body["seq"]),
+        (200, &json!(1)),
+        "{replay:?}"
+    );
+    for refused in [
+        t.send_with_id(&c, &b, &sent, "another body").await,
+        t.send(&c, &b, "after").await,
+        t.edit(&c, 1, &b, &new_uuid(), "rewritten").await,
+        t.react(&c, 1, &b, "no", true).await,
+    ] {
+        assert_eq!(
+            (refused.status, refused.code()),
+            (403, "blocked"),
+            "{refused:?}"
+        );
+    }
+    let again = t.edit(&c, 1, &b, &edited, "edited").await;
+    assert_eq!(
+        (again.status, &again.body["body"]),
+        (200, &json!("edited")),
+        "{again:?}"
+    );
+    let history = t.get(&format!("/conversations/{c}/messages"), &a).await;
+    assert_eq!(
+        history.body["messages"][0]["body"],
+        json!("edited"),
+        "{history:?}"
+    );
+    assert_eq!(history.body["lastSeq"], json!(1), "{history:?}");
+    // Taking back and deleting its own are not refused.
+    assert_eq!(t.react(&c, 1, &b, "ok", false).await.status, 200);
+    let deleted = t.delete_message(&c, 1, &b, &new_uuid()).await;
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    // The blocker is not affected.
+    assert_eq!(t.send(&c, &a, "mine").await.status, 201);
+    assert_eq!(t.react(&c, 2, &a, "ok", true).await.status, 200);
+}
+
 /// `blocks` pages: a page that ends the list has no cursor, even when it is full (found by
 /// probing: `limit=1` with one block answered a cursor to an empty page).
 #[tokio::test]
@@ -343,6 +397,10 @@ async fn moderators_delete_any_message_and_suspend_users() {
         )
         .await;
     assert_eq!(r.status, 403, "{r:?}");
+    // Nor themselves: they could not lift it.
+    let own = format!("/moderation/suspensions/{m}");
+    let r = t.call_with_token("PUT", &own, moderator(&m), None).await;
+    assert_eq!((r.status, r.code()), (400, "invalid_request"), "{r:?}");
     let put = format!("/moderation/suspensions/{a}");
     assert_eq!(
         t.call_with_token("PUT", &put, moderator(&m), None)

@@ -195,6 +195,31 @@ async fn a_closed_connection_stops_typing_and_non_members_are_ignored() {
     .await
 }
 
+/// A user its direct peer blocks types to nobody: its `start` is ignored (found by probing: the
+/// blocker was shown it typing); unblocked, it is shown again.
+#[tokio::test]
+async fn a_blocked_user_is_not_shown_typing_to_the_blocker() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (a, b, conv) = t.new_direct().await;
+        let (mut ca, mut cb) = (WsClient::connect(&a).await, WsClient::connect(&b).await);
+        let blocks = format!("/me/blocks/{b}");
+        assert_eq!(t.call("PUT", &blocks, Some(&a), None).await.status, 204);
+        cb.send_text(&typing(&conv, "start")).await;
+        assert_eq!(
+            next_typing(&mut ca, &conv, Duration::from_millis(1_500)).await,
+            None
+        );
+        // The blocker still types to the blocked user.
+        ca.send_text(&typing(&conv, "start")).await;
+        until_typing(&mut cb, &conv, &[&a]).await;
+        assert_eq!(t.call("DELETE", &blocks, Some(&a), None).await.status, 204);
+        cb.send_text(&typing(&conv, "start")).await;
+        until_typing(&mut ca, &conv, &[&b]).await;
+    })
+    .await
+}
+
 /// A typist removed from the group is not shown typing to the others, though its start has not
 /// expired yet (found by probing: the next frame still listed it).
 #[tokio::test]

@@ -26,6 +26,8 @@ impl ChatStore {
     /// can tell, when sent again, whether it had been applied: `advanced` stays truthful.
     /// The update also records the connection the request named (`origin`, `readOrigin`; removed
     /// when none), which the receipt's push then skips (docs/api.md §15.4).
+    /// Out of time, the request answers `503` when an attempt got no answer (it may have landed),
+    /// `429` when only conflicts held it back (nothing was written).
     /// DynamoDB: 1 GetItem + 1 UpdateItem; the UpdateItem alone when the seq is known to exist.
     pub async fn mark_read(
         &self,
@@ -52,6 +54,8 @@ impl ChatStore {
             None => "SET lastReadSeq = :seq, lastReadBy = :token REMOVE readOrigin",
         };
         let mut retry = self.retry();
+        // Whether an attempt got no answer: it may have landed.
+        let mut unknown = false;
         while retry.next().await {
             let update = self
                 .db
@@ -92,11 +96,21 @@ impl ChatStore {
                 _ if matches!(
                     err,
                     SdkError::TimeoutError(_) | SdkError::DispatchFailure(_)
-                ) => {}
+                ) =>
+                {
+                    unknown = true;
+                }
                 _ => return Err(sdk_error("UpdateItem", err)),
             }
         }
-        Err(ChatError::Throttled)
+        // Out of time: after an attempt without an answer the read may have landed, so the
+        // outcome is unknown (503; found by probing: a 429 whose read had moved the watermark);
+        // after conflicts only, nothing was written (429).
+        Err(if unknown {
+            ChatError::Unavailable
+        } else {
+            ChatError::Throttled
+        })
     }
 
     /// `readStates`: every member's watermark, never above the `lastSeq` shown with it

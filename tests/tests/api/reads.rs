@@ -165,3 +165,27 @@ async fn read_states_never_show_a_watermark_past_last_seq() {
         assert!(m["lastReadSeq"].as_u64().unwrap() <= 1, "{r:?}");
     }
 }
+
+/// A read whose every attempt got no answer until the request's time ran out answers `503`
+/// (outcome unknown), never `429`: the first attempt landed (found by probing: a `429` whose
+/// read had moved the watermark and was pushed). Its retry learns the watermark.
+#[tokio::test]
+async fn a_read_without_an_answer_is_503_and_its_retry_learns_the_watermark() {
+    if chat_tests::server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: losing an answer needs the strictness layer (CHAT_STRICT=off)");
+        return;
+    }
+    let t = TestApp::custom(std::time::Duration::from_secs(2), None).await;
+    let (a, b, c) = t.new_direct().await;
+    for i in 0..3 {
+        assert_eq!(t.send(&c, &a, &format!("{i}")).await.status, 201);
+    }
+    chat_tests::server::dynamodb_faults(&json!({"op": "UpdateItem", "table": t.table,
+        "key": format!("M#{c}"), "kind": "answerLost", "count": 1000}));
+    let lost = t.mark_read(&c, &b, 2).await;
+    chat_tests::server::clear_dynamodb_faults();
+    assert_eq!((lost.status, lost.code()), (503, "unavailable"), "{lost:?}");
+    let retry = t.mark_read(&c, &b, 2).await;
+    assert_eq!(retry.status, 200, "{retry:?}");
+    assert_eq!(retry.body["lastReadSeq"], json!(2), "{retry:?}");
+}

@@ -773,10 +773,24 @@ fn or_missing<T, E: std::error::Error + 'static>(
     }
 }
 
-fn s3_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
+/// S3 that did not answer, answered unreadably or failed itself (5xx, `SlowDown`) is
+/// unavailable, as DynamoDB is then (`sdk_error`): `503`, or `429` before the request wrote
+/// anything (found by fault probing: a send with an attachment, S3 frozen, was `500`).
+fn s3_error<E: std::error::Error + 'static>(
     call: &str,
-    e: aws_sdk_s3::error::SdkError<E, R>,
+    e: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> ChatError {
+    use aws_sdk_s3::error::SdkError;
+    let server_failed = e.raw_response().is_some_and(|r| r.status().as_u16() >= 500);
+    if server_failed
+        || matches!(
+            e,
+            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
+        )
+    {
+        tracing::warn!(call, error = %aws_sdk_s3::error::DisplayErrorContext(&e), "S3 unavailable");
+        return ChatError::Unavailable;
+    }
     ChatError::internal(format!(
         "{call}: {}",
         aws_sdk_s3::error::DisplayErrorContext(&e)
@@ -797,4 +811,32 @@ fn records(items: Vec<Item>) -> Result<Vec<AttachmentRecord>, ChatError> {
         .filter(|i| matches!(i.get(keys::PK), Some(AttributeValue::S(pk)) if pk.starts_with("A#")))
         .map(from_item)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_s3::config::http::HttpResponse;
+    use aws_sdk_s3::error::{ErrorMetadata, SdkError};
+    use aws_sdk_s3::operation::get_object::GetObjectError;
+    use aws_sdk_s3::primitives::SdkBody;
+
+    fn answered(status: u16) -> SdkError<GetObjectError, HttpResponse> {
+        let response = HttpResponse::new(status.try_into().unwrap(), SdkBody::empty());
+        SdkError::service_error(GetObjectError::generic(ErrorMetadata::default()), response)
+    }
+
+    /// S3 without an answer, or failing itself, is no fault of ours: `Unavailable` (a `503`, or a
+    /// `429` before anything was written), never `500 internal`.
+    #[test]
+    fn s3_that_does_not_answer_or_fails_itself_is_unavailable() {
+        let frozen: SdkError<GetObjectError, HttpResponse> = SdkError::timeout_error("frozen");
+        assert_eq!(s3_error("GetObject", frozen), ChatError::Unavailable);
+        assert_eq!(s3_error("GetObject", answered(503)), ChatError::Unavailable);
+        assert_eq!(s3_error("GetObject", answered(500)), ChatError::Unavailable);
+        assert!(matches!(
+            s3_error("GetObject", answered(403)),
+            ChatError::Internal(_)
+        ));
+    }
 }

@@ -52,12 +52,8 @@ pub(crate) async fn handle(req: Request<Incoming>, registry: &Registry) -> Respo
             };
             match registry.send(&id, frame(data)) {
                 Ok(()) => response(StatusCode::OK, Bytes::new()),
-                Err(SendError::Gone) => gone(),
-                Err(SendError::Full) => error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "LimitExceededException",
-                    "The client is not reading its frames",
-                ),
+                // A client that let its queue fill was dropped (`Registry::send`): gone.
+                Err(SendError::Gone | SendError::Full) => gone(),
             }
         }
         Method::GET => match registry.info(&id) {

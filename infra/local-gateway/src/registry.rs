@@ -5,10 +5,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use time::OffsetDateTime;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::Message;
 
-/// Frames queued per connection before a push is refused with 429 (a client not reading).
+/// Frames queued per connection. A client that lets this many pile up is not reading: its
+/// connection is dropped (the push answered 410, as for any closed connection), so that it
+/// reconnects and catches up, rather than refused with 429, which the fanout takes for the
+/// service's own throttling and retries the whole record for everyone (found by fault probing:
+/// one such client held back its conversations' pushes to every member by 10–18 s).
 const QUEUE: usize = 1024;
 
 /// What a connection's session task is asked to do.
@@ -28,6 +32,9 @@ pub(crate) struct Info {
 
 struct Connection {
     commands: mpsc::Sender<Command>,
+    /// Wakes its session to drop the socket at once, even in the middle of a write the client
+    /// does not read.
+    kill: Arc<Notify>,
     info: Info,
 }
 
@@ -46,12 +53,17 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// Adds a connection (before `$connect` runs, so a push racing the handshake is queued rather
-    /// than answered 410); returns where its commands arrive.
-    pub(crate) fn add(&self, id: &str, info: Info) -> mpsc::Receiver<Command> {
+    /// than answered 410); returns where its commands arrive, and what says to drop it at once.
+    pub(crate) fn add(&self, id: &str, info: Info) -> (mpsc::Receiver<Command>, Arc<Notify>) {
         let (commands, rx) = mpsc::channel(QUEUE);
-        self.lock()
-            .insert(id.to_owned(), Connection { commands, info });
-        rx
+        let kill = Arc::new(Notify::new());
+        let connection = Connection {
+            commands,
+            kill: kill.clone(),
+            info,
+        };
+        self.lock().insert(id.to_owned(), connection);
+        (rx, kill)
     }
 
     pub(crate) fn remove(&self, id: &str) {
@@ -68,7 +80,8 @@ impl Registry {
         }
     }
 
-    /// Queues a frame for the client.
+    /// Queues a frame for the client. A full queue drops the connection (`Full`: it is gone
+    /// now, and its session drops the socket).
     pub(crate) fn send(&self, id: &str, frame: Message) -> Result<(), SendError> {
         let mut connections = self.lock();
         let c = connections.get_mut(id).ok_or(SendError::Gone)?;
@@ -77,7 +90,12 @@ impl Registry {
                 c.info.last_active_at = OffsetDateTime::now_utc();
                 Ok(())
             }
-            Err(mpsc::error::TrySendError::Full(_)) => Err(SendError::Full),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                if let Some(c) = connections.remove(id) {
+                    c.kill.notify_one();
+                }
+                Err(SendError::Full)
+            }
             Err(mpsc::error::TrySendError::Closed(_)) => Err(SendError::Gone),
         }
     }
@@ -86,9 +104,11 @@ impl Registry {
     /// false when there is no such connection.
     pub(crate) fn close(&self, id: &str) -> bool {
         match self.lock().remove(id) {
-            // Even with a full queue it closes: the session also stops when the sender is dropped.
+            // Even with a full queue it closes: then the session drops the socket at once.
             Some(c) => {
-                let _ = c.commands.try_send(Command::Close);
+                if c.commands.try_send(Command::Close).is_err() {
+                    c.kill.notify_one();
+                }
                 true
             }
             None => false,
@@ -122,5 +142,43 @@ impl Registry {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Connection>> {
         self.connections.lock().unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> Info {
+        let now = OffsetDateTime::now_utc();
+        Info {
+            connected_at: now,
+            last_active_at: now,
+            source_ip: "127.0.0.1".into(),
+            user_agent: None,
+        }
+    }
+
+    /// A client that lets its queue fill is dropped: the push that found it full, and every
+    /// later one, is told it is gone, and its session is told to drop the socket.
+    #[tokio::test]
+    async fn a_client_not_reading_is_dropped_when_its_queue_fills() {
+        let registry = Registry::default();
+        let (_commands, kill) = registry.add("c1", info());
+        for _ in 0..QUEUE {
+            assert_eq!(registry.send("c1", Message::text("x")), Ok(()));
+        }
+        assert_eq!(
+            registry.send("c1", Message::text("x")),
+            Err(SendError::Full)
+        );
+        assert_eq!(registry.info("c1"), None);
+        assert_eq!(
+            registry.send("c1", Message::text("x")),
+            Err(SendError::Gone)
+        );
+        tokio::time::timeout(std::time::Duration::from_secs(1), kill.notified())
+            .await
+            .expect("the session is told to drop the socket");
     }
 }

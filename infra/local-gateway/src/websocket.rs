@@ -25,7 +25,7 @@ use hyper::{HeaderMap, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Map, Value};
 use time::OffsetDateTime;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
@@ -71,7 +71,7 @@ impl WebSocketApi {
             source_ip: peer.ip().to_string(),
             user_agent: header(req.headers(), "user-agent"),
         };
-        let commands = self.registry.add(
+        let (commands, kill) = self.registry.add(
             &connection.id,
             Info {
                 connected_at: now,
@@ -104,7 +104,7 @@ impl WebSocketApi {
         }
 
         let upgrade = hyper::upgrade::on(&mut req);
-        tokio::spawn(self.clone().session(connection, upgrade, commands));
+        tokio::spawn(self.clone().session(connection, upgrade, commands, kill));
         let mut r = response(StatusCode::SWITCHING_PROTOCOLS, Bytes::new());
         let h = r.headers_mut();
         h.insert(UPGRADE, HeaderValue::from_static("websocket"));
@@ -122,13 +122,14 @@ impl WebSocketApi {
         connection: Connection,
         upgrade: OnUpgrade,
         mut commands: mpsc::Receiver<Command>,
+        kill: Arc<Notify>,
     ) {
         let (code, reason) = match upgrade.await {
             Ok(upgraded) => {
                 let socket =
                     WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None)
                         .await;
-                self.pump(&connection, socket, &mut commands).await
+                self.pump(&connection, socket, &mut commands, &kill).await
             }
             Err(e) => (1006, format!("upgrade failed: {e}")),
         };
@@ -150,6 +151,7 @@ impl WebSocketApi {
         connection: &Connection,
         socket: WebSocketStream<S>,
         commands: &mut mpsc::Receiver<Command>,
+        kill: &Notify,
     ) -> (u16, String)
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -171,8 +173,12 @@ impl WebSocketApi {
             tokio::select! {
                 command = commands.recv() => match command {
                     Some(Command::Send(frame)) => {
-                        if let Err(e) = sink.send(frame).await {
-                            break (1006, e.to_string());
+                        // A write the client does not read would wait for ever: a kill ends it.
+                        tokio::select! {
+                            sent = sink.send(frame) => if let Err(e) = sent {
+                                break (1006, e.to_string());
+                            },
+                            _ = kill.notified() => return dropped(),
                         }
                     }
                     Some(Command::Close) | None => {
@@ -196,6 +202,9 @@ impl WebSocketApi {
                     Some(Err(e)) => break (1006, e.to_string()),
                     None => break (1006, "connection lost".into()),
                 },
+                // Dropped (its queue filled): the socket goes without a close frame, which would
+                // wait behind the frames the client is not reading.
+                _ = kill.notified() => return dropped(),
                 _ = &mut expiry => {
                     let _ = sink.send(close(CloseCode::Away, "Going away")).await;
                     break (1001, "maximum connection duration reached".into());
@@ -254,6 +263,15 @@ impl WebSocketApi {
             "isBase64Encoded": false,
         })
     }
+}
+
+/// The close of a connection dropped for not reading its frames (`Registry::send`): 1008,
+/// policy; its client sees the socket end (1006) and reconnects.
+fn dropped() -> (u16, String) {
+    (
+        1008,
+        "dropped: the client was not reading its frames".into(),
+    )
 }
 
 /// The routes with a function behind them (template.yaml); `$default` (None) is API Gateway's

@@ -144,16 +144,16 @@ function withConversation(state: ChatState, id: string, conv: ConversationState)
  */
 function takeMessage(conv: ConversationState | undefined, seq: number, message: Message | null, out: Step): ConversationState {
   // First sight of a conversation through a live event: start from this message. (Conversations the
-  // app listed or opened through the REST API already have a starting point; see `observe`.)
+  // app listed or opened through the REST API already have a starting point; see `observe`.) Its
+  // changes then start from the first: the app holds this message as it is now, and every change
+  // after it must come, whenever the change log's length is learnt (a summary must not count
+  // changes missed meanwhile as delivered; changes of messages the app does not hold come too, as
+  // they do for any conversation).
   const base = conv ?? emptyConversation();
   const delivered = base.delivered ?? seq - 1;
-  const lastSeq = Math.max(base.lastSeq, seq, delivered);
-  if (seq <= delivered || message === null || base.ahead.has(seq)) {
-    return { ...base, delivered, lastSeq };
-  }
-  const ahead = new Map(base.ahead);
-  ahead.set(seq, message);
-  return drain({ ...base, delivered, lastSeq, ahead }, out);
+  const next = { ...base, delivered, lastSeq: Math.max(base.lastSeq, seq, delivered), changed: base.changed ?? 0 };
+  if (seq <= delivered || message === null || base.ahead.has(seq)) return next;
+  return drain({ ...next, ahead: new Map(base.ahead).set(seq, message) }, out);
 }
 
 /**
@@ -170,16 +170,18 @@ function takeChange(
 ): ConversationState {
   const base = conv ?? emptyConversation();
   const changed = base.changed ?? changeSeq - 1;
+  // First sight of the conversation through a change: its messages start at the changed one, which
+  // the app must get before the change (a later summary's lastSeq must not count it as delivered).
+  const delivered = base.delivered ?? Math.max(0, seq - 1);
   const next = {
     ...base,
+    delivered,
     changed,
     lastChange: Math.max(base.lastChange, changeSeq, changed),
-    lastSeq: base.delivered === null ? base.lastSeq : Math.max(base.lastSeq, seq),
+    lastSeq: Math.max(base.lastSeq, seq, delivered),
   };
   if (changeSeq <= changed || change === null || base.changesAhead.has(changeSeq)) return next;
-  const changesAhead = new Map(base.changesAhead);
-  changesAhead.set(changeSeq, change);
-  return drain({ ...next, changesAhead }, out);
+  return drain({ ...next, changesAhead: new Map(base.changesAhead).set(changeSeq, change) }, out);
 }
 
 /**

@@ -171,6 +171,33 @@ describe("changes", () => {
     assert.equal(observeChanges(start(), "c", 9, 9).state.conversations.get("c")!.changed, 9, "changes the app fetched count as held");
   });
 
+  it("first sight through a change starts the messages at the changed one: a summary does not skip them", () => {
+    // Found by probing: the summary's lastSeq counted messages 1-3 as delivered, never sent.
+    const m1 = msg("c", 1);
+    const a = run(initialState(), [change("c", 1, edited(m1, "e"))]);
+    assert.deepEqual(a.changes, [], "its message is not delivered yet");
+    assert.equal(missingAfter(a.state, "c"), 0, "message 1 is fetched");
+    const summary = observe(a.state, "c", 3).state;
+    assert.equal(missingAfter(summary, "c"), 0, "still fetched after the summary");
+    const page = applyPage(summary, { conversationId: "c", messages: [edited(m1, "e"), msg("c", 2), msg("c", 3)], lastSeq: 3 });
+    assert.deepEqual(seqs(page.messages), [1, 2, 3]);
+    assert.deepEqual(changeSeqs(page.changes), [1]);
+  });
+
+  it("first sight through a message starts its changes at the first: a summary does not skip them", () => {
+    // Found by probing: an edit made while the socket was down was never delivered (the summary's
+    // lastChange counted it as delivered).
+    const m1 = msg("c", 1);
+    const a = run(initialState(), [full(m1)]);
+    assert.deepEqual(seqs(a.messages), [1]);
+    const summary = observeChanges(a.state, "c", 1).state;
+    assert.equal(missingChangesAfter(summary, "c"), 0, "change 1 is fetched");
+    const page: Change[] = [{ changeSeq: 1, type: "message.edited", seq: 1, userId: "alice", at: "x", message: edited(m1, "e") }];
+    const filled = applyChanges(summary, { conversationId: "c", changes: page, lastChange: 1 });
+    assert.deepEqual(changeSeqs(filled.changes), [1]);
+    assert.equal(missingChangesAfter(filled.state, "c"), null);
+  });
+
   it("holds a change until its message is delivered, and delivers the message with it applied", () => {
     const m5 = msg("c", 5);
     const a = run(start(), [change("c", 3, tomb(m5), "message.deleted")]);

@@ -780,14 +780,8 @@ fn s3_error<E: std::error::Error + 'static>(
     call: &str,
     e: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> ChatError {
-    use aws_sdk_s3::error::SdkError;
     let server_failed = e.raw_response().is_some_and(|r| r.status().as_u16() >= 500);
-    if server_failed
-        || matches!(
-            e,
-            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
-        )
-    {
+    if server_failed || super::unanswered(&e) {
         tracing::warn!(call, error = %aws_sdk_s3::error::DisplayErrorContext(&e), "S3 unavailable");
         return ChatError::Unavailable;
     }

@@ -66,11 +66,6 @@ impl Read {
     }
 }
 
-/// The refusal of an edit or an added reaction by a user its peer blocks.
-fn blocked() -> ChatError {
-    ChatError::Blocked("the other user has blocked you".into())
-}
-
 /// The condition that an item a change writes is still as read: written last by change `read`
 /// (0: by none, or absent).
 fn unchanged_since(
@@ -408,7 +403,7 @@ impl ChatStore {
                 return Ok(read.reactions.apply(answer));
             }
             if read.blocked {
-                return Err(blocked());
+                return Err(super::blocked_by_peer());
             }
             check_edit(
                 &Target {
@@ -676,7 +671,7 @@ impl ChatStore {
                 ));
             }
             if read.blocked && add {
-                return Err(blocked());
+                return Err(super::blocked_by_peer());
             }
             let mine = read.reactor.as_ref().map_or(&[][..], |r| &r.reactions[..]);
             let result = |counts: &BTreeMap<String, u64>| ReactionsResult {

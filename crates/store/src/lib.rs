@@ -230,16 +230,26 @@ where
                 | "TransactionInProgressException"
         )
     );
-    if server_failed
-        || matches!(
-            err,
-            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
-        )
-    {
+    if server_failed || unanswered(&err) {
         return ChatError::Unavailable;
     }
     let detail = aws_sdk_dynamodb::error::DisplayErrorContext(&err);
     ChatError::internal(format!("{op}: {detail}"))
+}
+
+/// Whether a call got no answer, or one that could not be read (of any AWS SDK: DynamoDB's, S3's):
+/// what it asked may or may not have been done.
+pub(crate) fn unanswered<E, R>(err: &SdkError<E, R>) -> bool {
+    matches!(
+        err,
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
+    )
+}
+
+/// The refusal of what a direct conversation's member may not do while its peer blocks it
+/// (docs/api.md §28): send, edit, add a reaction.
+pub(crate) fn blocked_by_peer() -> ChatError {
+    ChatError::Blocked("the other user has blocked you".into())
 }
 
 /// A failure before the request wrote anything: a call that got no answer (`Unavailable`) is no
@@ -254,13 +264,11 @@ pub(crate) fn nothing_done(e: ChatError) -> ChatError {
 /// Whether a TransactWriteItems may or may not have been applied: no answer, or DynamoDB still
 /// working on an earlier attempt of the same token.
 fn ambiguous<R>(err: &SdkError<TransactWriteItemsError, R>) -> bool {
-    matches!(
-        err,
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
-    ) || matches!(
-        err.as_service_error(),
-        Some(TransactWriteItemsError::TransactionInProgressException(_))
-    )
+    unanswered(err)
+        || matches!(
+            err.as_service_error(),
+            Some(TransactWriteItemsError::TransactionInProgressException(_))
+        )
 }
 
 /// The least time an ambiguous commit gets to be settled, even at the deadline.

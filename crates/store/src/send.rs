@@ -183,16 +183,15 @@ impl ChatStore {
         &self,
         mut send: SendRequest<'_>,
     ) -> Result<(Message, bool), ChatError> {
-        let blocked = || ChatError::Blocked("the other user has blocked you".into());
         let Some(key) = self.stored_key(&send).await? else {
-            return Err(blocked());
+            return Err(super::blocked_by_peer());
         };
         if !send.request.attachments.is_empty() {
             // A message deleted since took its attachments with it: its tombstone has none.
             let _ = self.head_with_attachments(&mut send).await;
         }
         match self.replay(key, &send).await {
-            Err(ChatError::Conflict(_)) => Err(blocked()),
+            Err(ChatError::Conflict(_)) => Err(super::blocked_by_peer()),
             answered => answered,
         }
     }
@@ -351,9 +350,7 @@ impl ChatStore {
             .await
             .map_err(|e| sdk_error("GetItem", e))?;
         match out.item {
-            Some(m) if m.contains_key("blocked") => {
-                Err(ChatError::Blocked("the other user has blocked you".into()))
-            }
+            Some(m) if m.contains_key("blocked") => Err(super::blocked_by_peer()),
             Some(_) => Ok(()),
             None => Err(ChatError::NotFound),
         }

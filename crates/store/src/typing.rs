@@ -89,7 +89,8 @@ impl ConnectionStore {
     }
 
     /// A `start` of `connection` (of `user`) in `id`, its frame come at `now_ms`: whether it was
-    /// accepted (not within 2 s of the connection's last accepted start, unless stopped since).
+    /// accepted: not within 2 s of the connection's last accepted start, a `stop` since or not
+    /// (SPEC §16: a connection's starts beyond one per 2 s are ignored).
     /// DynamoDB: 1 UpdateItem of the connection's item (an ignored start fails its condition,
     /// billed all the same), + 1 UpdateItem of the owner item when the connection had no item in
     /// `id` (its first start there).
@@ -109,10 +110,7 @@ impl ConnectionStore {
                 "SET userId = :u, startedAt = :now, expiresAt = :ttl REMOVE stoppedAt",
             )
             // startedAt < cutoff + 1: the last accepted start is at least 2 s old.
-            .condition_expression(
-                "attribute_not_exists(startedAt) OR startedAt < :below \
-                 OR attribute_exists(stoppedAt)",
-            )
+            .condition_expression("attribute_not_exists(startedAt) OR startedAt < :below")
             .expression_attribute_values(":u", AttributeValue::S(user.to_string()))
             .expression_attribute_values(":now", n(now_ms))
             .expression_attribute_values(":below", n(start_cutoff(now_ms) + 1))

@@ -74,8 +74,8 @@ pub struct GatewayConfig {
     /// The stream → relay → Kinesis → fanout pollers; `None` serves the two APIs only.
     pub pipeline: Option<PipelineConfig>,
     /// The HTTP API's stand-in in front of `cargo lambda watch`: `(address, watch's URL,
-    /// requests in flight per route)`.
-    pub rest: Option<(SocketAddr, String, usize)>,
+    /// requests in flight per route, the time within which every request is answered)`.
+    pub rest: Option<(SocketAddr, String, usize, Duration)>,
     /// The demo chat page: `(address, folder of the built page)`.
     pub demo: Option<(SocketAddr, std::path::PathBuf)>,
     /// Offline notifications: the push sink's address (`CHAT_PUSH_SINK_PORT`); the delay
@@ -175,7 +175,7 @@ impl GatewayConfig {
                 _ => DEFAULT_FUNCTIONS_CONCURRENCY,
             };
             let addr = local(port("CHAT_REST_PORT", DEFAULT_REST_PORT)?);
-            config.rest = Some((addr, upstream, per_route));
+            config.rest = Some((addr, upstream, per_route, rest_edge::deadline()?));
         }
         if let Ok(dir) = std::env::var("CHAT_DEMO_DIR") {
             config.demo = Some((
@@ -380,12 +380,12 @@ const TYPING_QUEUE: &str = "TypingQueue";
 
 /// The REST edge in front of the REST API's upstream; returns its URL.
 async fn serve_rest(
-    (addr, upstream, per_route): &(SocketAddr, String, usize),
+    (addr, upstream, per_route, deadline): &(SocketAddr, String, usize, Duration),
     shutdown: &shutdown::Shutdown,
 ) -> Result<String, Error> {
     let listener = TcpListener::bind(addr).await?;
     let url = format!("http://{}", listener.local_addr()?);
-    let edge = rest_edge::RestEdge::new(upstream.clone(), *per_route);
+    let edge = rest_edge::RestEdge::new(upstream.clone(), *per_route, *deadline);
     http::serve(listener, shutdown.clone(), move |req, _| {
         let edge = edge.clone();
         async move { edge.handle(req).await }

@@ -14,6 +14,9 @@
 //!   finds that channel full waits for room while holding the lock every instance needs to take
 //!   its next request: from then on no request to any function is ever answered. Measured: 240
 //!   concurrent `GET /inbox` wedged a fresh stack for good; with this limit, 1,000 do not.
+//! * an answer within the request's time, as API Gateway's integration timeout bounds it: a
+//!   request the functions have not answered `deadline` after it was read (an instance that watch
+//!   stopped mid-request, to reload or otherwise, never answers it) gets `503 unavailable`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -46,12 +49,27 @@ pub(crate) struct RestEdge {
     /// Requests in flight, per route (`route_key`).
     slots: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
     per_route: usize,
+    /// How long after its body was read a request is answered at the latest.
+    deadline: Duration,
+}
+
+/// The functions' own bound locally (docs/data-model.md §4.6: the request's time, 20 s unless
+/// `CHAT_REQUEST_BUDGET_MS` says otherwise, and 2 s to settle); the edge's is the same, so a
+/// client is answered within it whatever the runner does.
+pub(crate) fn deadline() -> Result<Duration, String> {
+    let budget = match std::env::var("CHAT_REQUEST_BUDGET_MS") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
+            format!("CHAT_REQUEST_BUDGET_MS must be a number of milliseconds, not {v:?}")
+        })?,
+        _ => 20_000,
+    };
+    Ok(Duration::from_millis(budget) + Duration::from_secs(2))
 }
 
 impl RestEdge {
     /// In front of `upstream` (`http://127.0.0.1:9010`, where `cargo lambda watch` listens), with
     /// at most `per_route` requests of one route in flight there.
-    pub(crate) fn new(upstream: String, per_route: usize) -> Self {
+    pub(crate) fn new(upstream: String, per_route: usize, deadline: Duration) -> Self {
         let mut connector = HttpConnector::new();
         // Generous: while watch starts instances (a cargo run each) it can take seconds to accept
         // a connection on a busy machine, and a client is better served late than with a 503.
@@ -61,6 +79,7 @@ impl RestEdge {
             client: Client::builder(TokioExecutor::new()).build(connector),
             slots: Arc::default(),
             per_route,
+            deadline,
         }
     }
 
@@ -99,14 +118,35 @@ impl RestEdge {
             return error(StatusCode::NOT_FOUND, "not_found", NOT_FOUND);
         }
         let slots = self.slots(&parts.method, parts.uri.path());
-        let _slot = slots.acquire().await;
+        // Whatever holds an instance gives it up by its own deadline, which comes before that of
+        // any request waiting for it: so a request always reaches a function in its time.
+        let answered = async {
+            let _slot = slots.acquire().await;
+            self.attempts(&parts, path, &body).await
+        };
+        match tokio::time::timeout(self.deadline, answered).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                tracing::warn!(path, "the functions did not answer within the deadline");
+                unavailable()
+            }
+        }
+    }
+
+    /// The request sent upstream until it has an answer to give.
+    async fn attempts(
+        &self,
+        parts: &hyper::http::request::Parts,
+        path: &str,
+        body: &Bytes,
+    ) -> Response<Body> {
         // A read has no effect: when watch itself fails one (its own 5xx, no function's
         // answer: now and then under load), it is sent again, as a client would.
         let read = parts.method == Method::GET || parts.method == Method::HEAD;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (answer, answer_body) = match self.send_upstream(&parts, path, &body).await {
+            let (answer, answer_body) = match self.send_upstream(parts, path, body).await {
                 Ok(answered) => answered,
                 Err(failed) => return failed,
             };
@@ -415,7 +455,7 @@ mod tests {
         });
         let edge_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let edge_url = format!("http://{}", edge_listener.local_addr().unwrap());
-        let edge = RestEdge::new(upstream_url, 8);
+        let edge = RestEdge::new(upstream_url, 8, Duration::from_secs(22));
         crate::http::serve(edge_listener, shutdown.clone(), move |req, _| {
             let edge = edge.clone();
             async move { edge.handle(req).await }
@@ -467,7 +507,7 @@ mod tests {
                 response(StatusCode::OK, "{}")
             }
         });
-        let edge = RestEdge::new(upstream_url, 8);
+        let edge = RestEdge::new(upstream_url, 8, Duration::from_secs(22));
         let edge_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let edge_url = format!("http://{}", edge_listener.local_addr().unwrap());
         crate::http::serve(edge_listener, shutdown.clone(), move |req, _| {
@@ -504,6 +544,61 @@ mod tests {
             4,
             "a function's own 503 is its answer"
         );
+    }
+
+    /// A function that never answers (an instance watch stopped mid-request): the request is
+    /// answered `503 unavailable` with Retry-After at the deadline, and the instance it held is
+    /// free again for the next one, which waited for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_the_functions_never_answer_is_answered_at_the_deadline() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (_trigger, shutdown) = crate::shutdown::Shutdown::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_url = format!("http://{}", upstream.local_addr().unwrap());
+        let seen = calls.clone();
+        crate::http::serve(upstream, shutdown.clone(), move |_req, _| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                response(StatusCode::OK, "{}")
+            }
+        });
+        let deadline = Duration::from_millis(400);
+        let edge = RestEdge::new(upstream_url, 1, deadline);
+        let edge_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let edge_url = format!("http://{}", edge_listener.local_addr().unwrap());
+        crate::http::serve(edge_listener, shutdown.clone(), move |req, _| {
+            let edge = edge.clone();
+            async move { edge.handle(req).await }
+        });
+        let client: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let send = || {
+            let req = Request::post(format!("{edge_url}/conversations/c/messages"))
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap();
+            client.request(req)
+        };
+        let started = std::time::Instant::now();
+        // The second comes while the first holds the route's only instance.
+        let second = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            send().await
+        };
+        let (first, second) = tokio::join!(send(), second);
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= deadline && elapsed < deadline * 3,
+            "answered after {elapsed:?}"
+        );
+        for answer in [first.unwrap(), second.unwrap()] {
+            assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(answer.headers()[header::RETRY_AFTER], "1");
+            let body = answer.into_body().collect().await.unwrap().to_bytes();
+            assert!(String::from_utf8_lossy(&body).contains(r#""code":"unavailable""#));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "the second reached it too");
     }
 
     #[test]

@@ -665,7 +665,17 @@ impl ChatStore {
             let read = self
                 .read_for_change(caller, id, seq, false, None, true, false)
                 .await?;
+            let result = |counts: &BTreeMap<String, u64>| ReactionsResult {
+                conversation_id: id.clone(),
+                seq,
+                reactions: reaction_counts(counts),
+            };
             if read.reactions.deleted {
+                // A tombstone has no reactions (SPEC §13): none to add, and removing one the
+                // caller has not changes nothing.
+                if !add {
+                    return Ok(result(&BTreeMap::new()));
+                }
                 return Err(ChatError::Conflict(
                     "the message is deleted: it takes no reactions".into(),
                 ));
@@ -674,11 +684,6 @@ impl ChatStore {
                 return Err(super::blocked_by_peer());
             }
             let mine = read.reactor.as_ref().map_or(&[][..], |r| &r.reactions[..]);
-            let result = |counts: &BTreeMap<String, u64>| ReactionsResult {
-                conversation_id: id.clone(),
-                seq,
-                reactions: reaction_counts(counts),
-            };
             let Some(after) = react(mine, reaction, add)? else {
                 return Ok(result(&read.reactions.counts));
             };

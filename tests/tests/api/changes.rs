@@ -238,6 +238,14 @@ async fn a_deletion_leaves_a_tombstone_in_place_and_happens_once() {
     assert_eq!((gone.status, gone.code()), (409, "conflict"));
     let late = t.react(&c, 2, &b, THUMBS, true).await;
     assert_eq!(late.status, 409, "{late:?}");
+    // The owner's reaction went with the content: taking it back changes nothing (SPEC §13).
+    let untake = t.react(&c, 2, &owner, THUMBS, false).await;
+    assert_eq!(
+        (untake.status, &untake.body["reactions"]),
+        (200, &json!([])),
+        "{untake:?}"
+    );
+    assert_eq!(change_seqs(&changes(&t, &c, &b, 0).await), [1, 2]);
 
     let messages = history(&t, &c, &b).await;
     assert_eq!(messages.len(), 2, "no gap");

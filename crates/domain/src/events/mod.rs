@@ -188,8 +188,8 @@ impl Event {
             .is_some_and(|d| d.message.is_none())
     }
 
-    /// Gives a full change event its message as it is now; one with attachments goes light
-    /// instead, as its `message.new` does (`message_new`): their URLs are presigned per read.
+    /// Gives a full change event its message as it is now (with its attachments, whose URLs the
+    /// fanout signs for each frame: `attachments_mut`).
     pub fn set_message(&mut self, message: Message) {
         if let Some(d) = self.change_mut().and_then(|c| c.full.as_mut()) {
             d.message = Some(message);

@@ -75,7 +75,9 @@ def main() -> int:
     deadline = time.monotonic() + 60
     while (instances_starting() or 0) > 0 and time.monotonic() < deadline:
         time.sleep(0.5)
-    unexpected = sorted({s for s in statuses if s != 401})
+    # 503: an instance took longer to start than the REST API waits for an answer (22 s,
+    # infra/local-gateway/src/rest_edge.rs); it still starts, and the wait above covers it.
+    unexpected = sorted({s for s in statuses if s not in (401, 503)})
     print(f"warm_functions: {len(jobs)} requests in {time.monotonic() - started:.1f} s"
           + (f", unexpected statuses {unexpected}" if unexpected else ""), file=sys.stderr)
     # Not one answer from a function: the stack is not serving; say so rather than announce it.

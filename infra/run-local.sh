@@ -162,7 +162,7 @@ reload=()
 # Run directly (not as `cargo lambda`, which would set CARGO to cargo itself), with a CARGO that
 # starts each instance from the binary just built (infra/cargo-for-watch.sh).
 CARGO="$repo/infra/cargo-for-watch.sh" CHAT_REAL_CARGO="$(command -v cargo)" CHAT_BIN_DIR="$bin" \
-  CARGO_LAMBDA_IGNORE_FILES="$repo/infra/watch-ignore" \
+  CARGO_LAMBDA_IGNORE_FILE="$repo/infra/watch-ignore" \
   CHAT_REPO="$repo" cargo-lambda lambda watch -A 127.0.0.1 -P "$FUNCTIONS_PORT" \
   --concurrency "$CHAT_FUNCTIONS_CONCURRENCY" "${reload[@]}" &
 pids+=($!)

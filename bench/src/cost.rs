@@ -252,6 +252,9 @@ pub struct Costs {
     pub direct: Vec<Line>,
     pub group: Vec<Line>,
     pub receipts: Vec<Line>,
+    /// A read receipt in a 1,000-member group with 300 online: pushed to every online member
+    /// (SPEC §5), so it costs as a light message's push does (no goal of SPEC §11 names it).
+    pub group_receipts: Vec<Line>,
     pub inbox: Vec<Line>,
     pub fixed: Vec<Line>,
     /// Storage per month kept of 1 M 1:1 messages (table and PITR).
@@ -328,6 +331,12 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
     ];
 
     let pushes_group = a.online_group * a.connections_per_online_user - a.named_connection_share;
+    let fanout_group = consumer(
+        a.fanout_batch,
+        a.fanout_ms_group,
+        a.fanout_more_ms_group,
+        FANOUT_MEMORY_GB,
+    );
     let fetches = a.online_group * a.watching_share * a.fetches_per_push;
     let group = vec![
         line(
@@ -339,15 +348,7 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
             part: "inbox index",
             dollars: m.index_group_wru * WRU + m.index_group_rru * RRU + indexer,
         },
-        line(
-            "fanout function",
-            consumer(
-                a.fanout_batch,
-                a.fanout_ms_group,
-                a.fanout_more_ms_group,
-                FANOUT_MEMORY_GB,
-            ),
-        ),
+        line("fanout function", fanout_group),
         line("DynamoDB, fanout", m.fanout_rru_group * RRU),
         line("pushes", pushes_group * WS_MESSAGE),
         line(
@@ -388,6 +389,29 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         },
     ];
 
+    let group_receipts = vec![
+        line("API request", HTTP_REQUEST),
+        line("mark-read function", rest(&m.read) - HTTP_REQUEST),
+        line("DynamoDB", ddb(&m.read)),
+        line(
+            "relay, Kinesis, fanout function",
+            relay + kinesis(m.event_bytes_read) + fanout_group,
+        ),
+        line("DynamoDB, fanout", m.fanout_rru_group * RRU),
+        line("pushes", pushes_group * WS_MESSAGE),
+        Line {
+            part: "logs, data out",
+            dollars: gb(rest_logs(&m.read)
+                + consumer_logs(a.relay_batch)
+                + consumer_logs(a.fanout_batch))
+                * LOG_INGEST_GB
+                + gb(m.read.response_bytes
+                    + a.response_overhead_bytes
+                    + pushes_group * m.push_bytes_read)
+                    * OUT_GB,
+        },
+    ];
+
     let inbox = vec![
         line("API request", HTTP_REQUEST),
         line("inbox function", rest(&m.inbox) - HTTP_REQUEST),
@@ -418,6 +442,7 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         direct,
         group: per_million(group),
         receipts: per_million(receipts),
+        group_receipts: per_million(group_receipts),
         inbox: per_million(inbox),
         fixed: vec![
             line(
@@ -1161,7 +1186,8 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
     let direct = total(&c.direct);
     println!("| cost | before (the 2026-11-30 model) | quiet stream | at load | goal | largest parts (quiet) |");
     println!("|---|---:|---:|---:|---:|---|");
-    let goals = [Some(8.0), Some(1_000.0), Some(5.0), Some(6.0), None];
+    // SPEC §11's goals; a group's read receipts and the fixed costs have none.
+    let goals = [Some(8.0), Some(1_000.0), Some(5.0), Some(6.0), None, None];
     for (i, (name, pick)) in scenarios().into_iter().enumerate() {
         let lines = pick(&c);
         let mut sorted: Vec<&Line> = lines.iter().collect();
@@ -1214,7 +1240,7 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
 type Pick = fn(&Costs) -> &[Line];
 
 /// The cost tables, in the order they are printed and charted.
-fn scenarios() -> [(&'static str, Pick); 5] {
+fn scenarios() -> [(&'static str, Pick); 6] {
     [
         ("per 1 M messages, 1:1", |c| &c.direct),
         ("per 1 M group messages (1,000 members, 300 online)", |c| {
@@ -1222,6 +1248,10 @@ fn scenarios() -> [(&'static str, Pick); 5] {
         }),
         ("per 1 M read receipts", |c| &c.receipts),
         ("per 1 M inbox loads (page of 20)", |c| &c.inbox),
+        (
+            "per 1 M read receipts in a 1,000-member group (300 online)",
+            |c| &c.group_receipts,
+        ),
         ("fixed, per month (no traffic, before storage)", |c| {
             &c.fixed
         }),
@@ -1241,7 +1271,7 @@ pub fn chart(quiet: &Costs, loaded: &Costs) -> String {
     let mut body = String::new();
     let mut y = 40.0;
     for (label, costs) in [("quiet stream", quiet), ("at load", loaded)] {
-        for (name, pick) in scenarios().into_iter().take(4) {
+        for (name, pick) in scenarios().into_iter().take(5) {
             let lines = pick(costs);
             let sum = total(lines);
             body += &format!(
@@ -1322,6 +1352,15 @@ mod tests {
         assert!(
             (receipt.unwrap().dollars - by_hand).abs() < 1e-6,
             "{receipt:?}"
+        );
+        // A group's read receipt reaches every online member, as its light message does, and
+        // its fanout reads the same items.
+        let part =
+            |lines: &[Line], name: &str| lines.iter().find(|l| l.part == name).unwrap().dollars;
+        assert_eq!(part(&c.group_receipts, "pushes"), part(&c.group, "pushes"));
+        assert_eq!(
+            part(&c.group_receipts, "DynamoDB, fanout"),
+            part(&c.group, "DynamoDB, fanout")
         );
         // A send naming its connection: the sender's one connection gets no push.
         let named = costs(

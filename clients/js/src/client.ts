@@ -607,7 +607,7 @@ export class ChatClient {
     if (ws) ws.close(1000, "client closed");
     const waiters = this.waiters;
     this.waiters = [];
-    for (const w of waiters) w.reject(new Error("ChatClient closed before the connection opened"));
+    for (const w of waiters) w.reject(new Error("ChatClient closed before it connected"));
   }
 
   private setConnection(state: ConnectionState): void {

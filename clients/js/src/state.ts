@@ -169,15 +169,17 @@ function takeChange(
   out: Step,
 ): ConversationState {
   const base = conv ?? emptyConversation();
-  const changed = base.changed ?? changeSeq - 1;
   // First sight of the conversation through a change: its messages start at the changed one, which
-  // the app must get before the change (a later summary's lastSeq must not count it as delivered).
+  // the app must get before the change (a later summary's lastSeq must not count it as delivered),
+  // and its changes at the first, as for a message (`takeMessage`): the messages pushed next are as
+  // sent, so an earlier change (e.g. a deletion, pushed late) must still come to them.
+  const changed = base.changed ?? 0;
   const delivered = base.delivered ?? Math.max(0, seq - 1);
   const next = {
     ...base,
     delivered,
     changed,
-    lastChange: Math.max(base.lastChange, changeSeq, changed),
+    lastChange: Math.max(base.lastChange, changeSeq),
     lastSeq: Math.max(base.lastSeq, seq, delivered),
   };
   if (changeSeq <= changed || change === null || base.changesAhead.has(changeSeq)) return next;
@@ -329,7 +331,9 @@ function watch(state: ChatState, conversationId: string, last: number, through: 
   const conv = drain(
     changes
       ? { ...base, changed: mark, changesAhead: kept as Map<number, MessageChange>, lastChange: high }
-      : { ...base, delivered: mark, ahead: kept as Map<number, Message>, lastSeq: high },
+      : // A history page first: its changes start at the first (changes made before the app's
+        // first summary, after this page, must come: `changed` is unknown until then).
+        { ...base, delivered: mark, ahead: kept as Map<number, Message>, lastSeq: high, changed: base.changed ?? (through! >= 0 ? 0 : null) },
     out,
   );
   return { ...out, state: withConversation(state, conversationId, conv) };

@@ -611,7 +611,7 @@ describe("live delivery", () => {
     const other = setup().client;
     const pending = other.connect();
     other.close();
-    await assert.rejects(pending, /closed before the connection opened/);
+    await assert.rejects(pending, /closed before it connected/);
   });
 
   it("delivers each message once, in order, without fetching when a reorder heals itself", async () => {

@@ -198,6 +198,31 @@ describe("changes", () => {
     assert.equal(missingChangesAfter(filled.state, "c"), null);
   });
 
+  it("first sight through a history page starts its changes at the first: a later summary does not skip them", () => {
+    // Found by a property probe: history() before any summary, an edit, then the summary's
+    // lastChange counted the edit as delivered; the app kept version 1 for good.
+    const m1 = msg("c", 1);
+    // What history() takes in: its page's lastSeq and the newest seq it holds.
+    const seen = observe(initialState(), "c", 1, 1).state;
+    assert.equal(missingAfter(seen, "c"), null, "the page's messages are held");
+    const summary = observeChanges(seen, "c", 1).state;
+    assert.equal(missingChangesAfter(summary, "c"), 0, "change 1 is fetched");
+    const page: Change[] = [{ changeSeq: 1, type: "message.edited", seq: 1, userId: "alice", at: "x", message: edited(m1, "e") }];
+    const filled = applyChanges(summary, { conversationId: "c", changes: page, lastChange: 1 });
+    assert.deepEqual(changeSeqs(filled.changes), [1]);
+    assert.equal(filled.changes[0]!.message!.body, "e");
+  });
+
+  it("first sight through a change still takes an earlier change pushed late (a deletion of a message pushed as sent)", () => {
+    // Found by a property probe: change 2 seen first counted change 1 (deleting message 2) as held,
+    // so message 2's push as sent stayed the app's copy, deleted text shown for good.
+    const [m1, m2] = [msg("c", 1), msg("c", 2)];
+    const r = run(initialState(), [change("c", 2, edited(m1, "e")), full(m1), full(m2), change("c", 1, tomb(m2), "message.deleted")]);
+    assert.deepEqual(seqs(r.messages), [1, 2]);
+    assert.deepEqual(changeSeqs(r.changes), [1, 2], "both changes, in order");
+    assert.equal(r.changes[0]!.message!.deleted, true);
+  });
+
   it("holds a change until its message is delivered, and delivers the message with it applied", () => {
     const m5 = msg("c", 5);
     const a = run(start(), [change("c", 3, tomb(m5), "message.deleted")]);

@@ -138,8 +138,12 @@ const TYPING_REFRESH_MS = 2500;
 const TYPING_EXPIRY_MS = 6000;
 type Timer = ReturnType<typeof setTimeout>;
 interface Typer {
-  /** When this client last sent `start` (0: stopped). */
+  /** When this client last sent `start`. */
   at?: number;
+  /** A `start` went out since the last `stop`. */
+  on?: boolean;
+  /** A `start` after a `stop`, held until the server's throttle lets it through. */
+  later?: Timer;
   expiry?: Timer;
 }
 const HISTORY_PAGE = 100;
@@ -180,11 +184,11 @@ export class ChatClient {
 
   // Read marks: the highest seq waiting per conversation, its window timer, the watermark the server
   // last confirmed (no request for anything at or below it), requests in flight (for flushReads).
-  private readonly pendingReads = new Map<string, number>();
-  private readonly readTimers = new Map<string, ReturnType<typeof setTimeout>>();
-  private readonly readAttempts = new Map<string, number>();
-  private readonly confirmedReads = new Map<string, number>();
-  private readonly readsInFlight = new Set<Promise<void>>();
+  readonly #pendingReads = new Map<string, number>();
+  readonly #readTimers = new Map<string, ReturnType<typeof setTimeout>>();
+  readonly #readAttempts = new Map<string, number>();
+  readonly #confirmedReads = new Map<string, number>();
+  readonly #readsInFlight = new Set<Promise<void>>();
 
   // Live connection.
   private wanted = false;
@@ -446,10 +450,10 @@ export class ChatClient {
   }
 
   private queueRead(conversationId: string, seq: number, windowMs: number): void {
-    if (seq <= (this.confirmedReads.get(conversationId) ?? -1)) return;
-    this.pendingReads.set(conversationId, Math.max(seq, this.pendingReads.get(conversationId) ?? -1));
-    if (!this.readTimers.has(conversationId)) {
-      this.readTimers.set(
+    if (seq <= (this.#confirmedReads.get(conversationId) ?? -1)) return;
+    this.#pendingReads.set(conversationId, Math.max(seq, this.#pendingReads.get(conversationId) ?? -1));
+    if (!this.#readTimers.has(conversationId)) {
+      this.#readTimers.set(
         conversationId,
         setTimeout(() => void this.sendRead(conversationId).catch((e) => this.emit("error", e)), windowMs),
       );
@@ -458,38 +462,38 @@ export class ChatClient {
 
   /** Sends every pending read mark now and waits for them (and for those already on their way). */
   async flushReads(): Promise<void> {
-    const sends = [...this.pendingReads.keys()].map((id) => this.sendRead(id));
-    const results = await Promise.allSettled([...sends, ...this.readsInFlight]);
+    const sends = [...this.#pendingReads.keys()].map((id) => this.sendRead(id));
+    const results = await Promise.allSettled([...sends, ...this.#readsInFlight]);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed) throw failed.reason;
   }
 
   private sendRead(conversationId: string): Promise<void> {
-    clearTimeout(this.readTimers.get(conversationId));
-    this.readTimers.delete(conversationId);
-    const seq = this.pendingReads.get(conversationId);
-    this.pendingReads.delete(conversationId);
+    clearTimeout(this.#readTimers.get(conversationId));
+    this.#readTimers.delete(conversationId);
+    const seq = this.#pendingReads.get(conversationId);
+    this.#pendingReads.delete(conversationId);
     if (seq === undefined) return Promise.resolve();
     const request = (async () => {
       try {
         const r = await this.call<ReadResult>("POST", `${conversationPath(conversationId)}/read`, { seq });
-        this.readAttempts.delete(conversationId);
-        this.confirmedReads.set(conversationId, Math.max(r.lastReadSeq, this.confirmedReads.get(conversationId) ?? -1));
+        this.#readAttempts.delete(conversationId);
+        this.#confirmedReads.set(conversationId, Math.max(r.lastReadSeq, this.#confirmedReads.get(conversationId) ?? -1));
       } catch (e) {
         // A later window retries a retryable failure (with the highest seq by then), a few times;
         // not before the server's Retry-After (plus jitter).
-        const attempts = (this.readAttempts.get(conversationId) ?? 0) + 1;
+        const attempts = (this.#readAttempts.get(conversationId) ?? 0) + 1;
         if (e instanceof ChatApiError && e.retryable && attempts < this.retry.maxAttempts) {
-          this.readAttempts.set(conversationId, attempts);
+          this.#readAttempts.set(conversationId, attempts);
           this.queueRead(conversationId, seq, Math.max(this.readDebounceMs, retryDelay(e, 1, 0, 0)));
         } else {
-          this.readAttempts.delete(conversationId);
+          this.#readAttempts.delete(conversationId);
         }
         throw e;
       }
     })();
-    this.readsInFlight.add(request);
-    void request.finally(() => this.readsInFlight.delete(request)).catch(() => {});
+    this.#readsInFlight.add(request);
+    void request.finally(() => this.#readsInFlight.delete(request)).catch(() => {});
     return request;
   }
 
@@ -521,13 +525,21 @@ export class ChatClient {
     return t;
   }
 
-  /** A `start` at most every 2.5 s; a `stop` only after a `start`. */
+  /**
+   * A `start` at most every 2.5 s; a `stop` only after a `start`. The server ignores a `start` within
+   * 2 s of the last, a `stop` in between or not (docs/api.md §37): one that comes too soon after a
+   * `stop` (the user sent a message and types the next) goes out when it would count.
+   */
   private sendTyping(conversationId: string, state: "start" | "stop"): void {
     const t = this.typer(conversationId);
-    const stop = state === "stop";
-    if ((stop ? t.at : Date.now() - (t.at ?? 0) >= TYPING_REFRESH_MS) && this.ws?.readyState === OPEN) {
+    const start = state === "start";
+    const wait = (t.at ?? 0) + TYPING_REFRESH_MS - Date.now();
+    clearTimeout(t.later);
+    if (start && wait > 0) {
+      if (!t.on) t.later = setTimeout(() => this.sendTyping(conversationId, state), wait);
+    } else if ((start || t.on) && this.ws?.readyState === OPEN) {
       this.ws.send(JSON.stringify({ action: "typing", conversationId, state }));
-      t.at = stop ? 0 : Date.now();
+      if ((t.on = start)) t.at = Date.now();
     }
   }
 
@@ -607,7 +619,7 @@ export class ChatClient {
     if (ws) ws.close(1000, "client closed");
     const waiters = this.waiters;
     this.waiters = [];
-    for (const w of waiters) w.reject(new Error("ChatClient closed before it connected"));
+    for (const w of waiters) w.reject(new Error("ChatClient closed before the connection opened"));
   }
 
   private setConnection(state: ConnectionState): void {

@@ -611,7 +611,7 @@ describe("live delivery", () => {
     const other = setup().client;
     const pending = other.connect();
     other.close();
-    await assert.rejects(pending, /closed before it connected/);
+    await assert.rejects(pending, /closed before the connection opened/);
   });
 
   it("delivers each message once, in order, without fetching when a reorder heals itself", async () => {
@@ -941,6 +941,24 @@ describe("typing and presence", () => {
         { action: "typing", conversationId: "g-1", state: "stop" },
       ],
     );
+  });
+
+  it("holds a start that follows a stop until the server's 2 s throttle lets it through", async () => {
+    const { server, client } = setup();
+    await client.connect();
+    const socket = server.openSockets("alice")[0]!;
+    const frames = () => socket.sent.filter((f) => f.includes("typing")).map((f) => JSON.parse(f).state);
+    client.typing("g-1");
+    client.stopTyping("g-1");
+    client.typing("g-1");
+    assert.deepEqual(frames(), ["start", "stop"], "the server would ignore a start now");
+    await until("the held start", () => frames().length === 3, 4000);
+    assert.deepEqual(frames(), ["start", "stop", "start"]);
+    client.stopTyping("g-1");
+    client.typing("g-1");
+    client.stopTyping("g-1");
+    await new Promise((r) => setTimeout(r, 2700));
+    assert.deepEqual(frames(), ["start", "stop", "start", "stop"], "a stop drops the held start");
   });
 
   it("holds who types per conversation and clears it by itself 6 s after the last frame", async () => {

@@ -367,50 +367,45 @@ pub fn costs(m: &Measured, a: &Assumptions) -> Costs {
         },
     ];
 
-    let receipts = vec![
-        line("API request", HTTP_REQUEST),
-        line("mark-read function", rest(&m.read) - HTTP_REQUEST),
-        line("DynamoDB", ddb(&m.read)),
-        line(
+    // A read receipt: its request, its pipeline's `lines`, and its `pushes`.
+    let receipt = |pipeline: Vec<Line>, pushes: f64| {
+        let mut lines = vec![
+            line("API request", HTTP_REQUEST),
+            line("mark-read function", rest(&m.read) - HTTP_REQUEST),
+            line("DynamoDB", ddb(&m.read)),
+        ];
+        lines.extend(pipeline);
+        lines.push(line("pushes", pushes * WS_MESSAGE));
+        lines.push(Line {
+            part: "logs, data out",
+            dollars: gb(rest_logs(&m.read)
+                + consumer_logs(a.relay_batch)
+                + consumer_logs(a.fanout_batch))
+                * LOG_INGEST_GB
+                + gb(m.read.response_bytes
+                    + a.response_overhead_bytes
+                    + pushes * m.push_bytes_read)
+                    * OUT_GB,
+        });
+        lines
+    };
+    let receipts = receipt(
+        vec![line(
             "relay, Kinesis, fanout",
             relay + kinesis(m.event_bytes_read) + fanout_1to1 + m.fanout_rru_read_1to1 * RRU,
-        ),
-        line("pushes", pushes_1to1 * WS_MESSAGE),
-        Line {
-            part: "logs, data out",
-            dollars: gb(rest_logs(&m.read)
-                + consumer_logs(a.relay_batch)
-                + consumer_logs(a.fanout_batch))
-                * LOG_INGEST_GB
-                + gb(m.read.response_bytes
-                    + a.response_overhead_bytes
-                    + pushes_1to1 * m.push_bytes_read)
-                    * OUT_GB,
-        },
-    ];
-
-    let group_receipts = vec![
-        line("API request", HTTP_REQUEST),
-        line("mark-read function", rest(&m.read) - HTTP_REQUEST),
-        line("DynamoDB", ddb(&m.read)),
-        line(
-            "relay, Kinesis, fanout function",
-            relay + kinesis(m.event_bytes_read) + fanout_group,
-        ),
-        line("DynamoDB, fanout", m.fanout_rru_group * RRU),
-        line("pushes", pushes_group * WS_MESSAGE),
-        Line {
-            part: "logs, data out",
-            dollars: gb(rest_logs(&m.read)
-                + consumer_logs(a.relay_batch)
-                + consumer_logs(a.fanout_batch))
-                * LOG_INGEST_GB
-                + gb(m.read.response_bytes
-                    + a.response_overhead_bytes
-                    + pushes_group * m.push_bytes_read)
-                    * OUT_GB,
-        },
-    ];
+        )],
+        pushes_1to1,
+    );
+    let group_receipts = receipt(
+        vec![
+            line(
+                "relay, Kinesis, fanout function",
+                relay + kinesis(m.event_bytes_read) + fanout_group,
+            ),
+            line("DynamoDB, fanout", m.fanout_rru_group * RRU),
+        ],
+        pushes_group,
+    );
 
     let inbox = vec![
         line("API request", HTTP_REQUEST),

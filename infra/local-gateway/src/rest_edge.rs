@@ -397,6 +397,34 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
 mod tests {
     use super::*;
 
+    type TestClient = Client<HttpConnector, Full<Bytes>>;
+
+    /// An edge (`per_route` requests per route, `deadline`) in front of an upstream that answers
+    /// with `upstream`: the edge's URL, a client, and the trigger that keeps both serving.
+    async fn edge_before<F, Fut>(
+        upstream: F,
+        per_route: usize,
+        deadline: Duration,
+    ) -> (String, TestClient, crate::shutdown::Trigger)
+    where
+        F: Fn(Request<Incoming>, std::net::SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Response<Body>> + Send + 'static,
+    {
+        let (trigger, shutdown) = crate::shutdown::Shutdown::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_url = format!("http://{}", listener.local_addr().unwrap());
+        crate::http::serve(listener, shutdown.clone(), upstream);
+        let edge = RestEdge::new(upstream_url, per_route, deadline);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let edge_url = format!("http://{}", listener.local_addr().unwrap());
+        crate::http::serve(listener, shutdown, move |req, _| {
+            let edge = edge.clone();
+            async move { edge.handle(req).await }
+        });
+        let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        (edge_url, client, trigger)
+    }
+
     #[test]
     fn requests_are_limited_per_route_with_a_bounded_set_of_keys() {
         let query = Method::from_bytes(b"QUERY").unwrap();
@@ -439,12 +467,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn at_most_per_route_requests_of_a_route_reach_the_functions_at_once() {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let (_trigger, shutdown) = crate::shutdown::Shutdown::new();
         let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream_url = format!("http://{}", upstream.local_addr().unwrap());
         let (n, m) = (now.clone(), most.clone());
-        crate::http::serve(upstream, shutdown.clone(), move |_req, _| {
+        let upstream = move |_req, _| {
             let (n, m) = (n.clone(), m.clone());
             async move {
                 m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
@@ -452,16 +477,8 @@ mod tests {
                 n.fetch_sub(1, Ordering::SeqCst);
                 response(StatusCode::OK, "{}")
             }
-        });
-        let edge_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let edge_url = format!("http://{}", edge_listener.local_addr().unwrap());
-        let edge = RestEdge::new(upstream_url, 8, Duration::from_secs(22));
-        crate::http::serve(edge_listener, shutdown.clone(), move |req, _| {
-            let edge = edge.clone();
-            async move { edge.handle(req).await }
-        });
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        };
+        let (edge_url, client, _trigger) = edge_before(upstream, 8, Duration::from_secs(22)).await;
         let calls = (0..200).map(|i| {
             let req = Request::get(format!("{edge_url}/conversations/c-{i}/messages"))
                 .body(Full::new(Bytes::new()))
@@ -486,12 +503,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_runners_own_failures_are_retried_for_reads_and_503_for_writes() {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let (_trigger, shutdown) = crate::shutdown::Shutdown::new();
         let calls = Arc::new(AtomicUsize::new(0));
-        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream_url = format!("http://{}", upstream.local_addr().unwrap());
         let seen = calls.clone();
-        crate::http::serve(upstream, shutdown.clone(), move |req, _| {
+        let upstream = move |req: Request<Incoming>, _| {
             let n = seen.fetch_add(1, Ordering::SeqCst);
             let ours = req.uri().path() == "/inbox";
             async move {
@@ -506,16 +520,8 @@ mod tests {
                 }
                 response(StatusCode::OK, "{}")
             }
-        });
-        let edge = RestEdge::new(upstream_url, 8, Duration::from_secs(22));
-        let edge_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let edge_url = format!("http://{}", edge_listener.local_addr().unwrap());
-        crate::http::serve(edge_listener, shutdown.clone(), move |req, _| {
-            let edge = edge.clone();
-            async move { edge.handle(req).await }
-        });
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        };
+        let (edge_url, client, _trigger) = edge_before(upstream, 8, Duration::from_secs(22)).await;
         let send = |method: Method, path: &str| {
             let req = Request::builder()
                 .method(method)
@@ -552,28 +558,17 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_the_functions_never_answer_is_answered_at_the_deadline() {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let (_trigger, shutdown) = crate::shutdown::Shutdown::new();
         let calls = Arc::new(AtomicUsize::new(0));
-        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream_url = format!("http://{}", upstream.local_addr().unwrap());
         let seen = calls.clone();
-        crate::http::serve(upstream, shutdown.clone(), move |_req, _| {
+        let upstream = move |_req, _| {
             seen.fetch_add(1, Ordering::SeqCst);
             async move {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 response(StatusCode::OK, "{}")
             }
-        });
+        };
         let deadline = Duration::from_millis(400);
-        let edge = RestEdge::new(upstream_url, 1, deadline);
-        let edge_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let edge_url = format!("http://{}", edge_listener.local_addr().unwrap());
-        crate::http::serve(edge_listener, shutdown.clone(), move |req, _| {
-            let edge = edge.clone();
-            async move { edge.handle(req).await }
-        });
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let (edge_url, client, _trigger) = edge_before(upstream, 1, deadline).await;
         let send = || {
             let req = Request::post(format!("{edge_url}/conversations/c/messages"))
                 .body(Full::new(Bytes::from_static(b"{}")))

@@ -70,7 +70,14 @@ pub const EICAR: &str = concat!(
 struct State {
     config: GateConfig,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// How long the store behind may take to answer a request the gate passes on.
+    upstream_timeout: Duration,
 }
+
+/// S3 answers or fails a request in its time; the store behind the gate (moto) may not (a frozen
+/// process): past this, the gate answers `503 ServiceUnavailable`, as S3 does when it cannot serve
+/// a request, rather than leaving the client without an answer.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A running gate; dropping it stops it.
 pub struct Running {
@@ -95,12 +102,20 @@ impl Drop for Running {
 }
 
 pub async fn start(config: GateConfig) -> io::Result<Running> {
+    start_with(config, UPSTREAM_TIMEOUT).await
+}
+
+async fn start_with(config: GateConfig, upstream_timeout: Duration) -> io::Result<Running> {
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
     let client = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build(HttpConnector::new());
-    let state = Arc::new(State { config, client });
+    let state = Arc::new(State {
+        config,
+        client,
+        upstream_timeout,
+    });
     let task = tokio::spawn(serve(listener, state));
     Ok(Running { addr, task })
 }
@@ -185,10 +200,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
     }
     let body = body.collect().await?.to_bytes();
     let size = body.len();
-    let (status, headers, bytes) = match forward(&state, &parts, body).await {
-        Ok(r) => r,
-        Err(e) => return Ok(refuse(StatusCode::BAD_GATEWAY, "InternalError", &e)),
-    };
+    let (status, headers, bytes) =
+        match tokio::time::timeout(state.upstream_timeout, forward(&state, &parts, body)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Ok(refuse(StatusCode::BAD_GATEWAY, "InternalError", &e)),
+            Err(_) => return Ok(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "The store did not answer in time; the request may or may not have been applied.",
+            )),
+        };
     // moto answers 500 to DeleteObjectTagging of a missing object; S3 answers 404 NoSuchKey
     // (which the send relies on: no object, not uploaded).
     if parts.method == Method::DELETE && query.split('&').any(|p| p == "tagging") && status == 500 {
@@ -691,6 +712,45 @@ mod tests {
         assert_eq!(verdict(EICAR.as_bytes()), "THREATS_FOUND");
         assert_eq!(verdict(format!("{EICAR}\n").as_bytes()), "THREATS_FOUND");
         assert_eq!(verdict(b"hello"), "NO_THREATS_FOUND");
+    }
+
+    /// A store that never answers (a frozen moto): the gate answers `503 ServiceUnavailable` at
+    /// its timeout instead of holding the client for good.
+    #[tokio::test]
+    async fn a_store_that_never_answers_gets_a_503_at_the_timeout() {
+        let frozen = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s3 = format!("http://{}", frozen.local_addr().unwrap());
+        let _held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((conn, _)) = frozen.accept().await {
+                open.push(conn);
+            }
+        });
+        let config = GateConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            s3,
+            secret: "local".into(),
+            notify: None,
+            scan: None,
+        };
+        let gate = start_with(config, Duration::from_millis(300))
+            .await
+            .unwrap();
+        let client: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let req = Request::get(format!("{}/bucket/key", gate.url()))
+            .header("authorization", "AWS4-HMAC-SHA256 Credential=local/x")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(5), client.request(req))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains("<Code>ServiceUnavailable</Code>"));
     }
 
     #[test]

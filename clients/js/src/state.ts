@@ -331,9 +331,9 @@ function watch(state: ChatState, conversationId: string, last: number, through: 
   const conv = drain(
     changes
       ? { ...base, changed: mark, changesAhead: kept as Map<number, MessageChange>, lastChange: high }
-      : // A history page first: its changes start at the first (changes made before the app's
-        // first summary, after this page, must come: `changed` is unknown until then).
-        { ...base, delivered: mark, ahead: kept as Map<number, Message>, lastSeq: high, changed: base.changed ?? (through! >= 0 ? 0 : null) },
+      : // A history page (`through`) seen first starts the changes at the first: those made after
+        // the page and before the app's first summary must come.
+        { ...base, delivered: mark, ahead: kept as Map<number, Message>, lastSeq: high, changed: base.changed ?? (through === undefined ? null : 0) },
     out,
   );
   return { ...out, state: withConversation(state, conversationId, conv) };

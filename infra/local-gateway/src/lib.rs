@@ -175,7 +175,8 @@ impl GatewayConfig {
                 _ => DEFAULT_FUNCTIONS_CONCURRENCY,
             };
             let addr = local(port("CHAT_REST_PORT", DEFAULT_REST_PORT)?);
-            config.rest = Some((addr, upstream, per_route, rest_edge::deadline()?));
+            let deadline = rest_edge::deadline(config.chat.timeouts.request_budget);
+            config.rest = Some((addr, upstream, per_route, deadline));
         }
         if let Ok(dir) = std::env::var("CHAT_DEMO_DIR") {
             config.demo = Some((

@@ -53,18 +53,13 @@ pub(crate) struct RestEdge {
     deadline: Duration,
 }
 
-/// The functions' own bound locally (docs/data-model.md §4.6: the request's time, 20 s unless
-/// `CHAT_REQUEST_BUDGET_MS` says otherwise, and 2 s to settle), less 100 ms for the edge's own
-/// way there and back (measured by a client: 10–30 ms), so a client is answered within that
-/// bound whatever the runner does.
-pub(crate) fn deadline() -> Result<Duration, String> {
-    let budget = match std::env::var("CHAT_REQUEST_BUDGET_MS") {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
-            format!("CHAT_REQUEST_BUDGET_MS must be a number of milliseconds, not {v:?}")
-        })?,
-        _ => 20_000,
-    };
-    Ok(Duration::from_millis(budget) + Duration::from_millis(1_900))
+/// The bound for a request with the functions' time `request_budget` (their
+/// `CHAT_REQUEST_BUDGET_MS`, read with the rest of their configuration): docs/data-model.md §4.6,
+/// the request's time and 2 s to settle, less 100 ms for the edge's own way there and back
+/// (measured by a client: 10–30 ms), so a client is answered within that bound whatever the
+/// runner does.
+pub(crate) fn deadline(request_budget: Duration) -> Duration {
+    request_budget + Duration::from_millis(1_900)
 }
 
 impl RestEdge {

@@ -166,20 +166,24 @@ impl ChatStore {
         read: &Read,
         change: &ChangeItem,
     ) -> Result<Vec<TransactWriteItem>, ChatError> {
-        let pk = keys::changes_pk(&change.conversation_id);
+        let id = &change.conversation_id;
+        let (head, pk) = (keys::change_head_pk(id), keys::changes_pk(id));
         // The head is written by every change: as read means no change since.
         let (condition, values) = unchanged_since(read.last_change());
         let mut parts = vec![
             tx::put(
                 &self.table,
-                to_item(change, pk.clone(), keys::CHANGE_HEAD_SK)?,
+                to_item(change, head, keys::CHANGE_HEAD_SK)?,
                 Some(condition),
                 &values,
             )?,
+            // Never over a record: a head that is not where this version reads it (a direct
+            // conversation's, before the layout migration, README "Upgrading") fails the change
+            // instead of numbering it again.
             tx::put(
                 &self.table,
                 to_item(change, pk, keys::change_sk(change.change_seq))?,
-                None,
+                Some("attribute_not_exists(pk)"),
                 &[],
             )?,
         ];

@@ -46,10 +46,11 @@ impl ChatStore {
     /// `inbox`. DynamoDB, whatever the number of memberships: 1 strongly consistent Query of the
     /// caller's index (the next `limit` + 1 entries) and, at the same time, 1 of its big-group
     /// entries (`big_groups`), then the conversation items, the caller's member items and the
-    /// change heads of the page's entries and big groups, strongly consistent, in 1 BatchGetItem
-    /// (more, concurrently, above 33 conversations). When one BatchGetItem did, entries found
-    /// stale (the caller was removed, or left over from an earlier membership, a move or a
-    /// conversion) are deleted with 1 BatchWriteItem: at most 4 calls in 3 round trips. Only when copies (a move between its put and its delete)
+    /// change heads of the page's entries and big groups, strongly consistent, at once: 1 Query
+    /// per direct conversation, 1 BatchGetItem for the groups (more, concurrently, above 33;
+    /// `read_entries_items`). When at most one BatchGetItem did, entries found stale (the caller
+    /// was removed, or left over from an earlier membership, a move or a conversion) are deleted
+    /// with 1 BatchWriteItem: 3 round trips at most. Only when copies (a move between its put and its delete)
     /// or entries that are not shown took places among those entries does the page read on (the
     /// next entries, then their conversations) until it holds `limit` conversations or the index
     /// ends (`PageWalk`, at most `PAGE_QUERIES` Queries and `PAGE_ROUNDS` rounds of reads).
@@ -224,8 +225,10 @@ impl ChatStore {
 
     /// A round's reads for `inbox`: the conversation items of its entries (into
     /// `conversations`, kept across rounds), the caller's member items and the conversations'
-    /// `lastChange` (from their change heads) (returned), strongly consistent, in 1 BatchGetItem
-    /// per 33 conversations, concurrently; and how many calls.
+    /// `lastChange` (from their change heads) (returned), strongly consistent, concurrently: a
+    /// direct conversation's three in 1 Query of its log partition (`keys::DIRECT_HEAD_RANGE`:
+    /// the two members and the head beside the conversation item, about 1 KB, 1 read unit), a
+    /// group's in 1 BatchGetItem per 33 groups (3 read units each); and how many BatchGetItems.
     async fn read_entries_items(
         &self,
         caller: &UserId,
@@ -239,9 +242,12 @@ impl ChatStore {
         ),
         ChatError,
     > {
-        let wanted: Vec<_> = ids
+        let (direct, groups): (Vec<&ConversationId>, Vec<&ConversationId>) = ids
             .iter()
             .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .partition(|id| id.is_direct());
+        let wanted: Vec<_> = groups
             .into_iter()
             .flat_map(|id| {
                 [
@@ -252,24 +258,42 @@ impl ChatStore {
             })
             .collect();
         let calls = wanted.len().div_ceil(BATCH_GET_KEYS);
-        let reads = wanted
-            .chunks(BATCH_GET_KEYS)
-            .map(|chunk| self.batch_get(chunk.to_vec(), true));
+        let batches = try_join_all(
+            wanted
+                .chunks(BATCH_GET_KEYS)
+                .map(|chunk| self.batch_get(chunk.to_vec(), true)),
+        );
+        let (first, end) = keys::DIRECT_HEAD_RANGE;
+        let heads = try_join_all(direct.into_iter().map(|id| {
+            self.query_partition(
+                keys::conversation_pk(id),
+                Some((first.to_owned(), end.to_owned())),
+                None,
+            )
+        }));
+        let (batches, heads) = try_join(batches, heads).await?;
+        let mine = keys::member_sk(caller);
         let mut members: HashMap<ConversationId, MemberItem> = HashMap::new();
-        let mut heads: HashMap<ConversationId, u64> = HashMap::new();
-        for item in try_join_all(reads).await?.into_iter().flatten() {
-            if get_s(&item, keys::SK) == Some(keys::CONVERSATION_SK) {
-                let c: ConversationItem = from_item(item)?;
-                conversations.insert(c.conversation_id.clone(), c);
-            } else if get_s(&item, keys::SK) == Some(keys::CHANGE_HEAD_SK) {
-                let h: crate::items::ChangeItem = from_item(item)?;
-                heads.insert(h.conversation_id, h.change_seq);
-            } else {
-                let m: MemberItem = from_item(item)?;
-                members.insert(m.conversation_id.clone(), m);
+        let mut changes: HashMap<ConversationId, u64> = HashMap::new();
+        for item in batches.into_iter().chain(heads).flatten() {
+            match get_s(&item, keys::SK) {
+                Some(keys::CONVERSATION_SK) => {
+                    let c: ConversationItem = from_item(item)?;
+                    conversations.insert(c.conversation_id.clone(), c);
+                }
+                Some(keys::CHANGE_HEAD_SK) => {
+                    let h: crate::items::ChangeItem = from_item(item)?;
+                    changes.insert(h.conversation_id, h.change_seq);
+                }
+                // A direct conversation's Query reads its peer's member item too.
+                Some(sk) if sk == mine => {
+                    let m: MemberItem = from_item(item)?;
+                    members.insert(m.conversation_id.clone(), m);
+                }
+                _ => {}
             }
         }
-        Ok((members, heads, calls))
+        Ok((members, changes, calls))
     }
 
     /// Sorts a round's first entries by their verdict: shown ones into `entries`, stale ones

@@ -1,19 +1,23 @@
 //! Item keys (docs/data-model.md §1). A conversation's log, `pk = C#<conversationId>`, is the
-//! partition its sends write; its members live apart, so read receipts never take a hot
-//! conversation's write throughput: a direct conversation's two in `pk = M#<conversationId>`, a
-//! group's spread over `MEMBER_SHARDS` partitions `pk = M#<conversationId>#<shard>` by a hash of
-//! the user id, so that receipts and the sends' own watermarks share 4,000 write units a second,
-//! not 1,000. The sort key says what an item is:
+//! partition its sends write. A group's members live apart, so read receipts never take a hot
+//! group's write throughput: spread over `MEMBER_SHARDS` partitions `pk = M#<conversationId>#<shard>`
+//! by a hash of the user id, so that receipts and the sends' own watermarks share 4,000 write
+//! units a second, not 1,000. A direct conversation's two members and its change head live in its
+//! log partition instead, beside the conversation item (`C` < `H` < `M#…`): two people write far
+//! below one partition's limit, and an inbox page reads all three in one Query of about 1 KB (one
+//! read unit instead of three; `DIRECT_HEAD_RANGE`). The sort key says what an item is:
 //!
 //! | pk | sk | item |
 //! |---|---|---|
 //! | `C#` | `C` | the conversation (lastSeq, memberCount, last message, membership change) |
+//! | `C#` (direct) | `H` | a direct conversation's change head (as `H#`'s below) |
+//! | `C#` (direct) | `M#<userId>` | a direct conversation's member and its read watermark |
 //! | `C#` | `S#<seq, 20 digits>` | a message |
 //! | `C#` | `P!` | the last group commit: which sends it committed, at which seqs |
 //! | `C#` | `P#<clientMsgId>` | a send waiting for a group commit (only while a conversation is contended) |
 //! | `C#` | `X#<clientMsgId>` | the idempotency key of a send, until its message is archived |
-//! | `M#…` | `M#<userId>` | a member and its read watermark (`lastReadSeq`) |
-//! | `H#` | `H` | the change head: the newest `changeSeq` and that change (docs/data-model.md §8) |
+//! | `M#…#<shard>` | `M#<userId>` | a group's member and its read watermark (`lastReadSeq`) |
+//! | `H#` | `H` | a group's change head: the newest `changeSeq` and that change (docs/data-model.md §8) |
 //! | `H#` | `H#<changeSeq, 20 digits>` | a change record (no message content) |
 //! | `H#` | `K#<clientChangeId>` | the idempotency key of an edit or a deletion, kept forever |
 //! | `RX#` | `C#<seq, 20 digits>` | a message's reaction counts, or the mark that it was deleted |
@@ -80,20 +84,25 @@ pub fn member_sk(user: &UserId) -> String {
 /// a second at about 80 sends a second with 10 receipts per send (docs/benchmarks.md).
 pub const MEMBER_SHARDS: u64 = 4;
 
+/// The end of the member sort keys: `M#<userId>` < `M$` for every user id.
+pub const MEMBERS_END_SK: &str = "M$";
+
 /// How many partitions hold a conversation's members: a direct conversation's two members write
 /// far below one partition's limit, and reading them stays one Query.
 pub fn member_shards(id: &ConversationId) -> u64 {
-    if id.as_str().starts_with("d-") {
+    if id.is_direct() {
         1
     } else {
         MEMBER_SHARDS
     }
 }
 
-/// Every partition of a conversation's member items (read all at once: one round trip).
+/// Every partition of a conversation's member items (read all at once: one round trip; a
+/// reader names the sort keys `M#` to `MEMBERS_END_SK`, since a direct conversation's members
+/// share its log partition).
 pub fn members_pks(id: &ConversationId) -> Vec<String> {
     match member_shards(id) {
-        1 => vec![format!("M#{id}")],
+        1 => vec![conversation_pk(id)],
         n => (0..n).map(|shard| format!("M#{id}#{shard}")).collect(),
     }
 }
@@ -101,7 +110,7 @@ pub fn members_pks(id: &ConversationId) -> Vec<String> {
 /// The partition of one member's item.
 pub fn members_pk(id: &ConversationId, user: &UserId) -> String {
     match member_shards(id) {
-        1 => format!("M#{id}"),
+        1 => conversation_pk(id),
         n => format!("M#{id}#{}", fnv1a(user.as_str()) % n),
     }
 }
@@ -130,9 +139,26 @@ pub fn changes_pk(id: &ConversationId) -> String {
 pub const CHANGE_HEAD_SK: &str = "H";
 pub const LAST_CHANGE_SK: &str = "H#99999999999999999999";
 
-pub fn change_head_key(id: &ConversationId) -> Item {
-    key(changes_pk(id), CHANGE_HEAD_SK)
+/// The partition of a conversation's change head: a group's change log (`H#`), so that its edits
+/// and reactions take none of a hot group's write throughput and never touch its log; a direct
+/// conversation's log partition, beside its conversation item and members, so that an inbox page
+/// reads the three in one Query (`DIRECT_HEAD_RANGE`).
+pub fn change_head_pk(id: &ConversationId) -> String {
+    if id.is_direct() {
+        conversation_pk(id)
+    } else {
+        changes_pk(id)
+    }
 }
+
+pub fn change_head_key(id: &ConversationId) -> Item {
+    key(change_head_pk(id), CHANGE_HEAD_SK)
+}
+
+/// The sort keys of a direct conversation's log partition that hold its conversation item, its
+/// change head and its two members, and nothing else: one Query of them is the whole of what an
+/// inbox entry shows.
+pub const DIRECT_HEAD_RANGE: (&str, &str) = (CONVERSATION_SK, MEMBERS_END_SK);
 
 pub fn change_sk(change_seq: u64) -> String {
     format!("H#{change_seq:020}")
@@ -327,11 +353,20 @@ mod tests {
         // `|` sorts after every other character a user id may have.
         let highest = UserId::parse(&"|".repeat(128)).unwrap();
         let id = ConversationId::parse("d-0123456789abcdef0123456789abcdef").unwrap();
-        assert_ne!(members_pk(&id, &lowest), conversation_pk(&id));
+        assert_eq!(members_pk(&id, &lowest), conversation_pk(&id));
+        assert_eq!(
+            change_head_key(&id),
+            key(conversation_pk(&id), CHANGE_HEAD_SK)
+        );
         assert_eq!(conversation_id_of_pk(&conversation_pk(&id)), Some(id));
-        // Member sort keys never collide with the log's, whichever partition a batch read names.
-        assert!(CONVERSATION_SK < member_sk(&lowest).as_str());
-        assert!(member_sk(&highest).as_str() < COMMIT_RECORD_SK);
+        // Member sort keys never collide with the log's, whichever partition a batch read names,
+        // and a direct conversation's item, head and members are one range of nothing else.
+        let (first, end) = DIRECT_HEAD_RANGE;
+        assert_eq!(first, CONVERSATION_SK);
+        assert!(CONVERSATION_SK < CHANGE_HEAD_SK);
+        assert!(CHANGE_HEAD_SK < member_sk(&lowest).as_str());
+        assert!(member_sk(&highest).as_str() < end);
+        assert!(end < COMMIT_RECORD_SK);
         assert!(send_key_sk("0").as_str() > LAST_MESSAGE_SK);
         // Queued sends sort before messages: one Query reads just them.
         assert!(COMMIT_RECORD_SK < queued_sk("").as_str());
@@ -346,10 +381,11 @@ mod tests {
         let users: Vec<UserId> = (0..400)
             .map(|i| UserId::parse(&format!("user-{i}")).unwrap())
             .collect();
-        assert_eq!(members_pks(&direct), [format!("M#{direct}")]);
+        assert_eq!(members_pks(&direct), [format!("C#{direct}")]);
         assert!(users
             .iter()
-            .all(|u| members_pk(&direct, u) == format!("M#{direct}")));
+            .all(|u| members_pk(&direct, u) == format!("C#{direct}")));
+        assert_eq!(change_head_pk(&group), format!("H#{group}"));
         let shards = members_pks(&group);
         assert_eq!(shards.len(), MEMBER_SHARDS as usize);
         let mut counts = vec![0; shards.len()];

@@ -539,15 +539,22 @@ impl ChatStore {
 
     /// A conversation's member items, in `sk` order: 1 round trip, a strongly consistent Query of
     /// each member partition at once (1 for a direct conversation, `keys::MEMBER_SHARDS` for a
-    /// group), more pages past 1 MB (about 2,000 members).
+    /// group), more pages past 1 MB (about 2,000 members). Only the member sort keys: a direct
+    /// conversation's members share its log partition.
     async fn member_items(
         &self,
         id: &ConversationId,
         projection: Option<&str>,
     ) -> Result<Vec<Item>, ChatError> {
+        let members = || {
+            (
+                keys::MEMBER_SK_PREFIX.to_owned(),
+                keys::MEMBERS_END_SK.to_owned(),
+            )
+        };
         let shards = keys::members_pks(id)
             .into_iter()
-            .map(|pk| self.query_partition(pk, None, projection));
+            .map(|pk| self.query_partition(pk, Some(members()), projection));
         let mut items: Vec<Item> = futures::future::try_join_all(shards)
             .await?
             .into_iter()

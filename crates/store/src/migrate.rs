@@ -25,11 +25,14 @@ pub struct MemberMigration {
 const SEGMENTS: i32 = 4;
 
 impl ChatStore {
-    /// Moves group members written before the member shards, `pk = M#<conversationId>`, to
-    /// their shard's partition (`keys::member_key`), which is all this version reads. Per such
-    /// member: a PutItem of the new key only if absent (a member that re-joined since keeps its
+    /// Moves what an older version stored where this one no longer reads it (`relocated`): group
+    /// members written before the member shards, `pk = M#<conversationId>`, to their shard's
+    /// partition; a direct conversation's members (`pk = M#<conversationId>`) and change head
+    /// (`pk = H#<conversationId>, sk = H`), written before they joined its log partition, into it
+    /// (`keys::member_key`, `keys::change_head_key`). Per such item: a PutItem of the new key only
+    /// if absent (a member that re-joined since, or a head a change has written since, keeps its
     /// newer item), then the DeleteItem of the old one; stopped in between, the next run deletes
-    /// it. DynamoDB: a Scan of the table in 4 parallel segments (only member items returned).
+    /// it. DynamoDB: a Scan of the table in 4 parallel segments (only those items returned).
     pub async fn migrate_member_shards(
         &self,
         until: Deadline,
@@ -64,15 +67,23 @@ impl ChatStore {
                 .table_name(&self.table)
                 .segment(segment)
                 .total_segments(SEGMENTS)
-                .filter_expression("begins_with(pk, :m) AND begins_with(sk, :m)")
+                .filter_expression(
+                    "(begins_with(pk, :m) AND begins_with(sk, :m)) \
+                     OR (begins_with(pk, :h) AND sk = :head)",
+                )
                 .expression_attribute_values(":m", AttributeValue::S("M#".into()))
+                .expression_attribute_values(":h", AttributeValue::S("H#d-".into()))
+                .expression_attribute_values(
+                    ":head",
+                    AttributeValue::S(keys::CHANGE_HEAD_SK.into()),
+                )
                 .set_exclusive_start_key(start)
                 .send()
                 .await
                 .map_err(|e| sdk_error("Scan", e))?;
             report.scanned += page.scanned_count().max(0) as u64;
             for item in page.items.unwrap_or_default() {
-                if let Some(moved) = sharded(&item) {
+                if let Some(moved) = relocated(&item) {
                     self.move_member(item, moved).await?;
                     report.moved += 1;
                 }
@@ -119,16 +130,25 @@ impl ChatStore {
     }
 }
 
-/// The item at its shard's key, if `item` is a group's member in the layout before the shards
-/// (`pk = M#<conversationId>` of a group; a direct conversation's members stay there).
-fn sharded(item: &Item) -> Option<Item> {
-    let id = ConversationId::parse(get_s(item, keys::PK)?.strip_prefix("M#")?)?;
-    let user = UserId::parse(get_s(item, keys::SK)?.strip_prefix("M#")?)?;
-    if keys::member_shards(&id) == 1 {
+/// The item at the key this version reads it from, if `item` is in a layout it no longer reads:
+/// a group's member in the partition before the shards (`pk = M#<conversationId>`), or a direct
+/// conversation's member or change head outside its log partition (`pk = M#…`, `pk = H#…`).
+fn relocated(item: &Item) -> Option<Item> {
+    let (pk, sk) = (get_s(item, keys::PK)?, get_s(item, keys::SK)?);
+    let new_key = if let Some(id) = pk.strip_prefix("M#").and_then(ConversationId::parse) {
+        keys::member_key(&id, &UserId::parse(sk.strip_prefix("M#")?)?)
+    } else {
+        let id = ConversationId::parse(pk.strip_prefix("H#")?)?;
+        if sk != keys::CHANGE_HEAD_SK {
+            return None;
+        }
+        keys::change_head_key(&id)
+    };
+    if get_s(&new_key, keys::PK) == Some(pk) {
         return None;
     }
     let mut moved = item.clone();
-    moved.extend(keys::member_key(&id, &user));
+    moved.extend(new_key);
     Some(moved)
 }
 
@@ -145,10 +165,10 @@ mod tests {
     }
 
     #[test]
-    fn only_a_groups_members_in_the_old_layout_move() {
+    fn members_and_heads_in_an_old_layout_move_and_nothing_else() {
         let u = UserId::parse("u1").unwrap();
         let group = ConversationId::group(&u, None);
-        let moved = sharded(&member(&format!("M#{group}"), "u1")).expect("moves");
+        let moved = relocated(&member(&format!("M#{group}"), "u1")).expect("moves");
         assert_eq!(moved, {
             let mut m = member("", "u1");
             m.extend(keys::member_key(&group, &u));
@@ -156,8 +176,36 @@ mod tests {
         });
         let new_layout = get_s(&moved, keys::PK).unwrap().to_owned();
         assert_ne!(new_layout, format!("M#{group}"));
-        assert_eq!(sharded(&moved), None, "already in its shard");
+        assert_eq!(relocated(&moved), None, "already in its shard");
+
         let direct = ConversationId::direct(&u, &UserId::parse("u2").unwrap());
-        assert_eq!(sharded(&member(&format!("M#{direct}"), "u1")), None);
+        let moved = relocated(&member(&format!("M#{direct}"), "u1")).expect("moves");
+        assert_eq!(
+            get_s(&moved, keys::PK),
+            Some(format!("C#{direct}").as_str())
+        );
+        assert_eq!(
+            moved.get("lastReadSeq"),
+            Some(&AttributeValue::N("7".into()))
+        );
+        assert_eq!(relocated(&moved), None, "already in the log partition");
+
+        let head = |pk: String, sk: &str| {
+            Item::from([
+                (keys::PK.to_owned(), AttributeValue::S(pk)),
+                (keys::SK.to_owned(), AttributeValue::S(sk.to_owned())),
+                ("changeSeq".to_owned(), AttributeValue::N("3".into())),
+            ])
+        };
+        let moved = relocated(&head(format!("H#{direct}"), "H")).expect("moves");
+        assert_eq!(moved, head(format!("C#{direct}"), "H"));
+        assert_eq!(relocated(&moved), None);
+        // A group's head stays in its change log; records and keys are never moved.
+        assert_eq!(relocated(&head(format!("H#{group}"), "H")), None);
+        assert_eq!(
+            relocated(&head(format!("H#{direct}"), "H#00000000000000000001")),
+            None
+        );
+        assert_eq!(relocated(&head(format!("C#{direct}"), "C")), None);
     }
 }

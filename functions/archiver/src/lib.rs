@@ -49,8 +49,8 @@ impl Archiver {
         Ok(report)
     }
 
-    /// An operator's one-off upgrade (README, "Upgrading"), by name: `memberShards`
-    /// (`ChatStore::migrate_member_shards`). Its report, with `done: false` when the budget ran
+    /// An operator's one-off upgrade (README, "Upgrading"), by name: `layout` (its older name
+    /// `memberShards` still works), `ChatStore::migrate_member_shards`. Its report, with `done: false` when the budget ran
     /// out first (invoke it again).
     pub async fn migrate(
         &self,
@@ -58,12 +58,12 @@ impl Archiver {
         budget: Duration,
     ) -> Result<serde_json::Value, ChatError> {
         match what {
-            "memberShards" => {
+            "layout" | "memberShards" => {
                 let report = self
                     .chat
                     .migrate_member_shards(Deadline::after(budget))
                     .await?;
-                tracing::info!(?report, "member shards migration");
+                tracing::info!(?report, "layout migration");
                 serde_json::to_value(report).map_err(ChatError::internal)
             }
             other => Err(ChatError::invalid(format!("no migration named {other:?}"))),

@@ -69,10 +69,11 @@ async fn a_throttled_read_receipt_is_429_and_moves_nothing() {
         return;
     };
     assert_eq!(t.send(&c, &a, "one").await.status, 201);
-    // Past the SDK's 3 attempts, on the member partition a receipt writes.
+    // Past the SDK's 3 attempts, on the member partition a receipt writes (a direct
+    // conversation's log partition).
     faults(
         "UpdateItem",
-        &format!("M#{c}"),
+        &format!("C#{c}"),
         "ProvisionedThroughputExceededException",
         3,
     );

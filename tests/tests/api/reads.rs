@@ -181,7 +181,7 @@ async fn a_read_without_an_answer_is_503_and_its_retry_learns_the_watermark() {
         assert_eq!(t.send(&c, &a, &format!("{i}")).await.status, 201);
     }
     chat_tests::server::dynamodb_faults(&json!({"op": "UpdateItem", "table": t.table,
-        "key": format!("M#{c}"), "kind": "answerLost", "count": 1000}));
+        "key": format!("C#{c}"), "kind": "answerLost", "count": 1000}));
     let lost = t.mark_read(&c, &b, 2).await;
     chat_tests::server::clear_dynamodb_faults();
     assert_eq!((lost.status, lost.code()), (503, "unavailable"), "{lost:?}");

@@ -65,3 +65,13 @@ pub(crate) fn response(status: StatusCode, body: impl Into<Bytes>) -> Response<B
     *r.status_mut() = status;
     r
 }
+
+/// A JSON answer, saying so in `Content-Type` as the APIs it stands beside do.
+pub(crate) fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
+    let mut r = response(status, body.to_string());
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}

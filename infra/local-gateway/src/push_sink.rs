@@ -11,7 +11,7 @@ use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::http::{response, serve};
+use crate::http::{json_response, response, serve};
 use crate::shutdown::Shutdown;
 
 /// What the sink received, by token.
@@ -51,7 +51,6 @@ impl PushSink {
         serve(listener, shutdown, move |req, _peer| {
             let sink = sink.clone();
             async move {
-                let json_of = |v: Value| response(StatusCode::OK, v.to_string());
                 let (method, path) = (req.method().clone(), req.uri().path().to_owned());
                 let query = req.uri().query().unwrap_or_default().to_owned();
                 match (method, path.as_str()) {
@@ -61,7 +60,8 @@ impl PushSink {
                             .find_map(|p| p.strip_prefix("token="))
                             .and_then(chat_http::routes::percent_decode)
                             .unwrap_or_default();
-                        json_of(json!({ "notifications": sink.sent_to(&token) }))
+                        let sent = json!({ "notifications": sink.sent_to(&token) });
+                        json_response(StatusCode::OK, &sent)
                     }
                     (Method::POST, "/notifications") => {
                         let body = req.into_body().collect().await.map(|b| b.to_bytes());
@@ -77,5 +77,53 @@ impl PushSink {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::Request;
+    use hyper_util::client::legacy::{connect::HttpConnector, Client};
+    use hyper_util::rt::TokioExecutor;
+
+    /// What a client of `GET /notifications` reads: JSON, said so in `Content-Type` (found by
+    /// probing: the sink answered without it), with what was sent to that token only.
+    #[tokio::test]
+    async fn the_sink_lists_a_tokens_notifications_as_json() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let sink = PushSink::default();
+        sink.spawn(listener);
+        let client: Client<_, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        for token in ["a b", "other"] {
+            let sent = json!({"platform": "fcm", "token": token, "title": "t", "badge": 1});
+            let post = Request::post(format!("{url}/notifications"))
+                .body(Full::new(Bytes::from(sent.to_string())))
+                .unwrap();
+            let answer = client.request(post).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::NO_CONTENT);
+        }
+        let get = Request::get(format!("{url}/notifications?token=a%20b"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let answer = client.request(get).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(
+            answer.headers()[hyper::header::CONTENT_TYPE],
+            "application/json"
+        );
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        let listed: Value = serde_json::from_slice(&body).unwrap();
+        let tokens: Vec<&str> = listed["notifications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["token"].as_str())
+            .collect();
+        assert_eq!(tokens, ["a b"]);
     }
 }

@@ -85,23 +85,94 @@ pub struct InboxPosition {
     pub conversation_id: ConversationId,
 }
 
-impl InboxPosition {
+/// How long after its page a move still counts as one its walk may not have seen: a move is
+/// stamped (`movedAt`) before its entry is written, so a page that ran just after the stamp may
+/// have read the entry at its old place; and two instances' clocks differ by milliseconds.
+pub const MOVE_MARGIN_MS: u64 = 10_000;
+
+/// The cursor of a page (opaque to clients): where the walk stopped, when it read the index
+/// there (`read_at`, unix ms), and the conversations it has shown that moved within
+/// `MOVE_MARGIN_MS` of that, with when (`shown`). A conversation whose entry moved up from below `position`
+/// after `read_at` was never met by the walk: the next page shows it (`shows_mover`). A cursor of
+/// an older version has no `read_at` (no movers shown).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxCursor {
+    pub position: InboxPosition,
+    pub read_at: Option<u64>,
+    pub shown: Vec<(ConversationId, u64)>,
+}
+
+impl InboxCursor {
     pub fn encode(&self) -> String {
-        URL_SAFE_NO_PAD.encode(serde_json::json!([self.key, self.conversation_id]).to_string())
+        let p = &self.position;
+        let json = match self.read_at {
+            None => serde_json::json!([p.key, p.conversation_id]),
+            Some(t) => serde_json::json!([p.key, p.conversation_id, t, self.shown]),
+        };
+        URL_SAFE_NO_PAD.encode(json.to_string())
     }
 
-    pub fn decode(cursor: &str) -> Result<InboxPosition, ChatError> {
+    pub fn decode(cursor: &str) -> Result<InboxCursor, ChatError> {
         let bad = || ChatError::invalid("query parameter `cursor` is malformed");
         let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
-        let (key, conversation_id): (String, String) =
-            serde_json::from_slice(&bytes).map_err(|_| bad())?;
-        if crate::time::parse_rfc3339(&key).is_none() {
+        let parts: Vec<serde_json::Value> = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        let text = |i: usize| parts.get(i).and_then(serde_json::Value::as_str);
+        let (Some(key), Some(id)) = (text(0), text(1)) else {
+            return Err(bad());
+        };
+        if crate::time::parse_rfc3339(key).is_none() {
             return Err(bad());
         }
-        Ok(InboxPosition {
-            key,
-            conversation_id: ConversationId::parse(&conversation_id).ok_or_else(bad)?,
+        let position = InboxPosition {
+            key: key.to_owned(),
+            conversation_id: ConversationId::parse(id).ok_or_else(bad)?,
+        };
+        let (read_at, shown) = match parts.len() {
+            2 => (None, Vec::new()),
+            4 => {
+                let t = parts[2].as_u64().ok_or_else(bad)?;
+                let ids = parts[3].as_array().ok_or_else(bad)?;
+                let shown = ids
+                    .iter()
+                    .map(|v| {
+                        let id = v.get(0)?.as_str().and_then(ConversationId::parse)?;
+                        Some((id, v.get(1)?.as_u64()?))
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(bad)?;
+                (Some(t), shown)
+            }
+            _ => return Err(bad()),
+        };
+        Ok(InboxCursor {
+            position,
+            read_at,
+            shown,
         })
+    }
+
+    /// Whether the next page shows, as a conversation its walk has not met, the entry at
+    /// `position` (above this cursor) that the indexer moved at `moved_at` (unix ms) from
+    /// `moved_from` (the key it was at): it moved after this cursor's page read the index (within
+    /// the margin), from a place that page had not reached, and that page did not show it.
+    pub fn shows_mover(&self, position: &InboxPosition, moved_at: u64, moved_from: &str) -> bool {
+        let Some(read_at) = self.read_at else {
+            return false;
+        };
+        let from = InboxPosition {
+            key: moved_from.to_owned(),
+            conversation_id: position.conversation_id.clone(),
+        };
+        *position > self.position
+            && moved_at > read_at.saturating_sub(MOVE_MARGIN_MS)
+            && from < self.position
+            && !self.hides(&position.conversation_id)
+    }
+
+    /// Whether the next page leaves out an entry below this cursor: its conversation was shown
+    /// (a move's old copy, not deleted yet, or a mover shown on an earlier page).
+    pub fn hides(&self, id: &ConversationId) -> bool {
+        self.shown.iter().any(|(shown, _)| shown == id)
     }
 }
 
@@ -496,6 +567,84 @@ mod tests {
     }
 
     #[test]
+    fn cursors_carry_the_walks_read_time_and_read_the_older_form() {
+        let position = InboxPosition {
+            key: t("05.000"),
+            conversation_id: id(7),
+        };
+        let old = InboxCursor {
+            position: position.clone(),
+            read_at: None,
+            shown: Vec::new(),
+        };
+        assert_eq!(InboxCursor::decode(&old.encode()).unwrap(), old);
+        // The older version's cursor is the position alone.
+        assert_eq!(old.encode(), {
+            let json = serde_json::json!([position.key, position.conversation_id]);
+            URL_SAFE_NO_PAD.encode(json.to_string())
+        });
+        let new = InboxCursor {
+            position,
+            read_at: Some(1_700_000_000_123),
+            shown: vec![(id(1), 1_700_000_000_100), (id(2), 1_700_000_000_000)],
+        };
+        assert_eq!(InboxCursor::decode(&new.encode()).unwrap(), new);
+        for bad in [
+            r#"["2026-01-01T00:00:05.000Z"]"#,
+            r#"["2026-01-01T00:00:05.000Z","g-1",1,[]]"#,
+            r#"["2026-01-01T00:00:05.000Z","g-00000000000000000000000000000001",1]"#,
+            r#"["2026-01-01T00:00:05.000Z","g-00000000000000000000000000000001","1",[]]"#,
+            r#"["2026-01-01T00:00:05.000Z","g-00000000000000000000000000000001",1,["x"]]"#,
+            r#"["2026-01-01T00:00:05.000Z","g-00000000000000000000000000000001",1,[["x",1]]]"#,
+            r#"["2026-01-01T00:00:05.000Z","g-00000000000000000000000000000001",1,[["g-00000000000000000000000000000002"]]]"#,
+            r#"{"key":1}"#,
+        ] {
+            assert!(
+                InboxCursor::decode(&URL_SAFE_NO_PAD.encode(bad)).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_next_page_shows_a_conversation_that_moved_past_the_walk_unseen() {
+        let read_at = 1_000_000;
+        let cursor = InboxCursor {
+            position: InboxPosition {
+                key: t("05.000"),
+                conversation_id: id(5),
+            },
+            read_at: Some(read_at),
+            shown: vec![(id(9), read_at - 1)],
+        };
+        let at = |key: &str, n: u32| InboxPosition {
+            key: key.to_owned(),
+            conversation_id: id(n),
+        };
+        // From below the cursor to above it, after the page read: the walk never met it.
+        assert!(cursor.shows_mover(&at(&t("09.000"), 1), read_at + 1, &t("01.000")));
+        // Within the margin before the read (its stamp came before its write).
+        assert!(cursor.shows_mover(&at(&t("09.000"), 1), read_at - 5_000, &t("01.000")));
+        // Long before the read: the page saw it where it is now.
+        assert!(!cursor.shows_mover(&at(&t("09.000"), 1), read_at - 60_000, &t("01.000")));
+        // From above the cursor: a page of the walk met it there.
+        assert!(!cursor.shows_mover(&at(&t("09.000"), 1), read_at + 1, &t("06.000")));
+        // From the cursor's own place: that page covered it.
+        assert!(!cursor.shows_mover(&at(&t("09.000"), 5), read_at + 1, &t("05.000")));
+        // Shown by the walk already.
+        assert!(!cursor.shows_mover(&at(&t("09.000"), 9), read_at + 1, &t("01.000")));
+        assert!(cursor.hides(&id(9)) && !cursor.hides(&id(1)));
+        // Still below the cursor: the walk meets it there.
+        assert!(!cursor.shows_mover(&at(&t("04.000"), 1), read_at + 1, &t("01.000")));
+        // A cursor of the older version shows no movers.
+        let old = InboxCursor {
+            read_at: None,
+            ..cursor.clone()
+        };
+        assert!(!old.shows_mover(&at(&t("09.000"), 1), read_at + 1, &t("01.000")));
+    }
+
+    #[test]
     fn activity_is_the_later_of_creation_and_last_message() {
         assert_eq!(
             activity("2026-01-01T00:00:01.000Z", None),
@@ -550,15 +699,19 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_reject_forgeries() {
-        let p = InboxPosition {
-            key: t("01.000"),
-            conversation_id: id(7),
+        let c = InboxCursor {
+            position: InboxPosition {
+                key: t("01.000"),
+                conversation_id: id(7),
+            },
+            read_at: None,
+            shown: Vec::new(),
         };
-        assert_eq!(InboxPosition::decode(&p.encode()).unwrap(), p);
-        assert!(InboxPosition::decode("!!!").is_err());
-        assert!(InboxPosition::decode(&URL_SAFE_NO_PAD.encode("[1,2]")).is_err());
+        assert_eq!(InboxCursor::decode(&c.encode()).unwrap(), c);
+        assert!(InboxCursor::decode("!!!").is_err());
+        assert!(InboxCursor::decode(&URL_SAFE_NO_PAD.encode("[1,2]")).is_err());
         let not_a_time = URL_SAFE_NO_PAD.encode(format!(r#"["x","{}"]"#, id(1)));
-        assert!(InboxPosition::decode(&not_a_time).is_err());
+        assert!(InboxCursor::decode(&not_a_time).is_err());
     }
 
     #[test]

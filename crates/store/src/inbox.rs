@@ -9,23 +9,35 @@
 //! reads the next entries, then the conversations and the caller's memberships themselves,
 //! strongly consistently: the index only says where to look and in which order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, TransactWriteItem, WriteRequest};
 use futures::future::{try_join, try_join_all};
 
-use super::attrs::{get_s, s};
+use super::attrs::{get_n, get_s, n, s};
 use super::items::{from_item, ConversationItem, InboxEntryItem, MemberItem};
 use super::{keys, sdk_error, tx, ChatStore};
 use chat_domain::error::ChatError;
 use chat_domain::inbox::{
-    big_group_verdict, entry_verdict, with_big_groups, ConversationMove, InboxPosition,
-    PageCandidate, PageWalk, Verdict, WalkedEntry,
+    big_group_verdict, entry_verdict, with_big_groups, ConversationMove, InboxCursor,
+    InboxPosition, PageCandidate, PageWalk, Verdict, WalkedEntry, MOVE_MARGIN_MS,
 };
 use chat_domain::model::{InboxEntry, InboxPage};
 use chat_domain::read_state::unread_count;
 use chat_domain::{ConversationId, ConversationType, UserId};
+
+/// An index entry's attributes set by the indexer's move: when (unix ms) and from which key
+/// (docs/data-model.md §2.5); short, since a page reads 21 entries in one 4 KB read unit.
+pub(crate) const MOVED_AT: &str = "mt";
+pub(crate) const MOVED_FROM: &str = "mf";
+/// How far back (ms) the movers' Query looks for entries filed since its walk's last page read:
+/// the indexer's lag, with room for its retries.
+const MOVER_WINDOW_MS: u64 = 15 * 60 * 1000;
+/// Conversations a cursor names at most (`next_cursor`): about 60 bytes each.
+const MAX_SHOWN_IN_CURSOR: usize = 64;
+/// Entries the movers' Query reads at most (those filed in the window above the cursor).
+const MOVER_SCAN: i32 = 200;
 
 /// BatchGetItem takes 100 keys.
 const BATCH_GET_KEYS: usize = 100;
@@ -60,8 +72,15 @@ impl ChatStore {
         limit: u32,
         cursor: Option<&str>,
     ) -> Result<InboxPage, ChatError> {
-        let after = cursor.map(InboxPosition::decode).transpose()?;
+        let read_at = chat_domain::time::unix_millis(chat_domain::time::now());
+        let cursor = cursor.map(InboxCursor::decode).transpose()?;
+        let after = cursor.as_ref().map(|c| c.position.clone());
         let mut walk = PageWalk::new(limit as usize, after.clone());
+        // When each entry the page read was moved there (`movedAt`), by conversation.
+        let mut moved_at: HashMap<ConversationId, u64> = HashMap::new();
+        // Conversations that moved up past the walk since its last page (read with the first
+        // index read, their items with the first round's).
+        let mut movers: Option<Vec<InboxPosition>> = None;
         let mut conversations: HashMap<ConversationId, ConversationItem> = HashMap::new();
         let mut walked = Vec::new();
         let mut stale: Vec<InboxPosition> = Vec::new();
@@ -74,14 +93,18 @@ impl ChatStore {
         while !walk.done() {
             while let Some((n, below)) = walk.to_read() {
                 let (found, more) = match big {
-                    Some(_) => self.inbox_entries(caller, n, below.as_ref()).await?,
+                    Some(_) => {
+                        self.inbox_entries(caller, n, below.as_ref(), &mut moved_at)
+                            .await?
+                    }
                     None => {
-                        let (found, groups) = try_join(
-                            self.inbox_entries(caller, n, below.as_ref()),
+                        let (found, groups, moved) = tokio::try_join!(
+                            self.inbox_entries(caller, n, below.as_ref(), &mut moved_at),
                             self.big_groups(caller),
-                        )
-                        .await?;
+                            self.inbox_movers(caller, cursor.as_ref()),
+                        )?;
                         big = Some(groups);
+                        movers = Some(noting(&moved, &mut moved_at));
                         found
                     }
                 };
@@ -92,11 +115,27 @@ impl ChatStore {
                 break;
             }
             // Entries come newest first: a conversation's first one is its newest; a lower one is
-            // a copy a move has not deleted yet.
-            let (firsts, copies): (Vec<WalkedEntry>, Vec<WalkedEntry>) =
-                covered.into_iter().partition(|e| e.first);
+            // a copy a move has not deleted yet. An entry of a conversation shown above the walk
+            // (a mover, now or on an earlier page) is such a copy too: left out, left alone.
+            let above: Vec<&ConversationId> = movers
+                .iter()
+                .flatten()
+                .map(|m| &m.conversation_id)
+                .collect();
+            let (firsts, copies): (Vec<WalkedEntry>, Vec<WalkedEntry>) = covered
+                .into_iter()
+                .filter(|e| {
+                    let id = &e.position.conversation_id;
+                    !above.contains(&id) && !cursor.as_ref().is_some_and(|c| c.hides(id))
+                })
+                .partition(|e| e.first);
             let big_now = match big_items {
-                None => big.clone().unwrap_or_default(),
+                None => big
+                    .iter()
+                    .flatten()
+                    .chain(movers.iter().flatten().map(|m| &m.conversation_id))
+                    .cloned()
+                    .collect(),
                 Some(_) => Vec::new(),
             };
             let ids: Vec<ConversationId> = firsts
@@ -133,15 +172,44 @@ impl ChatStore {
             Some(b) => b,
             None => self.big_groups(caller).await?,
         };
+        let movers = match movers {
+            Some(m) => m,
+            None => {
+                let moved = self.inbox_movers(caller, cursor.as_ref()).await?;
+                noting(&moved, &mut moved_at)
+            }
+        };
         let (members, heads) = match big_items {
             Some(read) => read,
             None => {
+                let ids: Vec<ConversationId> = bigs
+                    .iter()
+                    .chain(movers.iter().map(|m| &m.conversation_id))
+                    .cloned()
+                    .collect();
                 let (m, h, _) = self
-                    .read_entries_items(caller, &bigs, &mut conversations)
+                    .read_entries_items(caller, &ids, &mut conversations)
                     .await?;
                 (m, h)
             }
         };
+        // The movers are shown above the walk (their entries are above its cursor), unless
+        // judged otherwise as any entry is.
+        let moved = movers
+            .into_iter()
+            .map(|position| WalkedEntry {
+                position,
+                first: true,
+            })
+            .collect();
+        Self::judge_entries(
+            caller,
+            moved,
+            (&conversations, &bigs),
+            (&members, &heads),
+            &mut walked,
+            &mut stale,
+        );
         let (big_shown, big_stale) =
             Self::judge_big_groups(caller, &bigs, &conversations, (&members, &heads));
         if !split && (!stale.is_empty() || !big_stale.is_empty()) {
@@ -154,9 +222,10 @@ impl ChatStore {
             big_shown,
             after.as_ref(),
         );
+        let next = next_cursor(cursor.as_ref(), next, read_at, &conversations, &moved_at);
         Ok(InboxPage {
             conversations,
-            next_cursor: next.as_ref().map(InboxPosition::encode),
+            next_cursor: next.as_ref().map(InboxCursor::encode),
         })
     }
 
@@ -347,12 +416,14 @@ impl ChatStore {
     }
 
     /// The caller's next `n` index entries, newest first, below `below` (or from the top); and
-    /// whether the index may hold more below them. DynamoDB: 1 strongly consistent Query.
+    /// whether the index may hold more below them; when the indexer moved each there, into
+    /// `moved_at`. DynamoDB: 1 strongly consistent Query.
     async fn inbox_entries(
         &self,
         caller: &UserId,
         n: usize,
         below: Option<&InboxPosition>,
+        moved_at: &mut HashMap<ConversationId, u64>,
     ) -> Result<(Vec<InboxPosition>, bool), ChatError> {
         let query = self
             .db
@@ -372,12 +443,63 @@ impl ChatStore {
         };
         let found = query.send().await.map_err(|e| sdk_error("Query", e))?;
         let more = found.last_evaluated_key().is_some();
-        let entries = found
-            .items()
-            .iter()
-            .filter_map(|i| get_s(i, keys::SK).and_then(keys::inbox_position_of_sk))
-            .collect();
+        let mut entries = Vec::new();
+        for item in found.items() {
+            let Some(p) = get_s(item, keys::SK).and_then(keys::inbox_position_of_sk) else {
+                continue;
+            };
+            if let Some(at) = get_n(item, MOVED_AT) {
+                moved_at.entry(p.conversation_id.clone()).or_insert(at);
+            }
+            entries.push(p);
+        }
         Ok((entries, more))
+    }
+
+    /// The entries the indexer moved up past the walk of `cursor` since its page read the index,
+    /// from where the walk had not reached, that its pages did not show
+    /// (`InboxCursor::shows_mover`), with when each moved. None without such a cursor. DynamoDB:
+    /// 1 strongly consistent Query of the entries above the cursor filed in the last
+    /// `MOVER_WINDOW_MS` (a mover's key is its newest message's time: at most the indexer's lag
+    /// before its move), only the moved ones returned.
+    async fn inbox_movers(
+        &self,
+        caller: &UserId,
+        cursor: Option<&InboxCursor>,
+    ) -> Result<Movers, ChatError> {
+        let Some((c, read_at)) = cursor.and_then(|c| Some((c, c.read_at?))) else {
+            return Ok(Movers::default());
+        };
+        let recent = time_key(read_at.saturating_sub(MOVER_WINDOW_MS));
+        let from = keys::inbox_sk(&c.position).max(format!("{}{recent}", keys::INBOX_ENTRY_PREFIX));
+        let found = self
+            .db
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("pk = :pk AND sk > :from")
+            .filter_expression("#at > :since")
+            .expression_attribute_names("#at", MOVED_AT)
+            .expression_attribute_values(":pk", s(keys::inbox_pk(caller)))
+            .expression_attribute_values(":from", s(from))
+            .expression_attribute_values(":since", n(read_at.saturating_sub(MOVE_MARGIN_MS)))
+            .limit(MOVER_SCAN)
+            .send()
+            .await
+            .map_err(|e| sdk_error("Query", e))?;
+        let mut movers = Movers::default();
+        for i in found.items() {
+            let Some(p) = get_s(i, keys::SK).and_then(keys::inbox_position_of_sk) else {
+                continue;
+            };
+            let (Some(at), Some(from)) = (get_n(i, MOVED_AT), get_s(i, MOVED_FROM)) else {
+                continue;
+            };
+            if c.shows_mover(&p, at, from) {
+                movers.shown.push((p, at));
+            }
+        }
+        Ok(movers)
     }
 
     /// Best effort, one attempt: an entry that stays is skipped again by the next page.
@@ -455,6 +577,7 @@ impl ChatStore {
             None => self.member_inbox_keys(&mv.conversation_id).await?,
         };
         let (mut puts, mut deletes) = (Vec::new(), Vec::new());
+        let now = chat_domain::time::unix_millis(chat_domain::time::now());
         let mut count = MoveCount {
             members: members.len(),
             ..MoveCount::default()
@@ -467,7 +590,13 @@ impl ChatStore {
                 key: key.to_owned(),
                 conversation_id: mv.conversation_id.clone(),
             };
-            puts.push(put_request(InboxEntryItem::to_item(user, &at(&m.put))?)?);
+            // Stamped with the lowest place it can have been at (where a walk could have missed it).
+            let from = m.deletes.first().map(|k| (now, k.as_str()));
+            puts.push(put_request(InboxEntryItem::moved(
+                user,
+                &at(&m.put),
+                from,
+            )?)?);
             for key in &m.deletes {
                 deletes.push(delete_request(keys::inbox_entry_key(user, &at(key)))?);
             }
@@ -604,6 +733,73 @@ pub(super) fn delete_request(key: super::Item) -> Result<WriteRequest, ChatError
 
 /// One conversation as the caller's inbox shows it: counts from the two strongly consistent
 /// reads, so `unreadCount` is exact right after a read or a send.
+/// The activity key of a time (unix ms).
+fn time_key(ms: u64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .map(chat_domain::time::rfc3339)
+        .unwrap_or_default()
+}
+
+/// What `inbox_movers` found above the walk's cursor.
+#[derive(Debug, Default)]
+struct Movers {
+    /// To show, with when each moved.
+    shown: Vec<(InboxPosition, u64)>,
+}
+
+/// The movers to show, with each one's move time noted in `moved_at`.
+fn noting(moved: &Movers, moved_at: &mut HashMap<ConversationId, u64>) -> Vec<InboxPosition> {
+    moved
+        .shown
+        .iter()
+        .map(|(p, at)| {
+            moved_at.insert(p.conversation_id.clone(), *at);
+            p.clone()
+        })
+        .collect()
+}
+
+/// The next page's cursor, from the position `with_big_groups` gave (`next`): read at
+/// `read_at`, with what the walk has shown (before, and on `page`) that moved within the margin
+/// of it: those may still come up as movers. A position above the request's cursor means movers
+/// filled the page: the walk then stays where it was, as of the same read.
+fn next_cursor(
+    cursor: Option<&InboxCursor>,
+    next: Option<InboxPosition>,
+    read_at: u64,
+    page: &[InboxEntry],
+    moved_at: &HashMap<ConversationId, u64>,
+) -> Option<InboxCursor> {
+    let next = next?;
+    let on_page = page.iter().filter_map(|e| {
+        let at = moved_at.get(&e.conversation_id)?;
+        Some((e.conversation_id.clone(), *at))
+    });
+    let before = cursor
+        .map(|c| c.shown.iter().cloned())
+        .into_iter()
+        .flatten();
+    let shown: BTreeSet<(ConversationId, u64)> = before.chain(on_page).collect();
+    let overflow = cursor.filter(|c| next > c.position);
+    let (position, read_at) = match overflow {
+        Some(c) => (c.position.clone(), c.read_at.unwrap_or(read_at)),
+        None => (next, read_at),
+    };
+    let since = read_at.saturating_sub(MOVE_MARGIN_MS);
+    let mut shown: Vec<(ConversationId, u64)> =
+        shown.into_iter().filter(|(_, at)| *at > since).collect();
+    // The latest moves first, as many as keep the cursor within a few KB of URL: a conversation
+    // left out could at worst be shown twice, never skipped.
+    shown.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    shown.truncate(MAX_SHOWN_IN_CURSOR);
+    Some(InboxCursor {
+        position,
+        read_at: Some(read_at),
+        shown,
+    })
+}
+
 fn entry(
     caller: &UserId,
     c: &ConversationItem,

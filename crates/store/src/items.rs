@@ -327,17 +327,34 @@ pub struct SuspensionItem {
 
 /// `pk = I#<userId>, sk = A#<activityKey>#<conversationId>`: one conversation in a user's inbox
 /// index (the key says where; the id is repeated as an attribute for readers of the raw table).
+/// An entry the indexer moved says when (unix ms) and from which key: a walk of the inbox whose
+/// cursor it passed meets it there (`InboxCursor::shows_mover`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InboxEntryItem {
     pub conversation_id: ConversationId,
+    #[serde(rename = "mt", default, skip_serializing_if = "Option::is_none")]
+    pub moved_at: Option<u64>,
+    #[serde(rename = "mf", default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
 }
 
 impl InboxEntryItem {
     pub fn to_item(user: &UserId, position: &InboxPosition) -> Result<Item, ChatError> {
+        Self::moved(user, position, None)
+    }
+
+    /// The entry at `position`, moved there at `moved.0` (unix ms) from key `moved.1`.
+    pub fn moved(
+        user: &UserId,
+        position: &InboxPosition,
+        moved: Option<(u64, &str)>,
+    ) -> Result<Item, ChatError> {
         to_item(
             &InboxEntryItem {
                 conversation_id: position.conversation_id.clone(),
+                moved_at: moved.map(|m| m.0),
+                moved_from: moved.map(|m| m.1.to_owned()),
             },
             keys::inbox_pk(user),
             keys::inbox_sk(position),
@@ -350,6 +367,8 @@ impl InboxEntryItem {
         to_item(
             &InboxEntryItem {
                 conversation_id: id.clone(),
+                moved_at: None,
+                moved_from: None,
             },
             keys::inbox_pk(user),
             keys::big_group_sk(id),

@@ -493,18 +493,9 @@ async fn paging_while_other_conversations_get_messages() {
                 assert!(seen.contains(c), "an unchanged conversation was skipped");
             }
         }
-        if indexing {
-            assert!(
-                changed.iter().any(|c| !seen.contains(c)),
-                "one moved ahead of the walk: it is seen on the first page instead"
-            );
-        } else {
-            assert_eq!(
-                unique_seen.len(),
-                order.len(),
-                "the index lags: all seen once"
-            );
-        }
+        // Those that moved up past the walk from where it had not reached are shown by the next
+        // page (with the index lagging, they had not moved yet): every one, once.
+        assert_eq!(unique_seen.len(), order.len(), "all seen once: {seen:?}");
         // Afterwards the first page has the changed ones on top, newest first.
         t.index().await;
         let top = ids(&t.get(&format!("/inbox?limit={}", changed.len()), &me).await);
@@ -513,6 +504,59 @@ async fn paging_while_other_conversations_get_messages() {
         expected.dedup();
         assert_eq!(top, expected);
     }
+}
+
+/// Issue: the walk missed a conversation with a message just before it (found by probing: the
+/// index lags the message, ~0.1–0.5 s locally). Page 1 reads the index while two older
+/// conversations' moves are pending; they move to the top before page 2, past the walk's cursor
+/// from below it: page 2 shows them (they fill it; its cursor stays where page 1 left the walk),
+/// and the walk then goes on below, meeting every conversation exactly once. One shown on page 1
+/// that moves again is not shown twice.
+#[tokio::test]
+async fn a_walk_meets_once_the_conversations_that_move_past_it() {
+    let t = TestApp::new().await;
+    let me = unique("me");
+    let peers: Vec<String> = (0..6).map(|i| format!("{me}-p{i}")).collect();
+    let mut created = vec![];
+    for p in &peers {
+        created.push(t.direct(&me, p).await);
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    t.index().await;
+    let hold = indexer::hold().await;
+    for i in [0, 1] {
+        assert_eq!(t.send(&created[i], &peers[i], "just now").await.status, 201);
+    }
+    let first = t.get("/inbox?limit=2", &me).await;
+    // The index still has the two older ones at the bottom: page 1 is the two newest created.
+    assert_eq!(ids(&first), [created[5].clone(), created[4].clone()]);
+    drop(hold);
+    // Moves land now; a message to one page 1 showed moves it within the top.
+    assert_eq!(t.send(&created[5], &peers[5], "again").await.status, 201);
+    t.index().await;
+    let mut seen = ids(&first);
+    let mut cursor = first.body["nextCursor"].as_str().unwrap().to_owned();
+    let mut pages = vec![];
+    loop {
+        let page = t.get(&format!("/inbox?limit=2&cursor={cursor}"), &me).await;
+        assert_eq!(page.status, 200, "{page:?}");
+        pages.push(ids(&page));
+        seen.extend(ids(&page));
+        match page.body["nextCursor"].as_str() {
+            Some(c) => cursor = c.to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(
+        pages[0],
+        [created[1].clone(), created[0].clone()],
+        "the movers, newest first"
+    );
+    let mut each = seen.clone();
+    each.sort();
+    each.dedup();
+    assert_eq!(each.len(), seen.len(), "none twice: {seen:?}");
+    assert_eq!(seen.len(), 6, "all: {seen:?}");
 }
 
 #[tokio::test]

@@ -227,6 +227,8 @@ pub fn inbox_pk(user: &UserId) -> String {
 }
 
 pub const INBOX_ENTRY_PREFIX: &str = "A#";
+/// After every moving entry (`A#…`), before the big-group entries (`G#…`).
+pub const INBOX_ENTRIES_END: &str = "A$";
 
 /// `A#<activityKey>#<conversationId>`: the activity key (RFC 3339) has no `#`.
 pub fn inbox_sk(position: &InboxPosition) -> String {
@@ -429,6 +431,9 @@ mod tests {
             None
         );
         assert_eq!(inbox_position_of_sk("M#u"), None);
+        let last = at("9999-12-31T23:59:59.999Z", g);
+        assert!(inbox_sk(&last).as_str() < INBOX_ENTRIES_END);
+        assert!(INBOX_ENTRIES_END < big_group_sk(&last.conversation_id).as_str());
         let user = UserId::parse("u").unwrap();
         assert_eq!(inbox_pk(&user), "I#u");
     }

@@ -104,7 +104,7 @@ impl ChatStore {
                             self.inbox_movers(caller, cursor.as_ref()),
                         )?;
                         big = Some(groups);
-                        movers = Some(noting(&moved, &mut moved_at));
+                        movers = Some(noting(moved, &mut moved_at));
                         found
                     }
                 };
@@ -176,7 +176,7 @@ impl ChatStore {
             Some(m) => m,
             None => {
                 let moved = self.inbox_movers(caller, cursor.as_ref()).await?;
-                noting(&moved, &mut moved_at)
+                noting(moved, &mut moved_at)
             }
         };
         let (members, heads) = match big_items {
@@ -466,9 +466,9 @@ impl ChatStore {
         &self,
         caller: &UserId,
         cursor: Option<&InboxCursor>,
-    ) -> Result<Movers, ChatError> {
+    ) -> Result<Vec<(InboxPosition, u64)>, ChatError> {
         let Some((c, read_at)) = cursor.and_then(|c| Some((c, c.read_at?))) else {
-            return Ok(Movers::default());
+            return Ok(Vec::new());
         };
         let recent = time_key(read_at.saturating_sub(MOVER_WINDOW_MS));
         let from = keys::inbox_sk(&c.position).max(format!("{}{recent}", keys::INBOX_ENTRY_PREFIX));
@@ -489,7 +489,7 @@ impl ChatStore {
             .send()
             .await
             .map_err(|e| sdk_error("Query", e))?;
-        let mut movers = Movers::default();
+        let mut movers = Vec::new();
         for i in found.items() {
             let Some(p) = get_s(i, keys::SK).and_then(keys::inbox_position_of_sk) else {
                 continue;
@@ -498,7 +498,7 @@ impl ChatStore {
                 continue;
             };
             if c.shows_mover(&p, at, from) {
-                movers.shown.push((p, at));
+                movers.push((p, at));
             }
         }
         Ok(movers)
@@ -743,21 +743,16 @@ fn time_key(ms: u64) -> String {
         .unwrap_or_default()
 }
 
-/// What `inbox_movers` found above the walk's cursor.
-#[derive(Debug, Default)]
-struct Movers {
-    /// To show, with when each moved.
-    shown: Vec<(InboxPosition, u64)>,
-}
-
 /// The movers to show, with each one's move time noted in `moved_at`.
-fn noting(moved: &Movers, moved_at: &mut HashMap<ConversationId, u64>) -> Vec<InboxPosition> {
+fn noting(
+    moved: Vec<(InboxPosition, u64)>,
+    moved_at: &mut HashMap<ConversationId, u64>,
+) -> Vec<InboxPosition> {
     moved
-        .shown
-        .iter()
+        .into_iter()
         .map(|(p, at)| {
-            moved_at.insert(p.conversation_id.clone(), *at);
-            p.clone()
+            moved_at.insert(p.conversation_id.clone(), at);
+            p
         })
         .collect()
 }

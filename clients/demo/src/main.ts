@@ -292,6 +292,9 @@ async function openConversation(id: string): Promise<void> {
   if (!client) return;
   // Open it before the fetches answer, so live messages arriving meanwhile land in it too.
   const target: OpenConversation = { id, type: "direct", messages: new Map(), oldest: 0, hasOlder: false, memberIds: [], reads: new Map() };
+  // On screen: after a reconnect the SDK reads its read states again (receipts missed meanwhile).
+  if (open) client.unwatch(open.id);
+  client.watch(id);
   open = target;
   // The toggle shows this conversation's settings once they are read, never the previous one's
   // (a click meanwhile would set them from the wrong state).

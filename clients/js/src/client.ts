@@ -168,8 +168,8 @@ export class ChatClient {
   private readonly requestTimeoutMs: number;
   private readonly retry: { maxAttempts: number; maxElapsedMs: number; baseDelayMs: number };
   private readonly readDebounceMs: number;
-  private readonly reconnectBase: number;
-  private readonly reconnectMax: number;
+  readonly #reconnectBase: number;
+  readonly #reconnectMax: number;
   private readonly reconnectResetMs: number;
   private readonly gapFillDelayMs: number;
   private readonly lightFetch: "all" | "watched";
@@ -197,8 +197,8 @@ export class ChatClient {
   private attempt = 0;
   /** Bumped by every openSocket and close: an attempt that awaited a token while another began is void. */
   private generation = 0;
-  private reconnectTimer: ReturnType<typeof setTimeout> | undefined;
-  private keepAliveTimer: ReturnType<typeof setInterval> | undefined;
+  #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
+  #keepAliveTimer: ReturnType<typeof setInterval> | undefined;
   /** The inbox's second look (INBOX_RECHECK_MS), or the retry of an inbox walk that failed. */
   private recheckTimer: ReturnType<typeof setTimeout> | undefined;
   /** Starts the reconnect backoff over once the connection has stayed open for `reconnectResetMs`. */
@@ -213,10 +213,10 @@ export class ChatClient {
   private hello: HelloFrame | null = null;
   /** The last react/unreact call per reaction path: the next one waits for it. */
   private readonly reacting = new Map<string, Promise<unknown>>();
-  private readonly fillTimers = new Map<string, ReturnType<typeof setTimeout>>();
+  readonly #fillTimers = new Map<string, ReturnType<typeof setTimeout>>();
   private readonly filling = new Map<string, Promise<void>>();
   /** Per conversation whose last fill failed: failures in a row, and the earliest time to try again. */
-  private readonly fillFailures = new Map<string, { count: number; retryAt: number }>();
+  readonly #fillFailures = new Map<string, { count: number; retryAt: number }>();
   private waiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
   /** Typing per conversation: this client's last `start`; who else types, and the timer clearing it. */
   private readonly typers = new Map<string, Typer>();
@@ -235,8 +235,8 @@ export class ChatClient {
       baseDelayMs: options.sendRetry?.baseDelayMs ?? 250,
     };
     this.readDebounceMs = options.readDebounceMs ?? 1000;
-    this.reconnectBase = options.reconnect?.baseDelayMs ?? 500;
-    this.reconnectMax = options.reconnect?.maxDelayMs ?? 30_000;
+    this.#reconnectBase = options.reconnect?.baseDelayMs ?? 500;
+    this.#reconnectMax = options.reconnect?.maxDelayMs ?? 30_000;
     this.reconnectResetMs = options.reconnect?.resetAfterMs ?? 30_000;
     this.gapFillDelayMs = options.gapFillDelayMs ?? 100;
     this.lightFetch = options.lightFetch ?? "all";
@@ -425,7 +425,7 @@ export class ChatClient {
   /** `GET /conversations/{id}/reads` (readStates): every member's watermark ("read" / "read by N"). */
   async readStates(conversationId: string): Promise<ReadStates> {
     const r = await this.call<ReadStates>("GET", `${conversationPath(conversationId)}/reads`);
-    this.state = observeReads(this.state, r);
+    this.take(observeReads(this.state, r));
     return r;
   }
 
@@ -610,10 +610,10 @@ export class ChatClient {
   close(): void {
     this.wanted = false;
     this.generation += 1;
-    clearTimeout(this.reconnectTimer);
-    for (const t of this.fillTimers.values()) clearTimeout(t);
-    this.fillTimers.clear();
-    this.fillFailures.clear();
+    clearTimeout(this.#reconnectTimer);
+    for (const t of this.#fillTimers.values()) clearTimeout(t);
+    this.#fillTimers.clear();
+    this.#fillFailures.clear();
     const ws = this.ws;
     this.dropSocket();
     if (ws) ws.close(1000, "client closed");
@@ -679,6 +679,11 @@ export class ChatClient {
       for (let id = due.shift(); id !== undefined; id = due.shift()) await this.fill(id);
     });
     await Promise.all(workers);
+    // Receipts pushed while the socket was down are gone: the read states of the conversations on
+    // screen whose watermarks the app holds are read again (each one that moved comes out as a
+    // `read` event). Best effort: a failure leaves them as they were, for the next receipt.
+    const shown = [...this.watched].filter((id) => this.state.conversations.get(id)?.reads.size);
+    await Promise.all(shown.map((id) => this.readStates(id).catch(() => {})));
 
     if (this.held === held) this.held = null;
     for (const event of held) this.handleEvent(event);
@@ -718,24 +723,24 @@ export class ChatClient {
 
   private scheduleReconnect(): void {
     if (!this.wanted) return;
-    clearTimeout(this.reconnectTimer);
+    clearTimeout(this.#reconnectTimer);
     // Jittered exponential backoff: after an outage, clients spread their reconnects out.
-    const delay = retryDelay(undefined, ++this.attempt, this.reconnectBase, this.reconnectMax);
-    this.reconnectTimer = setTimeout(() => void this.openSocket(), delay);
+    const delay = retryDelay(undefined, ++this.attempt, this.#reconnectBase, this.#reconnectMax);
+    this.#reconnectTimer = setTimeout(() => void this.openSocket(), delay);
   }
 
   private startKeepAlive(ws: WebSocketLike): void {
     this.stopKeepAlive();
     if (this.keepAliveMs <= 0) return;
-    this.keepAliveTimer = setInterval(() => {
+    this.#keepAliveTimer = setInterval(() => {
       // The server ignores client frames (it routes them to `$default`); any frame resets the idle clock.
       if (ws.readyState === OPEN) ws.send('{"type":"ping"}');
     }, this.keepAliveMs);
   }
 
   private stopKeepAlive(): void {
-    clearInterval(this.keepAliveTimer);
-    this.keepAliveTimer = undefined;
+    clearInterval(this.#keepAliveTimer);
+    this.#keepAliveTimer = undefined;
   }
 
   private onFrame(data: unknown): void {
@@ -806,15 +811,15 @@ export class ChatClient {
    * retry time. Not while a catch-up holds events back (it fills everything at its end).
    */
   private scheduleFill(conversationId: string): void {
-    if (!this.wanted || this.held || this.fillTimers.has(conversationId) || !this.missing(conversationId)) return;
+    if (!this.wanted || this.held || this.#fillTimers.has(conversationId) || !this.missing(conversationId)) return;
     // Light news of a conversation nobody looks at waits for `watch` (or the next catch-up).
     if (this.lightFetch === "watched" && this.light.has(conversationId) && !this.watched.has(conversationId)) return;
-    const retryAt = this.fillFailures.get(conversationId)?.retryAt ?? 0;
-    this.fillTimers.set(
+    const retryAt = this.#fillFailures.get(conversationId)?.retryAt ?? 0;
+    this.#fillTimers.set(
       conversationId,
       setTimeout(
         () => {
-          this.fillTimers.delete(conversationId);
+          this.#fillTimers.delete(conversationId);
           if (this.wanted) void this.fill(conversationId);
         },
         Math.max(this.gapFillDelayMs, retryAt - Date.now()),
@@ -863,15 +868,15 @@ export class ChatClient {
       } catch (e) {
         if (!(e instanceof ChatApiError && e.status === 404)) {
           if (!this.wanted) return; // closed meanwhile: the next connect's catch-up starts afresh
-          const count = (this.fillFailures.get(conversationId)?.count ?? 0) + 1;
-          const delay = retryDelay(e, count, this.reconnectBase, this.reconnectMax);
-          this.fillFailures.set(conversationId, { count, retryAt: Date.now() + delay });
+          const count = (this.#fillFailures.get(conversationId)?.count ?? 0) + 1;
+          const delay = retryDelay(e, count, this.#reconnectBase, this.#reconnectMax);
+          this.#fillFailures.set(conversationId, { count, retryAt: Date.now() + delay });
           return this.emit("error", new SyncError(conversationId, e, count, delay));
         }
         // Removed from the conversation (or it is gone): nothing more to deliver; stop tracking it.
         this.state = forget(this.state, conversationId);
       }
-      this.fillFailures.delete(conversationId);
+      this.#fillFailures.delete(conversationId);
     })();
     this.filling.set(conversationId, run);
     void run.then(() => {
@@ -926,7 +931,7 @@ export class ChatClient {
 
   /** The catch-up's inbox walk failed (`failures` times in a row): report it, retry it with backoff. */
   private inboxFailed(ws: WebSocketLike, e: unknown, failures: number): void {
-    const delay = retryDelay(e, failures, this.reconnectBase, this.reconnectMax);
+    const delay = retryDelay(e, failures, this.#reconnectBase, this.#reconnectMax);
     this.emit("error", new SyncError(null, e, failures, delay));
     this.scheduleRecheck(ws, delay, this.catchUpMaxPages, failures);
   }

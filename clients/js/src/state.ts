@@ -339,15 +339,23 @@ function watch(state: ChatState, conversationId: string, last: number, through: 
   return { ...out, state: withConversation(state, conversationId, conv) };
 }
 
-/** Takes in every member's watermark from `GET …/reads` (no events: the app has the answer). */
-export function observeReads(state: ChatState, r: ReadStates): ChatState {
+/**
+ * Takes in every member's watermark from `GET …/reads`. When the state held watermarks of the
+ * conversation already, `reads` are those it moved, as receipts (after a reconnect: the receipts
+ * whose pushes were missed); a first answer announces nothing (the app that asked has it).
+ */
+export function observeReads(state: ChatState, r: ReadStates): Step {
+  const out = done(state);
   const base = state.conversations.get(r.conversationId) ?? emptyConversation();
   const reads = new Map(base.reads);
-  for (const m of r.members) {
-    if (isSeq(m.lastReadSeq) && (reads.get(m.userId) ?? -1) < m.lastReadSeq) reads.set(m.userId, m.lastReadSeq);
+  for (const { userId, lastReadSeq } of r.members) {
+    if (isSeq(lastReadSeq) && (reads.get(userId) ?? -1) < lastReadSeq) {
+      if (base.reads.size) out.reads.push({ type: "read.updated", conversationId: r.conversationId, userId, lastReadSeq });
+      reads.set(userId, lastReadSeq);
+    }
   }
   const lastSeq = base.delivered === null ? base.lastSeq : Math.max(base.lastSeq, r.lastSeq);
-  return withConversation(state, r.conversationId, { ...base, reads, lastSeq });
+  return { ...out, state: withConversation(state, r.conversationId, { ...base, reads, lastSeq }) };
 }
 
 /** Drops a conversation the user can no longer see (removed from it: the API answers 404). */

@@ -722,6 +722,44 @@ describe("live delivery", () => {
     assert.deepEqual(members, [{ type: "member.added", conversationId: id, userIds: ["carol"] }]);
   });
 
+  it("after a reconnect, fetches the read states of watched conversations again: receipts missed while down come out", async () => {
+    const { server, client, reads } = setup();
+    const id = server.createConversation(["alice", "bob"]);
+    const elsewhere = server.createConversation(["alice", "carol"]);
+    for (const c of [id, elsewhere]) {
+      server.addMessage(c, "alice");
+      server.addMessage(c, "alice");
+      await client.readStates(c); // the peer: 0
+    }
+    const notLoaded = server.createConversation(["alice", "dave"]);
+    client.watch(id);
+    client.watch(notLoaded);
+    await client.connect();
+    const readsFetched = (c: string) =>
+      server.requests.filter((r) => r.method === "GET" && r.path.endsWith(`/${c}/reads`)).length;
+    assert.equal(readsFetched(id), 2, "loaded by the app, then again as the socket opened (after the load)");
+
+    server.openSockets("alice")[0]!.drop();
+    server.refuseConnections = true;
+    await until("a failed reconnect", () => server.sockets.length >= 2);
+    // Both peers read while alice's socket is down: no push reaches her.
+    server.conversations.get(id)!.reads.set("bob", 2);
+    server.conversations.get(elsewhere)!.reads.set("carol", 2);
+    server.refuseConnections = false;
+
+    await until("bob's receipt", () => reads.length === 1);
+    await sleep(50);
+    assert.deepEqual(reads, [{ type: "read.updated", conversationId: id, userId: "bob", lastReadSeq: 2 }]);
+    assert.equal(readsFetched(id), 3, "and once after the reconnect");
+    assert.equal(readsFetched(elsewhere), 1, "not on screen: not fetched again");
+    assert.equal(readsFetched(notLoaded), 0, "on screen but never loaded: nothing to refresh");
+
+    // A receipt pushed live afterwards that says nothing new is dropped as before.
+    server.push("alice", { type: "read.updated", conversationId: id, userId: "bob", lastReadSeq: 2 });
+    await sleep(30);
+    assert.equal(reads.length, 1);
+  });
+
   it("reconnects with backoff and catches up: missed messages once, in order, before newer live ones", async () => {
     const { server, client, messages, states } = setup();
     const id = server.createConversation(["alice", "bob"]);

@@ -100,9 +100,11 @@ describe("reduce", () => {
     assert.deepEqual(out.reads.map((e) => [e.userId, e.lastReadSeq]), [["bob", 2], ["carol", 1], ["bob", 3]]);
     assert.equal(missingAfter(out.state, "c"), null);
     assert.equal(missingAfter(reduce(out.state, r("bob", 5)).state, "c"), 3);
-    const after = observeReads(out.state, { conversationId: "c", lastSeq: 3, members: [{ userId: "bob", lastReadSeq: 1 }, { userId: "dave", lastReadSeq: 3 }] });
+    const observed = observeReads(out.state, { conversationId: "c", lastSeq: 3, members: [{ userId: "bob", lastReadSeq: 1 }, { userId: "dave", lastReadSeq: 3 }] });
+    const after = observed.state;
     assert.equal(after.conversations.get("c")!.reads.get("bob"), 3, "watermarks never go back");
     assert.equal(after.conversations.get("c")!.reads.get("dave"), 3);
+    assert.deepEqual(observed.reads, [{ type: "read.updated", conversationId: "c", userId: "dave", lastReadSeq: 3 }], "only the watermark it moved");
   });
 
   it("ignores membership events and malformed ones", () => {

@@ -90,6 +90,46 @@ pub struct InboxPosition {
 /// have read the entry at its old place; and two instances' clocks differ by milliseconds.
 pub const MOVE_MARGIN_MS: u64 = 10_000;
 
+/// How long a chain of moves keeps the origin it started from. A walk that moved on within this
+/// time meets every conversation that moved past it: its entry, however often it moved since,
+/// still says it came from below.
+pub const MOVE_CHAIN_MS: u64 = 15 * 60 * 1000;
+
+/// Where a conversation's entry was before its current chain of moves (`key`), and when that
+/// chain started (`since`, unix ms). Each moved entry carries its chain's origin, so an entry that
+/// moved up past a walk and then again (above the walk by then) still says it came from below;
+/// a walk's cursor keeps the conversations it showed while their chains run (`next_cursor`), so
+/// one it showed is never shown again as a mover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveOrigin {
+    pub key: String,
+    pub since: u64,
+}
+
+impl MoveOrigin {
+    /// The origin of a move at `now` away from the key `left`, whose entry carried `previous` (its
+    /// own move's origin; None: it never moved, or its stamp is unknown): the chain goes on
+    /// while it is younger than `MOVE_CHAIN_MS`; else a new one starts here, from `left`. A fixed
+    /// span, not a sliding one: a cursor can then tell how long a conversation it showed may
+    /// come back as a mover.
+    pub fn of_move(previous: Option<MoveOrigin>, left: &str, now: u64) -> MoveOrigin {
+        match previous {
+            Some(p) if now.saturating_sub(p.since) < MOVE_CHAIN_MS && p.key.as_str() <= left => p,
+            _ => MoveOrigin {
+                key: left.to_owned(),
+                since: now,
+            },
+        }
+    }
+
+    /// The origin stamped on the entry of a member filed at `joined` when it joined, whose move
+    /// leaves `lowest` (its lowest old key): never below where its own entry started.
+    pub fn for_member(&self, joined: Option<&str>, lowest: &str) -> String {
+        let start = joined.unwrap_or("").max(self.key.as_str());
+        start.min(lowest).to_owned()
+    }
+}
+
 /// The cursor of a page (opaque to clients): where the walk stopped, when it read the index
 /// there (`read_at`, unix ms), and the conversations it has shown that moved within
 /// `MOVE_MARGIN_MS` of that, with when (`shown`). A conversation whose entry moved up from below `position`
@@ -557,6 +597,61 @@ pub fn coalesce(changes: impl IntoIterator<Item = KeyChange>) -> Vec<Conversatio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chain_of_moves_keeps_its_origin_for_its_span_then_starts_again() {
+        let t = |s: &str| format!("2026-01-01T00:{s}Z");
+        // First move: a chain starts at the key left.
+        let first = MoveOrigin::of_move(None, &t("00:00.000"), 1_000);
+        assert_eq!(first.key, t("00:00.000"));
+        assert_eq!(first.since, 1_000);
+        // Moved again within the span: the origin stays below, however often.
+        let second = MoveOrigin::of_move(Some(first.clone()), &t("00:05.000"), 60_000);
+        assert_eq!(second, first);
+        let last = 1_000 + MOVE_CHAIN_MS - 1;
+        assert_eq!(
+            MoveOrigin::of_move(Some(second.clone()), &t("10:00.000"), last),
+            first
+        );
+        // Past the span (fixed, from its start, not from the last move): a new chain.
+        let after = MoveOrigin::of_move(Some(second), &t("14:00.000"), last + 1);
+        assert_eq!(after.key, t("14:00.000"));
+        assert_eq!(after.since, last + 1);
+        // An origin above the key left is no origin of it (a stamp from elsewhere): new chain.
+        let odd = MoveOrigin {
+            key: t("20:00.000"),
+            since: 1_000,
+        };
+        assert_eq!(
+            MoveOrigin::of_move(Some(odd), &t("05:00.000"), 2_000).key,
+            t("05:00.000")
+        );
+    }
+
+    #[test]
+    fn a_members_origin_is_never_below_where_its_entry_started() {
+        let t = |s: &str| format!("2026-01-01T00:{s}Z");
+        let origin = MoveOrigin {
+            key: t("01:00.000"),
+            since: 0,
+        };
+        // A member from before the chain: the chain's origin.
+        assert_eq!(origin.for_member(None, &t("05:00.000")), t("01:00.000"));
+        assert_eq!(
+            origin.for_member(Some(&t("00:30.000")), &t("05:00.000")),
+            t("01:00.000")
+        );
+        // One who joined during it: where it joined.
+        assert_eq!(
+            origin.for_member(Some(&t("03:00.000")), &t("05:00.000")),
+            t("03:00.000")
+        );
+        // Never above the lowest key its move leaves.
+        assert_eq!(
+            origin.for_member(Some(&t("06:00.000")), &t("05:00.000")),
+            t("05:00.000")
+        );
+    }
 
     fn id(n: u32) -> ConversationId {
         ConversationId::parse(&format!("g-{n:032x}")).unwrap()

@@ -15,22 +15,26 @@ use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, TransactWriteItem, WriteRequest};
 use futures::future::{try_join, try_join_all};
 
+use super::attrs::Item;
 use super::attrs::{get_n, get_s, n, s};
-use super::items::{from_item, ConversationItem, InboxEntryItem, MemberItem};
+use super::items::{from_item, ConversationItem, InboxEntryItem, MemberItem, MoveStamp};
 use super::{keys, sdk_error, tx, ChatStore};
 use chat_domain::error::ChatError;
 use chat_domain::inbox::{
     big_group_verdict, entry_verdict, with_big_groups, ConversationMove, InboxCursor,
-    InboxPosition, PageCandidate, PageWalk, Verdict, WalkedEntry, MOVE_MARGIN_MS,
+    InboxPosition, MoveOrigin, PageCandidate, PageWalk, Verdict, WalkedEntry, MOVE_CHAIN_MS,
+    MOVE_MARGIN_MS,
 };
 use chat_domain::model::{InboxEntry, InboxPage};
 use chat_domain::read_state::unread_count;
 use chat_domain::{ConversationId, ConversationType, UserId};
 
-/// An index entry's attributes set by the indexer's move: when (unix ms) and from which key
-/// (docs/data-model.md §2.5); short, since a page reads 21 entries in one 4 KB read unit.
+/// An index entry's attributes set by the indexer's move: when (unix ms), from which key and
+/// since when its chain of moves runs (`MoveOrigin`, docs/data-model.md §2.5); short, since a
+/// page reads 21 entries in one 4 KB read unit.
 pub(crate) const MOVED_AT: &str = "mt";
 pub(crate) const MOVED_FROM: &str = "mf";
+pub(crate) const MOVES_SINCE: &str = "ms";
 /// How far back (ms) the movers' Query looks for entries filed since its walk's last page read:
 /// the indexer's lag, with room for its retries.
 const MOVER_WINDOW_MS: u64 = 15 * 60 * 1000;
@@ -76,8 +80,9 @@ impl ChatStore {
         let cursor = cursor.map(InboxCursor::decode).transpose()?;
         let after = cursor.as_ref().map(|c| c.position.clone());
         let mut walk = PageWalk::new(limit as usize, after.clone());
-        // When each entry the page read was moved there (`movedAt`), by conversation.
-        let mut moved_at: HashMap<ConversationId, u64> = HashMap::new();
+        // Since when the chain of moves of each moved entry the page read runs (`MoveOrigin`;
+        // its move time on entries stamped before chains), by conversation.
+        let mut moves_since: HashMap<ConversationId, u64> = HashMap::new();
         // Conversations that moved up past the walk since its last page (read with the first
         // index read, their items with the first round's).
         let mut movers: Option<Vec<InboxPosition>> = None;
@@ -94,17 +99,17 @@ impl ChatStore {
             while let Some((n, below)) = walk.to_read() {
                 let (found, more) = match big {
                     Some(_) => {
-                        self.inbox_entries(caller, n, below.as_ref(), &mut moved_at)
+                        self.inbox_entries(caller, n, below.as_ref(), &mut moves_since)
                             .await?
                     }
                     None => {
                         let (found, groups, moved) = tokio::try_join!(
-                            self.inbox_entries(caller, n, below.as_ref(), &mut moved_at),
+                            self.inbox_entries(caller, n, below.as_ref(), &mut moves_since),
                             self.big_groups(caller),
                             self.inbox_movers(caller, cursor.as_ref()),
                         )?;
                         big = Some(groups);
-                        movers = Some(noting(moved, &mut moved_at));
+                        movers = Some(noting(moved, &mut moves_since));
                         found
                     }
                 };
@@ -176,7 +181,7 @@ impl ChatStore {
             Some(m) => m,
             None => {
                 let moved = self.inbox_movers(caller, cursor.as_ref()).await?;
-                noting(moved, &mut moved_at)
+                noting(moved, &mut moves_since)
             }
         };
         let (members, heads) = match big_items {
@@ -222,7 +227,7 @@ impl ChatStore {
             big_shown,
             after.as_ref(),
         );
-        let next = next_cursor(cursor.as_ref(), next, read_at, &conversations, &moved_at);
+        let next = next_cursor(cursor.as_ref(), next, read_at, &conversations, &moves_since);
         Ok(InboxPage {
             conversations,
             next_cursor: next.as_ref().map(InboxCursor::encode),
@@ -416,14 +421,14 @@ impl ChatStore {
     }
 
     /// The caller's next `n` index entries, newest first, below `below` (or from the top); and
-    /// whether the index may hold more below them; when the indexer moved each there, into
-    /// `moved_at`. DynamoDB: 1 strongly consistent Query.
+    /// whether the index may hold more below them; since when each moved one's chain of moves
+    /// runs, into `moves_since`. DynamoDB: 1 strongly consistent Query.
     async fn inbox_entries(
         &self,
         caller: &UserId,
         n: usize,
         below: Option<&InboxPosition>,
-        moved_at: &mut HashMap<ConversationId, u64>,
+        moves_since: &mut HashMap<ConversationId, u64>,
     ) -> Result<(Vec<InboxPosition>, bool), ChatError> {
         let query = self
             .db
@@ -448,8 +453,8 @@ impl ChatStore {
             let Some(p) = get_s(item, keys::SK).and_then(keys::inbox_position_of_sk) else {
                 continue;
             };
-            if let Some(at) = get_n(item, MOVED_AT) {
-                moved_at.entry(p.conversation_id.clone()).or_insert(at);
+            if let Some(at) = get_n(item, MOVES_SINCE).or_else(|| get_n(item, MOVED_AT)) {
+                moves_since.entry(p.conversation_id.clone()).or_insert(at);
             }
             entries.push(p);
         }
@@ -458,8 +463,8 @@ impl ChatStore {
 
     /// The entries the indexer moved up past the walk of `cursor` since its page read the index,
     /// from where the walk had not reached, that its pages did not show
-    /// (`InboxCursor::shows_mover`), with when each moved. None without such a cursor. DynamoDB:
-    /// 1 strongly consistent Query of the entries above the cursor filed in the last
+    /// (`InboxCursor::shows_mover`), with since when each one's chain of moves runs. None
+    /// without such a cursor. DynamoDB: 1 strongly consistent Query of the entries above the cursor filed in the last
     /// `MOVER_WINDOW_MS` (a mover's key is its newest message's time: at most the indexer's lag
     /// before its move), only the moved ones returned.
     async fn inbox_movers(
@@ -498,7 +503,7 @@ impl ChatStore {
                 continue;
             };
             if c.shows_mover(&p, at, from) {
-                movers.push((p, at));
+                movers.push((p, get_n(i, MOVES_SINCE).unwrap_or(at)));
             }
         }
         Ok(movers)
@@ -569,21 +574,31 @@ impl ChatStore {
     }
 
     /// The indexer's move of one conversation: every current member's entry to `mv.to`, new
-    /// entries first and then the old ones away. Idempotent, so a redelivered batch does it again
+    /// entries first and then the old ones away, each stamped with its chain of moves' origin
+    /// (`MoveOrigin`, from the entry it leaves). Idempotent, so a redelivered batch does it again
     /// harmlessly. DynamoDB: `member_inbox_keys` (none when the move names its members: a direct
-    /// conversation), then BatchWriteItem of 25 (a 1:1 message: 1 of 2 puts, then 1 of 2
-    /// deletes: 4 write units), unprocessed items retried until the deadline.
+    /// conversation); `previous_origin`'s eventually consistent GetItem (0.5 read units); then
+    /// BatchWriteItem of 25 (a 1:1 message: 1 of 2 puts, then 1 of 2 deletes: 4 write units),
+    /// unprocessed items retried until the deadline.
     pub async fn move_inbox_entries(&self, mv: &ConversationMove) -> Result<MoveCount, ChatError> {
         let members = match &mv.members {
             Some(members) => members.clone(),
             None => self.member_inbox_keys(&mv.conversation_id).await?,
         };
         let (mut puts, mut deletes) = (Vec::new(), Vec::new());
-        let now = chat_domain::time::unix_millis(chat_domain::time::now());
         let mut count = MoveCount {
             members: members.len(),
             ..MoveCount::default()
         };
+        let previous = match mv.from.first() {
+            Some(_) => self.previous_origin(mv, &members).await?,
+            None => None,
+        };
+        let now = chat_domain::time::unix_millis(chat_domain::time::now());
+        let origin = mv
+            .from
+            .first()
+            .map(|left| MoveOrigin::of_move(previous, left, now));
         for (user, joined) in &members {
             let Some(m) = mv.for_member(joined.as_deref()) else {
                 continue;
@@ -592,12 +607,21 @@ impl ChatStore {
                 key: key.to_owned(),
                 conversation_id: mv.conversation_id.clone(),
             };
-            // Stamped with the lowest place it can have been at (where a walk could have missed it).
-            let from = m.deletes.first().map(|k| (now, k.as_str()));
+            // Stamped with the lowest place it can have been at since its chain started (where a
+            // walk could have missed it).
+            let stamp = m
+                .deletes
+                .first()
+                .zip(origin.as_ref())
+                .map(|(lowest, origin)| MoveStamp {
+                    at: now,
+                    from: origin.for_member(joined.as_deref(), lowest),
+                    since: origin.since,
+                });
             puts.push(put_request(InboxEntryItem::moved(
                 user,
                 &at(&m.put),
-                from,
+                stamp.as_ref(),
             )?)?);
             for key in &m.deletes {
                 deletes.push(delete_request(keys::inbox_entry_key(user, &at(key)))?);
@@ -608,6 +632,59 @@ impl ChatStore {
         self.batch_write(puts).await?;
         self.batch_write(deletes).await?;
         Ok(count)
+    }
+
+    /// The origin stamped on the entry this move leaves (`mv.from`'s first key), read from the
+    /// member who has been one longest (the first to join: its entry follows every move). None
+    /// when that entry was never moved (or never stamped with one). DynamoDB: 1 eventually
+    /// consistent GetItem (an entry is written once and never changed, so any copy read is
+    /// exact); only when it finds none (not copied there yet, or a batch delivered again after
+    /// its move), 1 strongly consistent GetItem at once of that member's entry at each key the
+    /// move knows, `mv.to` included (a redelivered move's own stamp).
+    async fn previous_origin(
+        &self,
+        mv: &ConversationMove,
+        members: &[(UserId, Option<String>)],
+    ) -> Result<Option<MoveOrigin>, ChatError> {
+        let Some((user, _)) = members.iter().min_by(|a, b| a.1.cmp(&b.1)) else {
+            return Ok(None);
+        };
+        let key = |k: &String| {
+            keys::inbox_entry_key(
+                user,
+                &InboxPosition {
+                    key: k.clone(),
+                    conversation_id: mv.conversation_id.clone(),
+                },
+            )
+        };
+        let origin = |item: &Item| from_item::<InboxEntryItem, _>(item.clone()).map(|e| e.origin());
+        let get = |k: &String, consistent: bool| {
+            self.db
+                .get_item()
+                .table_name(&self.table)
+                .set_key(Some(key(k)))
+                .consistent_read(consistent)
+                .send()
+        };
+        let Some(left) = mv.from.first() else {
+            return Ok(None);
+        };
+        let found = get(left, false)
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        if let Some(item) = found.item() {
+            return origin(item);
+        }
+        let everywhere = mv.from.iter().chain([&mv.to]).map(|k| get(k, true));
+        let found = try_join_all(everywhere)
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        // The lowest found: the entry this member's last move left behind (the keys in order).
+        match found.iter().find_map(|f| f.item()) {
+            Some(item) => origin(item),
+            None => Ok(None),
+        }
     }
 
     /// The indexer's conversion of a group that grew past 200 members (`mv.convert`): each member
@@ -743,34 +820,34 @@ fn time_key(ms: u64) -> String {
         .unwrap_or_default()
 }
 
-/// The movers to show, with each one's move time noted in `moved_at`.
+/// The movers to show, with since when each one's chain of moves runs noted in `moves_since`.
 fn noting(
     moved: Vec<(InboxPosition, u64)>,
-    moved_at: &mut HashMap<ConversationId, u64>,
+    moves_since: &mut HashMap<ConversationId, u64>,
 ) -> Vec<InboxPosition> {
     moved
         .into_iter()
         .map(|(p, at)| {
-            moved_at.insert(p.conversation_id.clone(), at);
+            moves_since.insert(p.conversation_id.clone(), at);
             p
         })
         .collect()
 }
 
 /// The next page's cursor, from the position `with_big_groups` gave (`next`): read at
-/// `read_at`, with what the walk has shown (before, and on `page`) that moved within the margin
-/// of it: those may still come up as movers. A position above the request's cursor means movers
+/// `read_at`, with what the walk has shown (before, and on `page`) whose chain of moves may
+/// still run (`MOVE_CHAIN_MS`, and the margin): those may still come up as movers. A position above the request's cursor means movers
 /// filled the page: the walk then stays where it was, as of the same read.
 fn next_cursor(
     cursor: Option<&InboxCursor>,
     next: Option<InboxPosition>,
     read_at: u64,
     page: &[InboxEntry],
-    moved_at: &HashMap<ConversationId, u64>,
+    moves_since: &HashMap<ConversationId, u64>,
 ) -> Option<InboxCursor> {
     let next = next?;
     let on_page = page.iter().filter_map(|e| {
-        let at = moved_at.get(&e.conversation_id)?;
+        let at = moves_since.get(&e.conversation_id)?;
         Some((e.conversation_id.clone(), *at))
     });
     let before = cursor
@@ -783,7 +860,8 @@ fn next_cursor(
         Some(c) => (c.position.clone(), c.read_at.unwrap_or(read_at)),
         None => (next, read_at),
     };
-    let since = read_at.saturating_sub(MOVE_MARGIN_MS);
+    // A conversation shown may come up as a mover while its chain of moves runs: kept as long.
+    let since = read_at.saturating_sub(MOVE_CHAIN_MS + MOVE_MARGIN_MS);
     let mut shown: Vec<(ConversationId, u64)> =
         shown.into_iter().filter(|(_, at)| *at > since).collect();
     // The latest moves first, as many as keep the cursor within a few KB of URL: a conversation

@@ -11,7 +11,7 @@ use super::attrs::{self, Item};
 use super::keys;
 use chat_domain::changes::reaction_counts;
 use chat_domain::error::ChatError;
-use chat_domain::inbox::{self, InboxPosition};
+use chat_domain::inbox::{self, InboxPosition, MoveOrigin};
 use chat_domain::message::{fingerprint_prefix, preview};
 use chat_domain::model::{Conversation, Message, MessagePreview};
 use chat_domain::notify::{NotificationSettings, Platform};
@@ -327,8 +327,10 @@ pub struct SuspensionItem {
 
 /// `pk = I#<userId>, sk = A#<activityKey>#<conversationId>`: one conversation in a user's inbox
 /// index (the key says where; the id is repeated as an attribute for readers of the raw table).
-/// An entry the indexer moved says when (unix ms) and from which key: a walk of the inbox whose
-/// cursor it passed meets it there (`InboxCursor::shows_mover`).
+/// An entry the indexer moved says when (unix ms), and its chain of moves' origin: the key it
+/// came from (`mf`) and since when its chain runs (`ms`, `MoveOrigin`): a walk of the inbox
+/// whose cursor it passed meets it there (`InboxCursor::shows_mover`). Written once, never
+/// updated (a move puts a new entry), so any read of it, eventually consistent too, is exact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InboxEntryItem {
@@ -337,6 +339,17 @@ pub struct InboxEntryItem {
     pub moved_at: Option<u64>,
     #[serde(rename = "mf", default, skip_serializing_if = "Option::is_none")]
     pub moved_from: Option<String>,
+    /// None on entries moved before chains were stamped: their origin is `mf`, a chain of one.
+    #[serde(rename = "ms", default, skip_serializing_if = "Option::is_none")]
+    pub moves_since: Option<u64>,
+}
+
+/// What a moved entry is stamped with: when it moved, and its origin as seen by its member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveStamp {
+    pub at: u64,
+    pub from: String,
+    pub since: u64,
 }
 
 impl InboxEntryItem {
@@ -344,21 +357,30 @@ impl InboxEntryItem {
         Self::moved(user, position, None)
     }
 
-    /// The entry at `position`, moved there at `moved.0` (unix ms) from key `moved.1`.
+    /// The entry at `position`, moved there as `stamp` says.
     pub fn moved(
         user: &UserId,
         position: &InboxPosition,
-        moved: Option<(u64, &str)>,
+        stamp: Option<&MoveStamp>,
     ) -> Result<Item, ChatError> {
         to_item(
             &InboxEntryItem {
                 conversation_id: position.conversation_id.clone(),
-                moved_at: moved.map(|m| m.0),
-                moved_from: moved.map(|m| m.1.to_owned()),
+                moved_at: stamp.map(|m| m.at),
+                moved_from: stamp.map(|m| m.from.clone()),
+                moves_since: stamp.map(|m| m.since),
             },
             keys::inbox_pk(user),
             keys::inbox_sk(position),
         )
+    }
+
+    /// The origin of the chain of moves this entry is part of, if it was moved.
+    pub fn origin(&self) -> Option<MoveOrigin> {
+        Some(MoveOrigin {
+            key: self.moved_from.clone()?,
+            since: self.moves_since.or(self.moved_at)?,
+        })
     }
 
     /// `user`'s big-group entry of `id` (`I#<userId>`, `G#<id>`): a member of a group that has
@@ -369,6 +391,7 @@ impl InboxEntryItem {
                 conversation_id: id.clone(),
                 moved_at: None,
                 moved_from: None,
+                moves_since: None,
             },
             keys::inbox_pk(user),
             keys::big_group_sk(id),

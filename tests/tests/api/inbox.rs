@@ -153,6 +153,24 @@ async fn index_entries(t: &TestApp, user: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The origin each of the user's index entries names (`mf`: where its chain of moves started).
+async fn moved_from(t: &TestApp, user: &str) -> Vec<Option<String>> {
+    let out =
+        t.db.query()
+            .table_name(&t.table)
+            .consistent_read(true)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :a)")
+            .expression_attribute_values(":pk", AttributeValue::S(format!("I#{user}")))
+            .expression_attribute_values(":a", AttributeValue::S("A#".into()))
+            .send()
+            .await
+            .unwrap();
+    out.items()
+        .iter()
+        .map(|i| i.get("mf").and_then(|v| v.as_s().ok()).cloned())
+        .collect()
+}
+
 /// The caller's big-group entries as stored (`G#<id>`): the groups of more than 200 members
 /// whose place the page finds itself.
 async fn big_group_entries(t: &TestApp, user: &str) -> Vec<String> {
@@ -559,6 +577,48 @@ async fn a_walk_meets_once_the_conversations_that_move_past_it() {
     assert_eq!(seen.len(), 6, "all: {seen:?}");
 }
 
+/// Found by probing: after page 1, every conversation not listed yet got a message before each
+/// next page; a page shows one mover (the limit), and those it could not show moved again, from
+/// above the walk: the walk ended after 2 of 8 (each entry named only its last move's origin).
+#[tokio::test]
+async fn a_walk_meets_once_the_conversations_that_keep_moving_past_it() {
+    let t = TestApp::new().await;
+    let me = unique("me");
+    let peers: Vec<String> = (0..8).map(|i| format!("{me}-p{i}")).collect();
+    let mut created = vec![];
+    for p in &peers {
+        created.push(t.direct(&me, p).await);
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    t.index().await;
+    let (mut seen, mut cursor) = (Vec::<String>::new(), None::<String>);
+    for _ in 0..3 * peers.len() {
+        let path = match &cursor {
+            Some(c) => format!("/inbox?limit=1&cursor={c}"),
+            None => "/inbox?limit=1".to_owned(),
+        };
+        let page = t.get(&path, &me).await;
+        assert_eq!(page.status, 200, "{page:?}");
+        seen.extend(ids(&page));
+        // Every conversation not listed yet gets a message, filed at once.
+        for (c, peer) in created.iter().zip(&peers) {
+            if !seen.contains(c) {
+                assert_eq!(t.send(c, peer, "again").await.status, 201);
+            }
+        }
+        t.index().await;
+        match page.body["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    let mut each = seen.clone();
+    each.sort();
+    each.dedup();
+    assert_eq!(each.len(), seen.len(), "none twice: {seen:?}");
+    assert_eq!(seen.len(), peers.len(), "all: {seen:?}");
+}
+
 #[tokio::test]
 async fn moves_are_idempotent_and_survive_a_redelivered_batch() {
     let t = TestApp::new().await;
@@ -604,6 +664,9 @@ async fn moves_are_idempotent_and_survive_a_redelivered_batch() {
             index_entries(&t, user).await,
             [(keys[3].clone(), c.clone())]
         );
+        // Its chain of moves still starts where the first delivery found it (the key it left
+        // is gone: the move read the entry it had made).
+        assert_eq!(moved_from(&t, user).await, [Some(keys[0].clone())]);
     }
     drop(hold);
     // The real indexer then sees all of these records: still one entry each, where it belongs.
@@ -634,8 +697,8 @@ async fn a_direct_conversations_move_reads_no_member() {
     drop(gate);
     assert_eq!(
         indexer_calls_on(&t, &c),
-        ["BatchWriteItem", "BatchWriteItem"],
-        "the puts, then the deletes; no Query"
+        ["GetItem", "BatchWriteItem", "BatchWriteItem"],
+        "the entry it leaves (its chain of moves' origin), the puts, then the deletes; no Query"
     );
     let key = sent.body["createdAt"].as_str().unwrap().to_owned();
     for user in [&me, &peer] {

@@ -429,8 +429,18 @@ impl ChatStore {
             let existing: Vec<&str> = members.iter().map(|m| m.member_id.as_str()).collect();
             let new = members_to_add(&existing, users)?;
             let mut ids = sorted_ids(members.iter().map(|m| &m.member_id));
+            // The caller's own settings, as getConversation shows them.
+            let notifications = members
+                .iter()
+                .find(|m| &m.member_id == caller)
+                .and_then(|m| m.notifications.clone())
+                .unwrap_or_default();
+            let answer = |c: &ConversationItem, ids| Conversation {
+                notifications: Some(notifications.clone()),
+                ..c.to_conversation(ids, last_change)
+            };
             if new.is_empty() {
-                return Ok(conversation.to_conversation(ids, last_change));
+                return Ok(answer(&conversation, ids));
             }
             let chunk = &new[..new.len().min(MEMBERS_PER_TX)];
             // Read after the conversation, whose `banVersion` the transaction conditions on: a
@@ -441,7 +451,7 @@ impl ChatStore {
                 TxOutcome::Committed if chunk.len() == new.len() => {
                     ids.extend(chunk.iter().map(|u| (*u).clone()));
                     ids.sort();
-                    let mut done = conversation.to_conversation(ids, last_change);
+                    let mut done = answer(&conversation, ids);
                     done.member_count = (members.len() + chunk.len()) as u32;
                     return Ok(done);
                 }

@@ -263,6 +263,12 @@ async fn notification_settings_show_on_the_conversation_and_inbox() {
         .unwrap()
         .clone();
     assert_eq!(entry["notifications"], shown);
+    // Opening the direct conversation again answers the caller's settings too (found by probing:
+    // the docs said the default).
+    let again = t
+        .post("/conversations", &b, json!({"type": "direct", "peerId": a}))
+        .await;
+    assert_eq!((again.status, &again.body["notifications"]), (200, &shown));
     // Per member: a's stay.
     assert_eq!(
         t.get(&format!("/conversations/{c}"), &a).await.body["notifications"],
@@ -286,4 +292,26 @@ async fn notification_settings_show_on_the_conversation_and_inbox() {
         )
         .await;
     assert_eq!(stranger.status, 404);
+}
+
+#[tokio::test]
+async fn add_members_answers_the_callers_own_settings() {
+    let t = TestApp::new().await;
+    let (owner, _, g) = t.new_group().await;
+    let none = json!({"level": "none"});
+    let path = format!("/conversations/{g}/notifications");
+    let r = t
+        .call("PUT", &path, Some(&owner), Some(&none.to_string()))
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let newcomer = unique("new");
+    let added = t
+        .post(
+            &format!("/conversations/{g}/members"),
+            &owner,
+            json!({"userIds": [newcomer]}),
+        )
+        .await;
+    assert_eq!(added.status, 200, "{added:?}");
+    assert_eq!(added.body["notifications"], none);
 }

@@ -13,6 +13,11 @@
 //!   bucket is short: they were admitted), so that a read costs 1/`sample` write unit on average,
 //!   not one; the shared bucket sees every admitted request, so no instance grants the full rate
 //!   on its own (docs/api.md §24 says how close it keeps to the limit).
+//!
+//! A suspension marks the item too (`suspended`, with no TTL while it lasts), and every update
+//! is conditioned on its absence: a suspended user's sends (and sampled requests) are refused at
+//! once by every instance, with no read more, whatever the instance remembered of the user
+//! (`ChatStore::is_suspended` may be up to `SUSPENSION_TTL` old there).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -148,7 +153,61 @@ fn now_us() -> u64 {
     t.map_or(0, |d| d.as_micros() as u64)
 }
 
+/// The attribute of a user's limits item that a suspension sets (module docs).
+const SUSPENDED_MARK: &str = "suspended";
+
 impl ChatStore {
+    /// Marks `user`'s limits item suspended (`on`), or takes the mark away: what `set_suspension`
+    /// does after writing or deleting the suspension itself. Nothing without limits. DynamoDB:
+    /// 1 UpdateItem of the connections table.
+    pub(crate) async fn mark_suspended(&self, user: &UserId, on: bool) -> Result<(), ChatError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        self.set_mark(user, &limiter.table, on).await
+    }
+
+    async fn set_mark(&self, user: &UserId, table: &str, on: bool) -> Result<(), ChatError> {
+        let update = self
+            .db
+            .update_item()
+            .table_name(table)
+            .key("pk", s(format!("U#{user}")))
+            .key("sk", s("L"))
+            .expression_attribute_names("#s", SUSPENDED_MARK);
+        // Suspended, the item outlives its TTL (a mark removed by TTL would leave the user's
+        // sends to the instances' memory); lifted, it expires as any other.
+        let update = if on {
+            update
+                .update_expression("SET #s = :yes REMOVE expiresAt")
+                .expression_attribute_values(
+                    ":yes",
+                    aws_sdk_dynamodb::types::AttributeValue::Bool(true),
+                )
+        } else {
+            let expires = now_us() / 1_000_000 + Limiter::KEEP_SECONDS;
+            update
+                .update_expression("REMOVE #s SET expiresAt = :exp")
+                .expression_attribute_values(":exp", n(expires))
+        };
+        update
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| sdk_error("UpdateItem", e))
+    }
+
+    /// A limits update met the suspension mark: whether the user is suspended now (the
+    /// suspension itself, strongly consistent). A mark left by a lift that failed half-way is
+    /// taken away, and the caller tries again. DynamoDB: 1 GetItem (+ 1 UpdateItem).
+    async fn suspended_by_mark(&self, user: &UserId, table: &str) -> Result<bool, ChatError> {
+        if self.is_suspended_now(user).await? {
+            return Ok(true);
+        }
+        self.set_mark(user, table, false).await?;
+        Ok(false)
+    }
+
     /// Whether a send the limits refused may look up its key (is it a retry of a stored send?):
     /// a few a second per user on this instance (`REPLAY_LOOKUPS`), so that a flood of refused
     /// sends does not become a flood of reads of its conversation's partition. No I/O.
@@ -253,13 +312,13 @@ impl ChatStore {
                 }
                 Take::Fresh { to } => (
                     "SET #t = :to, expiresAt = :exp",
-                    "attribute_not_exists(#t) OR #t <= :now",
+                    "(attribute_not_exists(#t) OR #t <= :now) AND attribute_not_exists(suspended)",
                     vec![(":to", n(to)), (":now", n(now))],
                     None,
                 ),
                 Take::Behind { cost, slack } => (
                     "SET #t = #t + :cost, expiresAt = :exp",
-                    "#t > :now AND #t <= :latest",
+                    "#t > :now AND #t <= :latest AND attribute_not_exists(suspended)",
                     vec![
                         (":cost", n(cost)),
                         (":now", n(now)),
@@ -269,7 +328,7 @@ impl ChatStore {
                 ),
                 Take::Charge { cost } => (
                     "SET #t = #t + :cost, expiresAt = :exp",
-                    "#t > :now",
+                    "#t > :now AND attribute_not_exists(suspended)",
                     vec![(":cost", n(cost)), (":now", n(now))],
                     Some(cost),
                 ),
@@ -312,15 +371,21 @@ impl ChatStore {
                     return (admitted, true);
                 }
                 Err(e) => {
-                    let old = e
-                        .as_service_error()
-                        .filter(|se| se.is_conditional_check_failed_exception())
-                        .map(|se| match se {
-                            aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => {
-                                c.item().and_then(|i| get_n(i, kind.attribute()))
-                            }
-                            _ => None,
-                        });
+                    let failed = e.as_service_error().and_then(|se| match se {
+                        aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item()),
+                        _ => None,
+                    });
+                    if failed
+                        .flatten()
+                        .is_some_and(|i| i.contains_key(SUSPENDED_MARK))
+                    {
+                        match self.suspended_by_mark(user, &limiter.table).await {
+                            Ok(true) => return (Err(ChatError::Suspended), false),
+                            Ok(false) => continue,
+                            Err(e) => return (Err(e), false),
+                        }
+                    }
+                    let old = failed.map(|i| i.and_then(|i| get_n(i, kind.attribute())));
                     match old {
                         Some(found) => {
                             if let Some(t) = found {

@@ -311,8 +311,10 @@ impl ChatStore {
         Ok((items, next))
     }
 
-    /// `suspendUser` / `unsuspendUser` (moderators): the suspension item put or deleted.
-    /// DynamoDB: 1 PutItem or DeleteItem.
+    /// `suspendUser` / `unsuspendUser` (moderators): the suspension item put or deleted, then
+    /// the user's limits item marked or unmarked (`mark_suspended`: every instance refuses the
+    /// user's sends at once, whatever it remembered). DynamoDB: 1 PutItem or DeleteItem, 1
+    /// UpdateItem (with rate limits on).
     pub async fn set_suspension(
         &self,
         moderator: &UserId,
@@ -349,10 +351,9 @@ impl ChatStore {
                 .map(|_| ())
                 .map_err(|e| sdk_error("DeleteItem", e))
         };
-        if done.is_ok() {
-            suspensions::learn(user, on);
-        }
-        done
+        done?;
+        suspensions::learn(user, on);
+        self.mark_suspended(user, on).await
     }
 
     /// Whether `user` is suspended: what every request checks first (docs/cost.md). Known in

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use chat_domain::rate::Bucket;
 use chat_store::RateLimits;
-use chat_tests::{at_once, new_uuid, seqs, Resp, TestApp};
+use chat_tests::{at_once, new_uuid, seqs, token_with, unique, Resp, TestApp};
+use serde_json::json;
 
 const SENDS: Bucket = Bucket {
     per_second: 10,
@@ -348,4 +350,79 @@ async fn refused_sends_look_up_their_keys_a_few_times_a_second() {
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let replay = t.send_with_id(&c, &a, &first, "one").await;
     assert_eq!(replay.status, 200, "{replay:?}");
+}
+
+/// A suspension made by another instance reaches a send at once, whatever this instance
+/// remembers of the user (up to `SUSPENSION_TTL`; here the whole test): the mark on the user's
+/// limits item, which every send updates on condition that it is absent (found by probing: sends
+/// were stored up to 9 s after the suspension's 204).
+#[tokio::test]
+async fn a_suspension_refuses_sends_at_once_whatever_an_instance_remembers() {
+    let t = TestApp::with_rate_limits(sends_only()).await;
+    let (a, b, c) = t.new_direct().await;
+    assert_eq!(t.send(&c, &a, "before").await.status, 201);
+    // Suspended elsewhere: the suspension item and the mark, written as another instance's
+    // `suspendUser` writes them; this process still remembers `a` as not suspended.
+    let user = chat_domain::UserId::parse(&a).unwrap();
+    let mut item = chat_store::keys::suspension_key(&user);
+    item.insert("userId".into(), AttributeValue::S(a.clone()));
+    t.db.put_item()
+        .table_name(&t.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    let mark = |user: &str, on: bool| {
+        let update =
+            t.db.update_item()
+                .table_name(chat_tests::config().connections_table)
+                .key("pk", AttributeValue::S(format!("U#{user}")))
+                .key("sk", AttributeValue::S("L".into()));
+        if on {
+            update
+                .update_expression("SET suspended = :t")
+                .expression_attribute_values(":t", AttributeValue::Bool(true))
+        } else {
+            update.update_expression("REMOVE suspended")
+        }
+    };
+    mark(&a, true).send().await.unwrap();
+    let r = t.send(&c, &a, "after").await;
+    assert_eq!((r.status, r.code()), (403, "suspended"), "{r:?}");
+    let history = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    assert_eq!(seqs(&history.body), [1], "nothing stored");
+
+    let limits_of_b = || async {
+        let out =
+            t.db.get_item()
+                .table_name(chat_tests::config().connections_table)
+                .key("pk", AttributeValue::S(format!("U#{b}")))
+                .key("sk", AttributeValue::S("L".into()))
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap();
+        let item = out.item().cloned().unwrap_or_default();
+        (
+            item.contains_key("suspended"),
+            item.contains_key("expiresAt"),
+        )
+    };
+    // A mark without a suspension (a lift that failed half-way) refuses nothing, and goes.
+    mark(&b, true).send().await.unwrap();
+    assert_eq!(t.send(&c, &b, "not suspended").await.status, 201);
+    assert_eq!(limits_of_b().await, (false, true));
+
+    // `suspendUser` writes the mark (kept past the item's TTL while it lasts); lifting takes it.
+    let moderator = token_with(&unique("m"), json!({"scope": "openid chat:moderator"}));
+    let path = format!("/moderation/suspensions/{b}");
+    let r = t
+        .call_with_token("PUT", &path, moderator.clone(), None)
+        .await;
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(limits_of_b().await, (true, false));
+    let r = t.call_with_token("DELETE", &path, moderator, None).await;
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(limits_of_b().await, (false, true));
+    assert_eq!(t.send(&c, &b, "back").await.status, 201);
 }

@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `Y#<conversationId>` | `T#<connectionId>` | one typing connection: `userId`, `startedAt` (ms, its last accepted start), `stoppedAt` (ms, a `stop` or the close since), `expiresAt` (TTL, 2 h after the last change) |
 //! | `Y#<conversationId>` | `S` | the last push's claim: `sentAt` (ms, when claimed), `readAt` (ms, when its claimant reads the set, at the earliest), `expiresAt` (TTL, an hour) |
+//! | `Y#<conversationId>` | `S#<userId>` | in a direct conversation, the same per recipient: each change there is news to one member only (the other's own typing is left out of what they are sent), so each member's frames are throttled alone (SPEC §16: a second per recipient) |
 //! | `U#<userId>` | `P` | presence (connections.rs), with `lastActiveAt` (ms) written when a connection closes |
 //! | `U#<userId>` | `V` | `hidden`: the user shows offline (no TTL: it outlives connections) |
 //! | `U#<userId>` | `Q` | the last presence push: `online` as pushed, `sentAt` (ms), `expiresAt` (TTL, a day) |
@@ -42,6 +43,23 @@ pub struct TypingSnapshot {
     pub entries: Vec<TypingEntry>,
     /// The last push (none: never, or over an hour ago).
     pub last: LastPush,
+    /// A direct conversation's last push to each member (`S#<userId>`).
+    pub lanes: Vec<(UserId, LastPush)>,
+}
+
+impl TypingSnapshot {
+    /// The last push to `lane` (a direct conversation's member), or the conversation's.
+    pub fn last_for(&self, lane: Option<&UserId>) -> LastPush {
+        match lane {
+            None => self.last,
+            Some(user) => self
+                .lanes
+                .iter()
+                .find(|(u, _)| u == user)
+                .map(|(_, last)| *last)
+                .unwrap_or_default(),
+        }
+    }
 }
 
 fn entry_of(item: &Item) -> Option<TypingEntry> {
@@ -61,8 +79,21 @@ fn entry_key(id: &ConversationId, connection: &str) -> Item {
     keys::key(typing_pk(id), format!("{ENTRY_SK}{connection}"))
 }
 
-fn sent_key(id: &ConversationId) -> Item {
-    keys::key(typing_pk(id), "S")
+/// The sort key prefix of a direct conversation's per-recipient claims.
+const LANE_SK: &str = "S#";
+
+fn sent_key(id: &ConversationId, lane: Option<&UserId>) -> Item {
+    match lane {
+        None => keys::key(typing_pk(id), "S"),
+        Some(user) => keys::key(typing_pk(id), format!("{LANE_SK}{user}")),
+    }
+}
+
+fn last_push_of(item: &Item) -> LastPush {
+    LastPush {
+        claimed_ms: get_n(item, "sentAt").map(|n| n as i64),
+        read_ms: get_n(item, "readAt").map(|n| n as i64),
+    }
 }
 
 fn presence_push_key(user: &UserId) -> Item {
@@ -196,11 +227,11 @@ impl ConnectionStore {
                 .await
                 .map_err(|e| sdk_error("Query", e))?;
             for item in page.items.unwrap_or_default() {
-                if get_s(&item, keys::SK) == Some("S") {
-                    state.last = LastPush {
-                        claimed_ms: get_n(&item, "sentAt").map(|n| n as i64),
-                        read_ms: get_n(&item, "readAt").map(|n| n as i64),
-                    };
+                let sk = get_s(&item, keys::SK).unwrap_or_default();
+                if sk == "S" {
+                    state.last = last_push_of(&item);
+                } else if let Some(user) = sk.strip_prefix(LANE_SK).and_then(UserId::parse) {
+                    state.lanes.push((user, last_push_of(&item)));
                 } else if let Some(entry) = entry_of(&item) {
                     state.entries.push(entry);
                 }
@@ -212,18 +243,19 @@ impl ConnectionStore {
         }
     }
 
-    /// Claims a push at `now_ms`, its claimant to read the set at `read_ms`: succeeds only if the
-    /// last push is still the one read (`seen`), so that one caller pushes, at most one a second.
-    /// (Also moves a late push's own claim on: chat_domain::typing::renewed_claim.) 1 PutItem of a
-    /// small item (1 write unit).
+    /// Claims a push at `now_ms` (to `lane` alone: a direct conversation's member), its claimant
+    /// to read the set at `read_ms`: succeeds only if the last push is still the one read
+    /// (`seen`), so that one caller pushes, at most one a second. (Also moves a late push's own
+    /// claim on: chat_domain::typing::renewed_claim.) 1 PutItem of a small item (1 write unit).
     pub async fn claim_typing_push(
         &self,
         id: &ConversationId,
+        lane: Option<&UserId>,
         seen: LastPush,
         now_ms: i64,
         read_ms: i64,
     ) -> Result<bool, ChatError> {
-        let mut item = sent_key(id);
+        let mut item = sent_key(id, lane);
         item.insert("sentAt".into(), n(now_ms));
         item.insert("readAt".into(), n(read_ms));
         item.insert("expiresAt".into(), n(now_ms / 1000 + SENT_ITEM_TTL_SECS));

@@ -94,7 +94,7 @@ impl WsConnection {
     async fn disconnect(&self, connection: &str) -> Result<(), ChatError> {
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         if let Some((user, typing_in)) = self.connections.unregister(connection, now).await? {
-            self.typing.closed(connection, &typing_in).await;
+            self.typing.closed(connection, &user, &typing_in).await;
             self.typing.presence_changed(&user).await?;
         }
         Ok(())

@@ -149,13 +149,13 @@ impl Typing {
                         started_at: at_ms,
                     };
                     let (published, ()) =
-                        tokio::join!(self.publish(id, now_ms()), self.queue_expiry(&check));
+                        tokio::join!(self.publish(id, &user, now_ms()), self.queue_expiry(&check));
                     published?;
                 }
             }
             TypingState::Stop => {
                 if self.connections.typing_stop(id, connection, at_ms).await? {
-                    self.publish(id, now_ms()).await?;
+                    self.publish(id, &user, now_ms()).await?;
                 }
             }
         }
@@ -181,10 +181,18 @@ impl Typing {
         let Some(expired) = expired_start(&state.entries, check) else {
             return Ok(());
         };
+        let Some(typist) = state
+            .entries
+            .iter()
+            .find(|e| e.connection == check.connection)
+            .map(|e| e.user.clone())
+        else {
+            return Ok(());
+        };
         // SQS counts whole seconds from the send, after the stamp: never early, but wait if so.
         let early = (expired - now_ms()).clamp(0, MAX_WAIT_MS);
         tokio::time::sleep(Duration::from_millis(early as u64)).await;
-        self.publish(id, expired).await
+        self.publish(id, &typist, expired).await
     }
 
     /// One frame to one connection (through the Management API, once).
@@ -192,11 +200,11 @@ impl Typing {
         self.pusher.post(connection, frame).await;
     }
 
-    /// `$disconnect`: the closed connection stops typing wherever it typed.
-    pub async fn closed(&self, connection: &str, typing_in: &[ConversationId]) {
+    /// `$disconnect`: the closed connection (of `user`) stops typing wherever it typed.
+    pub async fn closed(&self, connection: &str, user: &UserId, typing_in: &[ConversationId]) {
         for id in typing_in {
             let stopped = match self.connections.typing_stop(id, connection, now_ms()).await {
-                Ok(true) => self.publish(id, now_ms()).await,
+                Ok(true) => self.publish(id, user, now_ms()).await,
                 Ok(false) => Ok(()),
                 Err(e) => Err(e),
             };
@@ -212,15 +220,35 @@ impl Typing {
         self.pusher.presence_changed(user).await
     }
 
-    /// After a change written by `done` (this clock, when the write returned): sees that a push
-    /// sends it (chat_domain::typing::push_due). Another invocation's claim that reads the set
-    /// after it, or a later change's writer, does; else this one claims the push, at once or when
-    /// the last push's second is over (waiting for it here), then reads the set and sends it.
-    async fn publish(&self, id: &ConversationId, done: i64) -> Result<(), ChatError> {
+    /// After a change of `changer`'s typing written by `done` (this clock, when the write
+    /// returned): sees that a push sends it (chat_domain::typing::push_due). Another invocation's
+    /// claim that reads the set after it, or a later change's writer, does; else this one claims
+    /// the push, at once or when the last push's second is over (waiting for it here), then reads
+    /// the set and sends it. In a direct conversation the change is news to the peer alone, whose
+    /// frames are throttled on their own (`lane`): the other member's pushes do not delay it.
+    async fn publish(
+        &self,
+        id: &ConversationId,
+        changer: &UserId,
+        done: i64,
+    ) -> Result<(), ChatError> {
+        let lane = self.lane(id, changer).await?;
+        let lane = lane.as_ref();
         for _ in 0..PUBLISH_ROUNDS {
             let state = self.connections.typing_state(id).await?;
             let now = now_ms();
-            match push_due(&state.entries, state.last, done, now) {
+            let last = state.last_for(lane);
+            // A lane's pushes carry the other member's changes only (its own are never news to it).
+            let changes: Vec<TypingEntry> = match lane {
+                Some(recipient) => state
+                    .entries
+                    .iter()
+                    .filter(|e| &e.user != recipient)
+                    .cloned()
+                    .collect(),
+                None => state.entries.clone(),
+            };
+            match push_due(&changes, last, done, now) {
                 Broadcast::Nothing => return Ok(()),
                 Broadcast::At(at) => {
                     let wait = (at - now).clamp(0, MAX_WAIT_MS) as u64;
@@ -229,10 +257,10 @@ impl Typing {
                 Broadcast::Now => {
                     if self
                         .connections
-                        .claim_typing_push(id, state.last, now, now + SETTLE_MS)
+                        .claim_typing_push(id, lane, last, now, now + SETTLE_MS)
                         .await?
                     {
-                        return self.claimed(id, now, state.last.read_ms).await;
+                        return self.claimed(id, lane, now, last.read_ms).await;
                     }
                     // Another invocation claimed it since the read: read again.
                 }
@@ -248,12 +276,16 @@ impl Typing {
     async fn claimed(
         &self,
         id: &ConversationId,
+        lane: Option<&UserId>,
         claimed: i64,
         last_read: Option<i64>,
     ) -> Result<(), ChatError> {
         let settle = tokio::time::sleep(Duration::from_millis(SETTLE_MS as u64));
         let (online, ()) = tokio::join!(self.online_members(id, claimed), settle);
-        let (members, online) = online?;
+        let (members, mut online) = online?;
+        if let Some(recipient) = lane {
+            online.retain(|c| &c.user == recipient);
+        }
         let current = self.connections.typing_state(id).await?;
         let now = now_ms();
         self.push(id, &current.entries, last_read, now, &members, online)
@@ -265,7 +297,7 @@ impl Typing {
                 read_ms: Some(claimed + SETTLE_MS),
             };
             self.connections
-                .claim_typing_push(id, claim, as_if, claimed + SETTLE_MS)
+                .claim_typing_push(id, lane, claim, as_if, claimed + SETTLE_MS)
                 .await?;
         }
         let prune = prunable(&current.entries, now);
@@ -320,12 +352,34 @@ impl Typing {
             .await;
     }
 
-    /// The member ids, from the cache while `membersVersion` is unchanged. None: no such
+    /// Who a change of `changer`'s typing is news to, when that is one member alone: in a
+    /// direct conversation, the peer (a recipient's own typing is left out of what it is sent).
+    /// None: a group (its pushes are throttled per conversation). Reads: `member_list`'s, none
+    /// once the pair is known.
+    async fn lane(
+        &self,
+        id: &ConversationId,
+        changer: &UserId,
+    ) -> Result<Option<UserId>, ChatError> {
+        if !id.is_direct() {
+            return Ok(None);
+        }
+        let members = self.member_list(id).await?.unwrap_or_default();
+        Ok(members.iter().find(|u| *u != changer).cloned())
+    }
+
+    /// The member ids, from the cache while `membersVersion` is unchanged (a direct
+    /// conversation's pair never changes: from the cache with no read). None: no such
     /// conversation. 1 GetItem (+ 1 Query and 1 GetItem when it changed).
     async fn member_list(
         &self,
         id: &ConversationId,
     ) -> Result<Option<Arc<Vec<UserId>>>, ChatError> {
+        if id.is_direct() {
+            if let Some((_, users)) = self.members.lock().unwrap().get(id) {
+                return Ok(Some(users.clone()));
+            }
+        }
         let Some(version) = self.chat.members_version(id).await? else {
             return Ok(None);
         };

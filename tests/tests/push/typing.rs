@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use chat_domain::typing::{typing_now, LastPush, TypingEntry, PRUNE_INACTIVE_AT};
+use chat_domain::typing::{
+    typing_now, LastPush, TypingEntry, FRAME_INTERVAL_MS, PRUNE_INACTIVE_AT,
+};
 use chat_domain::{ConversationId, UserId};
 use chat_tests::push::{bounded, chat_config, connection_ids, connection_store, gateway, WsClient};
 use chat_tests::{unique, TestApp};
@@ -99,6 +101,46 @@ async fn a_start_reaches_the_other_members_and_a_stop_ends_it() {
             .cloned()
             .unwrap();
         assert_eq!(entry["unreadCount"], 0, "{entry}");
+    })
+    .await
+}
+
+/// SPEC §16: at most one frame a second per recipient. In a direct conversation each change is
+/// news to one member (the other's own typing is left out of what they are sent), so each
+/// member's frames have their own throttle: b's start, 200 ms after a's went out to b, goes out
+/// to a at once (found by probing: with one throttle per conversation it waited for a's second,
+/// reaching a 1.1 s after b started).
+#[tokio::test]
+async fn in_a_direct_conversation_each_members_frames_are_throttled_alone() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (a, b, conv) = t.new_direct().await;
+        let (mut ca, mut cb) = (WsClient::connect(&a).await, WsClient::connect(&b).await);
+        ca.send_text(&typing(&conv, "start")).await;
+        until_typing(&mut cb, &conv, &[&a]).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cb.send_text(&typing(&conv, "start")).await;
+        until_typing(&mut ca, &conv, &[&b]).await;
+        // Two claims, one per recipient, less than the frame interval apart: no shared second.
+        let id = ConversationId::parse(&conv).unwrap();
+        let state = connection_store().await.typing_state(&id).await.unwrap();
+        let claimed = |user: &str| {
+            let user = UserId::parse(user).unwrap();
+            state.last_for(Some(&user)).claimed_ms.expect("a claim")
+        };
+        let gap = (claimed(&a) - claimed(&b)).abs();
+        assert!(gap < FRAME_INTERVAL_MS, "claims {gap} ms apart");
+        assert_eq!(
+            state.last,
+            LastPush::default(),
+            "no conversation-wide claim"
+        );
+        // Each still gets at most one a second: a's stop, at once after, waits for b's second.
+        ca.send_text(&typing(&conv, "stop")).await;
+        let e = next_typing(&mut cb, &conv, FRAME)
+            .await
+            .expect("stop frame");
+        assert_eq!(e["count"], 0);
     })
     .await
 }
@@ -373,11 +415,11 @@ async fn typing_items_stay_small_and_their_races_are_conditional() {
     // The claim of a push: once per last push read.
     let never = LastPush::default();
     assert!(store
-        .claim_typing_push(&conv, never, now, now + 150)
+        .claim_typing_push(&conv, None, never, now, now + 150)
         .await
         .unwrap());
     assert!(!store
-        .claim_typing_push(&conv, never, now + 1, now + 151)
+        .claim_typing_push(&conv, None, never, now + 1, now + 151)
         .await
         .unwrap());
     let state = store.typing_state(&conv).await.unwrap();
@@ -387,11 +429,11 @@ async fn typing_items_stay_small_and_their_races_are_conditional() {
     };
     assert_eq!(state.last, claimed);
     assert!(store
-        .claim_typing_push(&conv, claimed, now + 1_100, now + 1_250)
+        .claim_typing_push(&conv, None, claimed, now + 1_100, now + 1_250)
         .await
         .unwrap());
     assert!(!store
-        .claim_typing_push(&conv, claimed, now + 1_200, now + 1_350)
+        .claim_typing_push(&conv, None, claimed, now + 1_200, now + 1_350)
         .await
         .unwrap());
 

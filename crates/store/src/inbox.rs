@@ -494,7 +494,10 @@ impl ChatStore {
             .send()
             .await
             .map_err(|e| sdk_error("Query", e))?;
-        let mut movers = Vec::new();
+        // One per conversation, its newest entry: during a move both its new entry and the one
+        // it leaves exist, and within a chain both name the origin below the walk (found by
+        // probing: a group moved twice in quick succession came twice on one page).
+        let mut movers: HashMap<ConversationId, (InboxPosition, u64)> = HashMap::new();
         for i in found.items() {
             let Some(p) = get_s(i, keys::SK).and_then(keys::inbox_position_of_sk) else {
                 continue;
@@ -503,10 +506,16 @@ impl ChatStore {
                 continue;
             };
             if c.shows_mover(&p, at, from) {
-                movers.push((p, get_n(i, MOVES_SINCE).unwrap_or(at)));
+                let since = get_n(i, MOVES_SINCE).unwrap_or(at);
+                match movers.get(&p.conversation_id) {
+                    Some((newer, _)) if *newer > p => {}
+                    _ => {
+                        movers.insert(p.conversation_id.clone(), (p, since));
+                    }
+                }
             }
         }
-        Ok(movers)
+        Ok(movers.into_values().collect())
     }
 
     /// Best effort, one attempt: an entry that stays is skipped again by the next page.

@@ -619,6 +619,72 @@ async fn a_walk_meets_once_the_conversations_that_keep_moving_past_it() {
     assert_eq!(seen.len(), peers.len(), "all: {seen:?}");
 }
 
+/// Found by probing: a conversation that moves again while a move is under way has, for a
+/// moment, two entries above the walk (the new one and the one being left), and within a chain
+/// of moves both name the origin below the walk: the next page lists it once.
+#[tokio::test]
+async fn a_mover_caught_between_its_put_and_its_delete_is_listed_once() {
+    let t = TestApp::new().await;
+    let me = unique("me");
+    let peers: Vec<String> = (0..4).map(|i| format!("{me}-p{i}")).collect();
+    let mut created = vec![];
+    for p in &peers {
+        created.push(t.direct(&me, p).await);
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    t.index().await;
+    let first = t.get("/inbox?limit=2", &me).await;
+    assert_eq!(ids(&first), [created[3].clone(), created[2].clone()]);
+    let cursor = first.body["nextCursor"].as_str().unwrap().to_owned();
+    // The oldest moves up past the walk.
+    assert_eq!(t.send(&created[0], &peers[0], "one").await.status, 201);
+    t.index().await;
+    // Its next move caught half-way: the new entry put as the indexer puts it, the one it
+    // leaves not deleted yet.
+    let hold = indexer::hold().await;
+    let sent = t.send(&created[0], &peers[0], "two").await;
+    let key = sent.body["createdAt"].as_str().unwrap();
+    let pk = AttributeValue::S(format!("I#{me}"));
+    let entries =
+        t.db.query()
+            .table_name(&t.table)
+            .consistent_read(true)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :a)")
+            .expression_attribute_values(":pk", pk.clone())
+            .expression_attribute_values(":a", AttributeValue::S("A#".into()))
+            .send()
+            .await
+            .unwrap();
+    let mut copy = entries
+        .items()
+        .iter()
+        .find(|i| i["conversationId"].as_s().unwrap() == &created[0])
+        .expect("its entry")
+        .clone();
+    assert!(
+        copy.contains_key("mf") && copy.contains_key("ms"),
+        "{copy:?}"
+    );
+    copy.insert(
+        "sk".into(),
+        AttributeValue::S(format!("A#{key}#{}", created[0])),
+    );
+    let now = chat_domain::time::unix_millis(chat_domain::time::now());
+    copy.insert("mt".into(), AttributeValue::N(now.to_string()));
+    t.db.put_item()
+        .table_name(&t.table)
+        .set_item(Some(copy))
+        .send()
+        .await
+        .unwrap();
+    let page = t.get(&format!("/inbox?limit=2&cursor={cursor}"), &me).await;
+    drop(hold);
+    assert_eq!(page.status, 200, "{page:?}");
+    assert_eq!(ids(&page)[0], created[0], "the mover, on top");
+    let times = ids(&page).iter().filter(|c| **c == created[0]).count();
+    assert_eq!(times, 1, "once: {:?}", ids(&page));
+}
+
 #[tokio::test]
 async fn moves_are_idempotent_and_survive_a_redelivered_batch() {
     let t = TestApp::new().await;

@@ -464,9 +464,9 @@ impl ChatStore {
     /// The entries the indexer moved up past the walk of `cursor` since its page read the index,
     /// from where the walk had not reached, that its pages did not show
     /// (`InboxCursor::shows_mover`), with since when each one's chain of moves runs. None
-    /// without such a cursor. DynamoDB: 1 strongly consistent Query of the entries above the cursor filed in the last
-    /// `MOVER_WINDOW_MS` (a mover's key is its newest message's time: at most the indexer's lag
-    /// before its move), only the moved ones returned.
+    /// without such a cursor. DynamoDB: 1 strongly consistent Query of the entries above the
+    /// cursor filed in the last `MOVER_WINDOW_MS` (a mover's key is its newest message's time: at
+    /// most the indexer's lag before its move), only the moved ones returned.
     async fn inbox_movers(
         &self,
         caller: &UserId,
@@ -599,10 +599,7 @@ impl ChatStore {
             members: members.len(),
             ..MoveCount::default()
         };
-        let previous = match mv.from.first() {
-            Some(_) => self.previous_origin(mv, &members).await?,
-            None => None,
-        };
+        let previous = self.previous_origin(mv, &members).await?;
         let now = chat_domain::time::unix_millis(chat_domain::time::now());
         let origin = mv
             .from
@@ -845,8 +842,9 @@ fn noting(
 
 /// The next page's cursor, from the position `with_big_groups` gave (`next`): read at
 /// `read_at`, with what the walk has shown (before, and on `page`) whose chain of moves may
-/// still run (`MOVE_CHAIN_MS`, and the margin): those may still come up as movers. A position above the request's cursor means movers
-/// filled the page: the walk then stays where it was, as of the same read.
+/// still run (`MOVE_CHAIN_MS`, and the margin): those may still come up as movers. A position
+/// above the request's cursor means movers filled the page: the walk then stays where it was, as
+/// of the same read.
 fn next_cursor(
     cursor: Option<&InboxCursor>,
     next: Option<InboxPosition>,

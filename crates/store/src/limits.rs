@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 
-use super::attrs::{get_n, n, s};
+use super::attrs::{get_n, n, Item};
 use super::{sdk_error, ChatStore};
 use chat_domain::error::ChatError;
 use chat_domain::rate::{Bucket, Take, REPLAY_LOOKUPS};
@@ -156,6 +156,11 @@ fn now_us() -> u64 {
 /// The attribute of a user's limits item that a suspension sets (module docs).
 const SUSPENDED_MARK: &str = "suspended";
 
+/// A user's limits item: next to its presence (`U#<userId>`), sort key `L`.
+fn limits_key(user: &UserId) -> Item {
+    super::keys::key(super::keys::user_connections_pk(user), "L")
+}
+
 impl ChatStore {
     /// Marks `user`'s limits item suspended (`on`), or takes the mark away: what `set_suspension`
     /// does after writing or deleting the suspension itself. Nothing without limits. DynamoDB:
@@ -172,8 +177,7 @@ impl ChatStore {
             .db
             .update_item()
             .table_name(table)
-            .key("pk", s(format!("U#{user}")))
-            .key("sk", s("L"))
+            .set_key(Some(limits_key(user)))
             .expression_attribute_names("#s", SUSPENDED_MARK);
         // Suspended, the item outlives its TTL (a mark removed by TTL would leave the user's
         // sends to the instances' memory); lifted, it expires as any other.
@@ -337,8 +341,7 @@ impl ChatStore {
                 .db
                 .update_item()
                 .table_name(&limiter.table)
-                .key("pk", s(format!("U#{user}")))
-                .key("sk", s("L"))
+                .set_key(Some(limits_key(user)))
                 .update_expression(expression)
                 .condition_expression(condition)
                 .expression_attribute_names("#t", kind.attribute())

@@ -373,9 +373,10 @@ fn seq_param(q: &dyn QueryParams, name: &str) -> Result<Option<u64>, ChatError> 
 pub fn page_limit(q: &dyn QueryParams, default: u32) -> Result<u32, ChatError> {
     match q.one("limit")? {
         None => Ok(default),
-        Some(v) => v
-            .parse::<u32>()
-            .ok()
+        // Digits only: `parse` would also take a sign (`+5`).
+        Some(v) => Some(v)
+            .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<u32>().ok())
             .filter(|l| (1..=MAX_PAGE_LIMIT).contains(l))
             .ok_or_else(|| {
                 invalid(format!(
@@ -728,6 +729,8 @@ mod tests {
             vec![("limit", "0")],
             vec![("limit", "101")],
             vec![("limit", "")],
+            vec![("limit", "+5")],
+            vec![("limit", "-0")],
         ] {
             assert_eq!(q(&bad).unwrap_err().status(), 400, "{bad:?}");
         }

@@ -1186,7 +1186,7 @@ fn print_report(m: &Measured, a: &Assumptions, n: usize) {
         a.platform_log_bytes, BEFORE.platform_log_bytes, a.consumer_log_bytes, a.consumer_line_share, a.response_overhead_bytes
     );
     println!(
-        "  the access log's line: template.yaml's format, {} bytes with the example values of bench/src/cost/access_log.rs (a browser's user agent, a UUID sub, a 1:1 send's path)",
+        "  the access log's line: template.yaml's format, {} bytes with the example values of bench/src/cost/access_log.rs (a UUID sub, a 1:1 send's path; no user agent since 2026-12-07)",
         m.access_log_bytes
     );
     println!(

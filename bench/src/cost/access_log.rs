@@ -2,8 +2,9 @@
 //! with an example value for each `$context` variable: one line per REST request is billed as
 //! log ingestion, so the format the stack deploys is what the cost model prices.
 
-/// An example value per `$context` variable of the format: a send in a direct conversation, from
-/// a browser (the longest user agent of the usual clients), by a Cognito user (a UUID `sub`).
+/// An example value per `$context` variable of the format (and of those a format may add back,
+/// such as the user agent): a send in a direct conversation, from a browser (the longest user
+/// agent of the usual clients), by a Cognito user (a UUID `sub`).
 /// Assumed, not measured: the local stack has no API Gateway.
 pub const EXAMPLE_VALUES: &[(&str, &str)] = &[
     ("$context.requestId", "QZ3eLjb4IAMEV1A="),

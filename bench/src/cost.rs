@@ -475,7 +475,8 @@ const BODY: &str = "See you at the station at 7, I'll bring the tickets, snacks!
 pub async fn run(n: usize) {
     let n = n.clamp(5, 100);
     let logs = install_log_capture();
-    let t = TestApp::new().await;
+    // Every request reads its user's suspension, as deployed (a send too: no rate limits here).
+    let t = TestApp::new().await.with_deployed_suspension_checks();
     t.calls.keep_reads();
     let b = Bench { t: &t, logs: &logs };
     let m = b.measure_all(n).await;

@@ -793,6 +793,18 @@ impl TestApp {
         }
     }
 
+    /// Every function's store checking suspensions as deployed (`chat_store::SUSPENSION_TTL`:
+    /// a read per request), not remembering them for the whole run as tests that count a
+    /// handler's own calls do.
+    pub fn with_deployed_suspension_checks(mut self) -> TestApp {
+        let ttl = chat_store::SUSPENSION_TTL;
+        self.app.store = self.app.store.clone().with_suspension_ttl(ttl);
+        for app in self.apps.values_mut() {
+            app.store = app.store.clone().with_suspension_ttl(ttl);
+        }
+        self
+    }
+
     /// The conversations function closing suspended users' connections through `sessions` (a
     /// gateway's Management API, `push`).
     pub fn with_sessions(self, sessions: conversations::Sessions) -> TestApp {

@@ -1,7 +1,7 @@
 //! HTTP plumbing for the REST functions: who is calling, path and query parameters, JSON
 //! responses, and the one place where `ChatError` becomes an HTTP response (docs/api.md §2).
 
-use lambda_http::http::{header, StatusCode};
+use lambda_http::http::{header, Method, StatusCode};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Serialize;
@@ -228,6 +228,14 @@ pub fn respond(result: Result<Response<Body>, ChatError>, request_id: &str) -> R
         .unwrap_or_default()
 }
 
+/// When a request's suspension check runs (`handle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    None,
+    Before,
+    Alongside,
+}
+
 /// Calls a handler and maps its result (what `serve` does per request; tests call it too).
 pub async fn handle<F, Fut>(app: App, req: Request, handler: F) -> Response<Body>
 where
@@ -252,18 +260,38 @@ where
     let allowed = app.store.time_allowed();
     let bounded = async move {
         let limited = async move {
-            // A suspended user's every request is refused before its handler runs (docs/api.md
-            // §30); then the caller's all-requests limit (§24). A request without a valid token
-            // is left to its handler, which answers 401.
-            if let Ok(caller) = app.caller(&req) {
-                if app.store.is_suspended(&caller).await? {
-                    return Err(ChatError::Suspended);
-                }
+            // A request without a valid token is left to its handler, which answers 401.
+            let Ok(caller) = app.caller(&req) else {
+                return handler(app, req).await;
+            };
+            // A suspended user's every request is refused (docs/api.md §30), by a read of the
+            // suspension: before a write runs; a read's at the same time as its handler's (one
+            // round trip, its answer dropped). A send under rate limits needs none: its limit's
+            // write is refused instead (limits.rs).
+            let check = match (operation(&req), req.method()) {
+                (Some(Operation::SendMessage), _) if app.store.limits_sends() => Check::None,
+                (_, &Method::GET) => Check::Alongside,
+                _ => Check::Before,
+            };
+            let store = app.store.clone();
+            if check == Check::Before && store.is_suspended(&caller).await? {
+                return Err(ChatError::Suspended);
+            }
+            // Then the caller's all-requests limit (§24) and the handler.
+            let served = async {
                 if app.store.limits_requests() {
                     app.store.limit_request(&caller).await?;
                 }
+                handler(app, req).await
+            };
+            if check != Check::Alongside {
+                return served.await;
             }
-            handler(app, req).await
+            let (suspended, served) = tokio::join!(store.is_suspended(&caller), served);
+            if suspended? {
+                return Err(ChatError::Suspended);
+            }
+            served
         };
         match tokio::time::timeout(allowed, limited).await {
             Ok(result) => result,

@@ -70,6 +70,7 @@ pub use conversations::PushState;
 pub use inbox::MoveCount;
 pub use items::{ConversationItem, MemberItem};
 pub use limits::RateLimits;
+pub use safety::SUSPENSION_TTL;
 
 /// The chat table, reached through one DynamoDB client built at init. A request's copy carries
 /// its deadline (`with_deadline`), which every retry inside the store shares.
@@ -299,7 +300,7 @@ impl ChatStore {
         }
     }
 
-    /// This store remembering suspension states for `ttl` (default `SUSPENSION_TTL`, 10 s).
+    /// This store remembering suspension states for `ttl` (default `SUSPENSION_TTL`: not at all).
     pub fn with_suspension_ttl(self, ttl: Duration) -> Self {
         ChatStore {
             suspension_ttl: ttl,

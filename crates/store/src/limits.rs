@@ -16,8 +16,8 @@
 //!
 //! A suspension marks the item too (`suspended`, with no TTL while it lasts), and every update
 //! is conditioned on its absence: a suspended user's sends (and sampled requests) are refused at
-//! once by every instance, with no read more, whatever the instance remembered of the user
-//! (`ChatStore::is_suspended` may be up to `SUSPENSION_TTL` old there).
+//! once by every instance, with no read more: a send under limits skips the request edge's
+//! suspension read (`ChatStore::is_suspended`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -241,6 +241,13 @@ impl ChatStore {
             limiter: Some(Limiter::new(limits, table.into())),
             ..self
         }
+    }
+
+    /// Whether the send limit is on: then a send's limit write also refuses a suspended user.
+    pub fn limits_sends(&self) -> bool {
+        self.limiter
+            .as_ref()
+            .is_some_and(|l| l.limits.sends.is_on())
     }
 
     /// Whether the all-requests limit is on (the edge then identifies the caller first).

@@ -13,10 +13,10 @@ use chat_domain::error::ChatError;
 use chat_domain::safety::{cursor, PageQuery, ReportRequest, REPORT_TTL_SECS};
 use chat_domain::{ConversationId, UserId};
 
-/// How long a suspension state read stays true in an instance: a suspension reaches an instance
-/// that served the user within this, while an active user costs at most one read per instance per
-/// this (docs/cost.md "Suspensions").
-pub const SUSPENSION_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a suspension state read stays true in an instance: none, deployed (every request
+/// reads it, so a suspension reaches every instance at once; docs/cost.md "Suspensions"). Tests
+/// that count a handler's own calls remember it longer (`ChatStore::with_suspension_ttl`).
+pub const SUSPENSION_TTL: std::time::Duration = std::time::Duration::ZERO;
 
 impl ChatStore {
     /// `blockUser` / `unblockUser`: the block item, and in the same transaction the mark on the
@@ -356,10 +356,10 @@ impl ChatStore {
         self.mark_suspended(user, on).await
     }
 
-    /// Whether `user` is suspended: what every request checks first (docs/cost.md). Known in
-    /// this instance for `SUSPENSION_TTL` (`with_suspension_ttl`; a suspension here takes effect
-    /// at once, in other instances within that time). DynamoDB: none when known, else 1 eventually consistent
-    /// GetItem of a key (0.5 read units).
+    /// Whether `user` is suspended: what every request checks (docs/api.md §30; a send under rate
+    /// limits is checked by its limit's own write instead). Read afresh unless known in this
+    /// instance for `with_suspension_ttl` (none by default). DynamoDB: none when known, else 1
+    /// eventually consistent GetItem of a key (0.5 read units).
     pub async fn is_suspended(&self, user: &UserId) -> Result<bool, ChatError> {
         if let Some(known) = suspensions::known(user, self.suspension_ttl) {
             return Ok(known);

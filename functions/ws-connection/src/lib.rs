@@ -111,7 +111,7 @@ impl WsConnection {
             .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         let user = self.verifier.verify(token, now).await?;
-        // Read afresh, not from what this instance knew (up to 10 s old): a suspended user's
+        // Read strongly consistent (not as REST requests do): a suspended user's
         // handshake is refused before anything is registered (a registration undone would move
         // its `lastActiveAt` and push presence), and a lifted suspension admits it at once.
         if let Some(chat) = &self.chat {
@@ -120,8 +120,8 @@ impl WsConnection {
             }
         }
         self.connections.register(&user, connection, now).await?;
-        // Registered, then read afresh: a suspension made meanwhile (or known to this instance
-        // only as "not suspended", for up to 10 s) either closes this connection or is seen here.
+        // Registered, then read again: a suspension made meanwhile either closes this
+        // connection or is seen here.
         if let Some(chat) = &self.chat {
             let suspended = match chat.is_suspended_now(&user).await {
                 Ok(s) => s,

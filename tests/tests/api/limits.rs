@@ -352,6 +352,21 @@ async fn refused_sends_look_up_their_keys_a_few_times_a_second() {
     assert_eq!(replay.status, 200, "{replay:?}");
 }
 
+/// Writes `user`'s suspension item as another instance's `suspendUser` does (this process
+/// learns nothing of it); returns its key.
+async fn suspend_elsewhere(t: &TestApp, user: &str) -> chat_store::Item {
+    let key = chat_store::keys::suspension_key(&chat_domain::UserId::parse(user).unwrap());
+    let mut item = key.clone();
+    item.insert("userId".into(), AttributeValue::S(user.to_owned()));
+    t.db.put_item()
+        .table_name(&t.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    key
+}
+
 /// A suspension made by another instance reaches a send at once, whatever this instance
 /// remembers of the user (up to `SUSPENSION_TTL`; here the whole test): the mark on the user's
 /// limits item, which every send updates on condition that it is absent (found by probing: sends
@@ -363,15 +378,7 @@ async fn a_suspension_refuses_sends_at_once_whatever_an_instance_remembers() {
     assert_eq!(t.send(&c, &a, "before").await.status, 201);
     // Suspended elsewhere: the suspension item and the mark, written as another instance's
     // `suspendUser` writes them; this process still remembers `a` as not suspended.
-    let user = chat_domain::UserId::parse(&a).unwrap();
-    let mut item = chat_store::keys::suspension_key(&user);
-    item.insert("userId".into(), AttributeValue::S(a.clone()));
-    t.db.put_item()
-        .table_name(&t.table)
-        .set_item(Some(item))
-        .send()
-        .await
-        .unwrap();
+    suspend_elsewhere(&t, &a).await;
     let mark = |user: &str, on: bool| {
         let update =
             t.db.update_item()
@@ -425,4 +432,64 @@ async fn a_suspension_refuses_sends_at_once_whatever_an_instance_remembers() {
     assert_eq!(r.status, 204, "{r:?}");
     assert_eq!(limits_of_b().await, (false, true));
     assert_eq!(t.send(&c, &b, "back").await.status, 201);
+}
+
+/// Every request of a user suspended elsewhere is refused at once, by every function, whatever
+/// it served the user a moment before (found by probing: requests other than sends were
+/// answered for up to 10 s, while instances remembered the user as not suspended); lifted, they
+/// are served again at once. A write's check comes before it, so a refused one changes nothing.
+#[tokio::test]
+async fn a_suspension_made_elsewhere_refuses_every_request_at_once() {
+    let t = TestApp::new().await.with_deployed_suspension_checks();
+    let (a, b, c) = t.new_direct().await;
+    assert_eq!(t.send(&c, &a, "before").await.status, 201);
+    let get_paths = [
+        format!("/conversations/{c}"),
+        format!("/conversations/{c}/messages"),
+        format!("/conversations/{c}/reads"),
+        format!("/conversations/{c}/changes"),
+        "/inbox".to_string(),
+        "/me/blocks".to_string(),
+        "/devices".to_string(),
+    ];
+    for path in &get_paths {
+        assert_eq!(t.get(path, &a).await.status, 200, "{path}");
+    }
+    // Suspended by another instance: its item only (no rate limits, so no mark).
+    let suspension = suspend_elsewhere(&t, &a).await;
+    for path in &get_paths {
+        let r = t.get(path, &a).await;
+        assert_eq!((r.status, r.code()), (403, "suspended"), "{path}: {r:?}");
+    }
+    t.calls.take();
+    let writes = [
+        t.send(&c, &a, "after").await,
+        t.mark_read(&c, &a, 1).await,
+        t.edit(&c, 1, &a, &new_uuid(), "edited").await,
+        t.react(&c, 1, &a, "👍", true).await,
+        t.post("/presence", &a, json!({"userIds": [b.clone()]}))
+            .await,
+    ];
+    for r in &writes {
+        assert_eq!((r.status, r.code()), (403, "suspended"), "{r:?}");
+    }
+    let calls = t.calls.take();
+    assert!(
+        calls.iter().all(|call| call == "GetItem"),
+        "a refused write reads its suspension only: {calls:?}"
+    );
+    let history = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    assert_eq!(seqs(&history.body), [1], "nothing stored");
+    assert!(history.body["messages"][0].get("editedAt").is_none());
+    // Lifted elsewhere: served again at once.
+    t.db.delete_item()
+        .table_name(&t.table)
+        .set_key(Some(suspension))
+        .send()
+        .await
+        .unwrap();
+    for path in &get_paths {
+        assert_eq!(t.get(path, &a).await.status, 200, "{path}");
+    }
+    assert_eq!(t.send(&c, &a, "back").await.status, 201);
 }

@@ -112,9 +112,10 @@ impl ChatStore {
     }
 
     /// `createAttachment`: a record of the upload, and the presigned PUT that fixes its size,
-    /// content type and tag. While scanning is on, the record says `scan: pending` and the PUT
-    /// may not overwrite an object (`If-None-Match: *`): a scanned upload cannot be replaced by
-    /// other bytes under its verdict. DynamoDB: 1 GetItem (membership) + 1 PutItem.
+    /// content type and tag, and may not overwrite an object (`If-None-Match: *`): an upload is
+    /// written once, so a sent file cannot be replaced by other bytes (nor a scanned one under its
+    /// verdict). While scanning is on, the record says `scan: pending`. DynamoDB: 1 GetItem
+    /// (membership) + 1 PutItem.
     pub async fn create_attachment(
         &self,
         caller: &UserId,
@@ -156,7 +157,7 @@ impl ChatStore {
                 .content_type(&record.content_type)
                 .content_length(record.size as i64)
                 .tagging(UNATTACHED_TAG)
-                .set_if_none_match(a.policy.scan_uploads.then(|| "*".to_owned()))
+                .if_none_match("*")
                 .presigned(presign_config(UPLOAD_TTL)?)
                 .await
                 .map_err(|e| ChatError::internal(format!("presign PUT: {e}")))?;
@@ -557,20 +558,32 @@ impl ChatStore {
         Ok(())
     }
 
-    /// Removes a thumbnail whose attachment was deleted while it was made. S3: 1 DeleteObject.
-    pub async fn delete_thumbnail(
+    /// Whether an upload's attachment still exists (its record: created before its upload URL,
+    /// removed with its message). DynamoDB: 1 strongly consistent GetItem of a key (1 read unit).
+    pub async fn attachment_exists(&self, attachment_id: &str) -> Result<bool, ChatError> {
+        let out = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(attachment_key(attachment_id)))
+            .projection_expression("pk")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        Ok(out.item.is_some())
+    }
+
+    /// Deletes an upload whose attachment no longer exists, and its thumbnail: bytes put back
+    /// with the upload's presigned request (valid for a while) after its message was deleted.
+    /// S3: 2 DeleteObject, at once.
+    pub async fn delete_orphan_upload(
         &self,
         id: &ConversationId,
         attachment_id: &str,
     ) -> Result<(), ChatError> {
-        let a = self.attachments()?;
-        a.s3.delete_object()
-            .bucket(&a.bucket)
-            .key(thumbnail_key(id, attachment_id))
-            .send()
+        self.delete_attachment_objects(id, &[attachment_id.to_owned()])
             .await
-            .map_err(|e| s3_error("DeleteObject", e))?;
-        Ok(())
     }
 
     /// Records that an attachment's thumbnail exists, with its original's `width` × `height`

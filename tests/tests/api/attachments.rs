@@ -299,6 +299,44 @@ async fn deleting_the_message_deletes_its_objects() {
     assert_eq!(t.get(&link, &b).await.status, 404);
 }
 
+/// An upload is written once (`If-None-Match: *`), and bytes put back with its presigned request
+/// after its message was deleted are deleted by their upload's event (found by probing: the
+/// download URLs members held served them again, malware included).
+#[tokio::test]
+async fn an_upload_is_written_once_and_never_comes_back_after_its_message_is_deleted() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    let bytes = b"the original".to_vec();
+    let created = create(&t, &c, &a, "image/png", bytes.len()).await;
+    let upload = &created.body["upload"];
+    assert_eq!(upload["headers"]["if-none-match"], "*", "{upload}");
+    assert_eq!(upload_with(upload, bytes.clone(), &[]).await, 200);
+    let id = created.body["attachmentId"].as_str().unwrap().to_owned();
+    let sent = send_with(&t, &c, &a, &new_uuid(), &[&id]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let url = sent.body["attachments"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Sent, it cannot be replaced by other bytes of the same size.
+    let other = b"another text".to_vec();
+    assert_eq!(upload_with(upload, other.clone(), &[]).await, 412);
+    assert_eq!(download(&url).await, (200, bytes));
+
+    let r = t.delete_message(&c, 1, &a, &new_uuid()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(download(&url).await.0, 404);
+    // Put back: its event deletes it.
+    assert_eq!(upload_with(upload, other.clone(), &[]).await, 200);
+    let path = format!("/{}/a/{c}/{id}", chat_tests::ATTACHMENTS_BUCKET);
+    let event = s3_gate::s3_event(&path, other.len());
+    let outcomes = t.thumbnailer().handle(&event).await.expect("thumbnailer");
+    assert_eq!(outcomes, [thumbnails::Outcome::Gone]);
+    assert_eq!(download(&url).await.0, 404, "deleted again");
+    let link = format!("/conversations/{c}/attachments/{id}");
+    assert_eq!(t.get(&link, &b).await.status, 404);
+}
+
 /// A deletion answered `503` because its files' deletion failed is finished by its retry: the
 /// files' ids stay on the deletion's key, whose replay deletes them again.
 #[tokio::test]
@@ -606,10 +644,7 @@ async fn a_thumbnail_of_an_attachment_deleted_meanwhile_is_removed() {
         .attachment_bytes(&conv, &id, u64::MAX)
         .await
         .unwrap();
-    assert!(
-        left.is_some(),
-        "the upload itself is the deletion's to remove"
-    );
+    assert!(left.is_none(), "its attachment gone, the upload goes too");
     let s3 = chat_tests::s3_client(chat_tests::server::s3_gate_endpoint()).await;
     let thumb = s3
         .head_object()

@@ -74,12 +74,17 @@ fn attachment_key(attachment_id: &str) -> Item {
     keys::key(format!("A#{attachment_id}"), "A")
 }
 
-fn presign_config(ttl: Duration) -> Result<PresigningConfig, ChatError> {
-    PresigningConfig::expires_in(ttl).map_err(ChatError::internal)
-}
-
-fn expires_at(ttl: Duration) -> String {
-    rfc3339(now() + ttl)
+/// A presigned request valid for `ttl` from now, and when it stops working: signed at a whole
+/// second, as its `X-Amz-Date` says (a time with milliseconds would be up to 1 s later than S3's
+/// end of it; found by probing).
+fn presign_config(ttl: Duration) -> Result<(PresigningConfig, String), ChatError> {
+    let signed = now().replace_nanosecond(0).map_err(ChatError::internal)?;
+    let config = PresigningConfig::builder()
+        .start_time(signed.into())
+        .expires_in(ttl)
+        .build()
+        .map_err(ChatError::internal)?;
+    Ok((config, rfc3339(signed + ttl)))
 }
 
 /// Tries of the thumbnail's record update against a send's transaction on it (TransactionConflict).
@@ -150,6 +155,7 @@ impl ChatStore {
             .send()
             .await
             .map_err(|e| sdk_error("PutItem", e))?;
+        let (config, expires_at) = presign_config(UPLOAD_TTL)?;
         let presigned =
             a.s3.put_object()
                 .bucket(&a.bucket)
@@ -158,7 +164,7 @@ impl ChatStore {
                 .content_length(record.size as i64)
                 .tagging(UNATTACHED_TAG)
                 .if_none_match("*")
-                .presigned(presign_config(UPLOAD_TTL)?)
+                .presigned(config)
                 .await
                 .map_err(|e| ChatError::internal(format!("presign PUT: {e}")))?;
         // The SDK adds Lambda's trace id (`x-amzn-trace-id`, unsigned) to every request: the
@@ -177,7 +183,7 @@ impl ChatStore {
                 method: presigned.method().to_owned(),
                 url: presigned.uri().to_owned(),
                 headers,
-                expires_at: expires_at(UPLOAD_TTL),
+                expires_at,
             },
         })
     }
@@ -253,14 +259,15 @@ impl ChatStore {
         a: &Attachments,
         key: String,
     ) -> Result<(String, String), ChatError> {
+        let (config, expires_at) = presign_config(DOWNLOAD_TTL)?;
         let presigned =
             a.s3.get_object()
                 .bucket(&a.bucket)
                 .key(key)
-                .presigned(presign_config(DOWNLOAD_TTL)?)
+                .presigned(config)
                 .await
                 .map_err(|e| ChatError::internal(format!("presign GET: {e}")))?;
-        Ok((presigned.uri().to_owned(), expires_at(DOWNLOAD_TTL)))
+        Ok((presigned.uri().to_owned(), expires_at))
     }
 
     /// Fills in every attachment's fresh `url` (signing is local: no request), and its

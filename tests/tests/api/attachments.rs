@@ -30,6 +30,24 @@ async fn send_with(t: &TestApp, c: &str, user: &str, id: &str, ids: &[&str]) -> 
         .await
 }
 
+/// When a presigned URL stops working, as S3 reckons it (`X-Amz-Date` + `X-Amz-Expires`), in
+/// the API's time format.
+fn signed_until(url: &str) -> String {
+    let param = |name: &str| {
+        url.split(['?', '&'])
+            .find_map(|p| p.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} in {url}"))
+            .to_owned()
+    };
+    let (date, expires) = (param("X-Amz-Date"), param("X-Amz-Expires"));
+    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let signed = time::PrimitiveDateTime::parse(&date, format)
+        .unwrap()
+        .assume_utc();
+    let t = signed + time::Duration::seconds(expires.parse().unwrap());
+    chat_domain::time::rfc3339(t)
+}
+
 async fn download(url: &str) -> (u16, Vec<u8>) {
     let (status, _, body) = raw_http("GET", url, &[], Vec::new()).await;
     (status, body)
@@ -71,7 +89,15 @@ async fn an_upload_is_sent_read_and_linked() {
         download(att["url"].as_str().unwrap()).await,
         (200, bytes.clone())
     );
-    assert!(att["urlExpiresAt"].is_string());
+    assert_eq!(
+        att["urlExpiresAt"].as_str(),
+        Some(signed_until(att["url"].as_str().unwrap()).as_str()),
+        "urlExpiresAt is when the URL stops working: {att}"
+    );
+    assert_eq!(
+        upload["expiresAt"].as_str(),
+        Some(signed_until(upload["url"].as_str().unwrap()).as_str())
+    );
 
     // A replay answers the same message, attachments and all, and creates nothing.
     let replay = send_with(&t, &c, &a, &cm, &[&id]).await;

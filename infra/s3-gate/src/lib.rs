@@ -610,6 +610,17 @@ pub fn verify(parts: &Parts, secret: &str, now: u64) -> Result<(), Refusal> {
     if !names.contains(&"host") {
         return Err(denied("the host header must be signed"));
     }
+    // S3 refuses an `x-amz-*` header the signature does not cover (an ACL, a storage class or
+    // metadata a client adds to a presigned upload).
+    if parts
+        .headers
+        .keys()
+        .any(|h| h.as_str().starts_with("x-amz-") && !names.contains(&h.as_str()))
+    {
+        return Err(denied(
+            "There were headers present in the request which were not signed",
+        ));
+    }
     let mut headers = String::new();
     for name in &names {
         let values: Vec<String> = parts

@@ -12,12 +12,18 @@
 //! A big group's members have fixed big-group entries that the page places itself, so nothing
 //! moves for it; a group that grows past 200 members is converted to them at its next 5-second
 //! step (`ChatStore::convert_to_big_group_entries`).
+//!
+//! An attachment record that DynamoDB's TTL removes was never used by a message (a send's claim
+//! takes its TTL away): its upload and thumbnail are deleted (`expired_upload`), whatever tags
+//! they carry (a refused send takes the upload's "unattached" tag away before it is refused; a
+//! thumbnail never has it), so that an upload never sent goes within about a day either way.
 
 use std::future::Future;
 use std::time::Duration;
 
-use aws_lambda_events::event::dynamodb::Event as StreamEvent;
+use aws_lambda_events::event::dynamodb::{Event as StreamEvent, EventRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use chat_domain::attachments::AttachmentRecord;
 use chat_domain::events::plan::BatchFailures;
 use chat_domain::inbox::{coalesce, KeyChange};
 use chat_domain::{ChatError, ConversationId, ConversationType};
@@ -66,7 +72,14 @@ impl InboxIndex {
         let listing = self.chat.has_archive_tier();
         // Per conversation, its first new message in this batch and that record.
         let mut arrived: Vec<(usize, ConversationId, u64)> = Vec::new();
+        // Uploads never sent, whose records' TTL ran out, with their record.
+        let mut expired = Vec::new();
         for (i, record) in records.iter().enumerate() {
+            let uploads = self.chat.attachments_bucket().is_some();
+            if let Some(upload) = expired_upload(record).filter(|_| uploads) {
+                expired.push((i, upload));
+                continue;
+            }
             let (old, new) = (&record.change.old_image, &record.change.new_image);
             if self.notifier.is_some() {
                 if let Ok(Some((conversation, first))) = first_new_message(old, new) {
@@ -122,7 +135,23 @@ impl InboxIndex {
                 .collect::<Vec<_>>()
                 .await
         };
-        let (moved, opened) = futures::join!(moving, opening);
+        let dropping = stream::iter(expired)
+            .map(|(i, (id, attachment))| {
+                let chat = &chat;
+                async move { (i, chat.delete_orphan_upload(&id, &attachment).await) }
+            })
+            .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
+            .collect::<Vec<_>>();
+        let (moved, opened, dropped) = futures::join!(moving, opening, dropping);
+        for (i, result) in dropped {
+            match result {
+                Ok(()) => telemetry::count("ExpiredUploadsDeleted", 1),
+                Err(e) => {
+                    tracing::warn!(error = ?e, "deleting an upload never sent failed; batch will be retried");
+                    failures.fail(i);
+                }
+            }
+        }
         let (mut moves, mut writes, mut failed) = (0, 0, 0);
         for (mv, result) in moved {
             match result {
@@ -183,6 +212,29 @@ impl EventHandler for InboxIndex {
     fn handle(&self, event: StreamEvent) -> impl Future<Output = DynamoDbEventResponse> + Send {
         InboxIndex::handle(self, event)
     }
+}
+
+/// An attachment record removed by DynamoDB's TTL (its own deletion, not a request's: a
+/// deleted message's records go with it, and its objects are the deletion's to remove), never
+/// used by a message: its conversation and attachment id.
+pub fn expired_upload(record: &EventRecord) -> Option<(ConversationId, String)> {
+    let by_ttl = record
+        .user_identity
+        .as_ref()
+        .is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com");
+    let old = &record.change.old_image;
+    let is_attachment = matches!(
+        old.get(keys::PK),
+        Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("A#")
+    );
+    if record.event_name != "REMOVE" || !by_ttl || !is_attachment {
+        return None;
+    }
+    let upload: AttachmentRecord = from_item(old.clone()).ok()?;
+    upload
+        .used_by
+        .is_none()
+        .then_some((upload.conversation_id, upload.attachment_id))
 }
 
 /// The archiver's work-list entry one stream record calls for (conversation items only).
@@ -264,6 +316,54 @@ pub fn key_change(
 mod tests {
     use super::*;
     use chat_domain::UserId;
+
+    #[test]
+    fn only_an_unused_attachment_record_removed_by_its_ttl_is_an_expired_upload() {
+        let upload = |used_by: Option<&str>| {
+            let mut item = serde_dynamo::Item::from(std::collections::HashMap::from([
+                (
+                    "pk".to_owned(),
+                    serde_dynamo::AttributeValue::S("A#x1".into()),
+                ),
+                ("sk".to_owned(), serde_dynamo::AttributeValue::S("A".into())),
+            ]));
+            let record = AttachmentRecord {
+                attachment_id: "x1".into(),
+                conversation_id: ConversationId::parse("d-00000000000000000000000000000001")
+                    .unwrap(),
+                owner_id: UserId::parse("u1").unwrap(),
+                file_name: "a.png".into(),
+                content_type: "image/png".into(),
+                size: 1,
+                created_at: "2026-01-01T00:00:00.000Z".into(),
+                used_by: used_by.map(str::to_owned),
+                width: None,
+                height: None,
+                scan: None,
+            };
+            let fields: serde_dynamo::Item = serde_dynamo::to_item(&record).unwrap();
+            for (k, v) in fields.into_inner() {
+                item.insert(k, v);
+            }
+            item
+        };
+        let removal = |old: serde_dynamo::Item, by_ttl: bool| {
+            let mut r = EventRecord::default();
+            r.event_name = "REMOVE".into();
+            r.change.old_image = old;
+            if by_ttl {
+                let mut who = aws_lambda_events::event::dynamodb::UserIdentity::default();
+                who.type_ = "Service".into();
+                who.principal_id = "dynamodb.amazonaws.com".into();
+                r.user_identity = Some(who);
+            }
+            r
+        };
+        let expired = expired_upload(&removal(upload(None), true));
+        assert_eq!(expired.map(|(_, a)| a), Some("x1".to_owned()));
+        assert_eq!(expired_upload(&removal(upload(Some("K#1")), true)), None);
+        assert_eq!(expired_upload(&removal(upload(None), false)), None);
+    }
 
     fn conversation(last_message_at: Option<&str>) -> ConversationItem {
         let id = ConversationId::parse("d-00000000000000000000000000000001").unwrap();

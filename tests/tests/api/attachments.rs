@@ -763,3 +763,70 @@ async fn a_thumbnail_recorded_while_its_send_is_in_flight_reaches_the_message() 
         assert_eq!(sizes(&last.unwrap()), want, "queued: {queued}: history");
     }
 }
+
+/// An upload never sent goes when its record's TTL runs out, thumbnail and all, whatever its tags
+/// (found by probing: a send refused after it took the upload's "unattached" tag away left the
+/// upload to no one, and a thumbnail never had the tag): the indexer reads the record's removal
+/// by DynamoDB's TTL on the table's stream. A record removed otherwise (with its message) is not
+/// its business.
+#[tokio::test]
+async fn an_upload_never_sent_goes_with_its_records_expiry_whatever_its_tags() {
+    use aws_lambda_events::event::dynamodb::{Event, EventRecord, UserIdentity};
+    use thumbnails::image::ImageFormat;
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_direct().await;
+    let png = thumbnails::thumb::sample(400, 300, ImageFormat::Png);
+    let (id, outcome) = thumbnailed(&t, &c, &a, "image/png", &png).await;
+    assert!(
+        matches!(outcome, thumbnails::Outcome::Thumbnail { .. }),
+        "{outcome:?}"
+    );
+    // Refused (another id is unknown) after taking the tag away.
+    let refused = send_with(&t, &c, &a, &new_uuid(), &[&id, &new_uuid()]).await;
+    assert_eq!(refused.status, 400, "{refused:?}");
+    let key = std::collections::HashMap::from([
+        ("pk".to_owned(), AttributeValue::S(format!("A#{id}"))),
+        ("sk".to_owned(), AttributeValue::S("A".into())),
+    ]);
+    let removed =
+        t.db.delete_item()
+            .table_name(&t.table)
+            .set_key(Some(key))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .unwrap()
+            .attributes
+            .unwrap();
+    let record = |by_ttl: bool| {
+        let mut r = EventRecord::default();
+        r.event_name = "REMOVE".into();
+        r.change.old_image = serde_dynamo::Item::from(removed.clone());
+        if by_ttl {
+            let mut who = UserIdentity::default();
+            who.type_ = "Service".into();
+            who.principal_id = "dynamodb.amazonaws.com".into();
+            r.user_identity = Some(who);
+        }
+        r
+    };
+    let indexer = inbox_index::InboxIndex::new(t.store_of_function("inbox-index"));
+    let conv = chat_domain::ConversationId::parse(&c).unwrap();
+    let store = t.store_of_function("none");
+    let s3 = chat_tests::s3_client(chat_tests::server::s3_gate_endpoint()).await;
+    let thumbnail = || {
+        s3.head_object()
+            .bucket(chat_tests::ATTACHMENTS_BUCKET)
+            .key(format!("t/{c}/{id}"))
+            .send()
+    };
+    for by_ttl in [false, true] {
+        let mut event = Event::default();
+        event.records = vec![record(by_ttl)];
+        let answer = indexer.handle(event).await;
+        assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
+        let left = store.attachment_bytes(&conv, &id, u64::MAX).await.unwrap();
+        assert_eq!(left.is_some(), !by_ttl, "by TTL: {by_ttl}");
+        assert_eq!(thumbnail().await.is_ok(), !by_ttl, "by TTL: {by_ttl}");
+    }
+}

@@ -6,7 +6,7 @@
 //! | `Y#<conversationId>` | `S` | the last push's claim: `sentAt` (ms, when claimed), `readAt` (ms, when its claimant reads the set, at the earliest), `expiresAt` (TTL, an hour) |
 //! | `Y#<conversationId>` | `S#<userId>` | in a direct conversation, the same per recipient: each change there is news to one member only (the other's own typing is left out of what they are sent), so each member's frames are throttled alone (SPEC §16: a second per recipient) |
 //! | `U#<userId>` | `P` | presence (connections.rs), with `lastActiveAt` (ms) written when a connection closes |
-//! | `U#<userId>` | `V` | `hidden`: the user shows offline (no TTL: it outlives connections) |
+//! | `U#<userId>` | `V` | `hidden`, `hiddenAt` (ms): the user shows offline (no TTL: it outlives connections) |
 //! | `U#<userId>` | `Q` | the last presence push: `online` as pushed, `sentAt` (ms), `expiresAt` (TTL, a day) |
 //! | `W#<connectionId>` | `U` | owner (connections.rs), with `typingIn`: the conversations it typed in, for `$disconnect` |
 //!
@@ -341,32 +341,66 @@ impl ConnectionStore {
         }
     }
 
-    /// `setPresenceVisibility`: `visible: false` shows `user` offline. 1 PutItem or DeleteItem.
+    /// `setPresenceVisibility`: `visible: false` shows `user` offline, from when it first hid
+    /// (`hiddenAt`: hiding again keeps it); `visible: true` shows it again, and a `lastActiveAt`
+    /// of a connection that closed while it was hidden as that moment instead (found by probing:
+    /// turning visible again showed when its last hidden session ended). DynamoDB: hiding, 1
+    /// conditional PutItem; showing, 1 DeleteItem (+ 1 conditional UpdateItem of the presence
+    /// when it was hidden).
     pub async fn set_presence_visible(
         &self,
         user: &UserId,
         visible: bool,
     ) -> Result<(), ChatError> {
-        if visible {
-            self.db
-                .delete_item()
-                .table_name(&self.table)
-                .set_key(Some(visibility_key(user)))
-                .send()
-                .await
-                .map_err(|e| sdk_error("DeleteItem", e))?;
-        } else {
+        if !visible {
             let mut item = visibility_key(user);
             item.insert("hidden".into(), AttributeValue::Bool(true));
-            self.db
+            let now = chat_domain::time::unix_millis(chat_domain::time::now());
+            item.insert("hiddenAt".into(), n(now as i64));
+            let put = self
+                .db
                 .put_item()
                 .table_name(&self.table)
                 .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)")
                 .send()
-                .await
-                .map_err(|e| sdk_error("PutItem", e))?;
+                .await;
+            return match put {
+                Ok(_) => Ok(()),
+                Err(e) if conditional_failed(&e) => Ok(()),
+                Err(e) => Err(sdk_error("PutItem", e)),
+            };
         }
-        Ok(())
+        let shown = self
+            .db
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(visibility_key(user)))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(|e| sdk_error("DeleteItem", e))?;
+        let Some(hidden_at) = shown.attributes.as_ref().and_then(|i| get_n(i, "hiddenAt")) else {
+            return Ok(());
+        };
+        let clamped = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(keys::key(
+                keys::user_connections_pk(user),
+                keys::PRESENCE_SK,
+            )))
+            .update_expression("SET lastActiveAt = :hidden")
+            .condition_expression("lastActiveAt > :hidden")
+            .expression_attribute_values(":hidden", n(hidden_at as i64))
+            .send()
+            .await;
+        match clamped {
+            Ok(_) => Ok(()),
+            Err(e) if conditional_failed(&e) => Ok(()),
+            Err(e) => Err(sdk_error("UpdateItem", e)),
+        }
     }
 
     /// `presence`: each user's presence, in the order asked. DynamoDB: ⌈2 × users / 100⌉

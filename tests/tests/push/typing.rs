@@ -527,6 +527,49 @@ async fn presence_follows_connections_and_visibility() {
     .await
 }
 
+/// Visible again, a user shows no trace of its hidden sessions: `lastActiveAt` is at most when
+/// it hid (found by probing: it showed when the last connection made while hidden closed).
+#[tokio::test]
+async fn visible_again_a_user_shows_when_it_hid_not_what_it_did_hidden() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let store = chat_tests::push::connection_store().await;
+        let (a, b) = (unique("a"), unique("b"));
+        let visible = |on: bool| {
+            let body = format!(r#"{{"visible":{on}}}"#);
+            let (t, a) = (&t, a.clone());
+            async move {
+                let r = t.call("PUT", "/me/presence", Some(&a), Some(&body)).await;
+                assert_eq!(r.status, 200, "{r:?}");
+            }
+        };
+        visible(false).await;
+        let hid = chat_domain::time::now_rfc3339();
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        // Hiding again keeps when it first hid.
+        visible(false).await;
+        let wa = WsClient::connect(&a).await;
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        wa.close().await;
+        chat_tests::push::until_unregistered(&store, &a, Duration::from_secs(5)).await;
+        visible(true).await;
+        let p = presence(&t, &b, &[&a]).await;
+        assert_eq!(p[0]["online"], false);
+        let at = p[0]["lastActiveAt"].as_str().expect("lastActiveAt");
+        assert!(at <= hid.as_str(), "{at} shown, hid at {hid}");
+        // A session after it shows as ever.
+        let wa = WsClient::connect(&a).await;
+        wa.close().await;
+        chat_tests::push::until_unregistered(&store, &a, Duration::from_secs(5)).await;
+        let p = presence(&t, &b, &[&a]).await;
+        assert!(
+            p[0]["lastActiveAt"].as_str().unwrap() > hid.as_str(),
+            "{p:?}"
+        );
+    })
+    .await
+}
+
 #[tokio::test]
 async fn presence_refuses_bad_requests() {
     let t = TestApp::new().await;

@@ -268,7 +268,9 @@ where
             // suspension: before a write runs; a read's at the same time as its handler's (one
             // round trip, its answer dropped). A send under rate limits needs none: its limit's
             // write is refused instead (limits.rs).
+            // A path or method the API does not have is `404` for everyone (§2).
             let check = match (operation(&req), req.method()) {
+                (None, _) => Check::None,
                 (Some(Operation::SendMessage), _) if app.store.limits_sends() => Check::None,
                 (_, &Method::GET) => Check::Alongside,
                 _ => Check::Before,

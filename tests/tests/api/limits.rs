@@ -461,6 +461,11 @@ async fn a_suspension_made_elsewhere_refuses_every_request_at_once() {
         let r = t.get(path, &a).await;
         assert_eq!((r.status, r.code()), (403, "suspended"), "{path}: {r:?}");
     }
+    // A path the API does not have is still 404 (docs/api.md §30).
+    let (event, _) = t.event("GET", "/no/such/path", Some(&a), None);
+    let conversations = chat_tests::Function::by_name("conversations");
+    let r = t.invoke(event, conversations).await;
+    assert_eq!((r.status, r.code()), (404, "not_found"), "{r:?}");
     t.calls.take();
     let writes = [
         t.send(&c, &a, "after").await,

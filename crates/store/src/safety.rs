@@ -359,12 +359,15 @@ impl ChatStore {
     /// Whether `user` is suspended: what every request checks (docs/api.md §30; a send under rate
     /// limits is checked by its limit's own write instead). Read afresh unless known in this
     /// instance for `with_suspension_ttl` (none by default). DynamoDB: none when known, else 1
-    /// eventually consistent GetItem of a key (0.5 read units).
+    /// eventually consistent GetItem of a key (0.5 read units); no answer: `Throttled`.
     pub async fn is_suspended(&self, user: &UserId) -> Result<bool, ChatError> {
         if let Some(known) = suspensions::known(user, self.suspension_ttl) {
             return Ok(known);
         }
-        self.read_suspension(user, false).await
+        // Nothing was done yet: a read that got no answer refuses the request with a 429.
+        self.read_suspension(user, false)
+            .await
+            .map_err(super::nothing_done)
     }
 
     /// Whether `user` is suspended now, whatever this instance knew: what a WebSocket `$connect`

@@ -498,3 +498,26 @@ async fn a_suspension_made_elsewhere_refuses_every_request_at_once() {
     }
     assert_eq!(t.send(&c, &a, "back").await.status, 201);
 }
+
+/// A write whose suspension check gets no answer has done nothing: `429`, and nothing happens
+/// then or later.
+#[tokio::test]
+async fn a_write_whose_suspension_check_gets_no_answer_is_429_and_does_nothing() {
+    if chat_tests::server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: losing an answer needs the strictness layer (CHAT_STRICT=off)");
+        return;
+    }
+    let t = TestApp::custom(Duration::from_secs(2), None)
+        .await
+        .with_deployed_suspension_checks();
+    let (a, b, c) = t.new_direct().await;
+    assert_eq!(t.send(&c, &a, "one").await.status, 201);
+    chat_tests::server::dynamodb_faults(&json!({"op": "GetItem", "table": t.table,
+        "key": format!("SU#{b}"), "kind": "answerLost", "count": 1000}));
+    let lost = t.mark_read(&c, &b, 1).await;
+    chat_tests::server::clear_dynamodb_faults();
+    assert_eq!((lost.status, lost.code()), (429, "throttled"), "{lost:?}");
+    let reads = t.get(&format!("/conversations/{c}/reads"), &a).await;
+    let of_b = chat_tests::member_state(&reads.body, &b);
+    assert_eq!(of_b["lastReadSeq"], 0, "{reads:?}");
+}

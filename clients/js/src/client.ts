@@ -189,6 +189,8 @@ export class ChatClient {
   readonly #readAttempts = new Map<string, number>();
   readonly #confirmedReads = new Map<string, number>();
   readonly #readsInFlight = new Set<Promise<void>>();
+  /** Conversations first seen through a light push, and their events, while `#start` runs. */
+  readonly #starting = new Map<string, ServerEvent[]>();
 
   // Live connection.
   private wanted = false;
@@ -280,8 +282,9 @@ export class ChatClient {
   /**
    * `POST /conversations/{id}/messages`. Network errors, timeouts, 429 and 5xx (503: the outcome is
    * unknown) are retried with the same `clientMsgId` (after `Retry-After` plus jitter when given;
-   * a `rate_limited` or `slow_mode` refusal is waited out even past `sendRetry.maxElapsedMs`, up to
-   * 2 minutes: nothing was stored, and the server said when it is admitted), so a retry can never
+   * `rate_limited` or `slow_mode` refusals are waited out, however many, even past
+   * `sendRetry.maxElapsedMs` and `maxAttempts`, up to 2 minutes in all: nothing was stored, and the
+   * server said when it is admitted), so a retry can never
    * create a second message: the server answers a replay with the original. Gives
    * up with a `SendError` carrying the `clientMsgId`: pass it back as `options.clientMsgId` to try
    * again later, just as safely.
@@ -302,7 +305,7 @@ export class ChatClient {
       throw new SendError(conversationId, clientMsgId, e);
     }
     // The sender's own message is news like any other: deliver it now (once; its push is then a repeat).
-    this.handleEvent({ type: "message.new", ...message });
+    this.#handleEvent({ type: "message.new", ...message });
     return message;
   }
 
@@ -401,9 +404,10 @@ export class ChatClient {
   }
 
   /** A conversation summary's news: messages after `lastSeq`, changes after `lastChange` (when the server sent it). */
-  private summary(conversationId: string, lastSeq: number, lastChange: number | undefined): void {
-    this.apply(observe(this.state, conversationId, lastSeq), conversationId);
+  private summary(conversationId: string, lastSeq: number, lastChange: number | undefined, through?: number): void {
+    // Changes first: a start (`through`) would otherwise start them at the first.
     if (lastChange !== undefined) this.apply(observeChanges(this.state, conversationId, lastChange), conversationId);
+    this.apply(observe(this.state, conversationId, lastSeq, through), conversationId);
   }
 
   /** `GET /conversations/{id}/messages`: the newest page, or `beforeSeq` / `afterSeq` pages. */
@@ -446,29 +450,29 @@ export class ChatClient {
    */
   markRead(conversationId: string, seq: number): void {
     if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError(`markRead: seq must be an integer ≥ 0, got ${seq}`);
-    this.queueRead(conversationId, seq, this.readDebounceMs);
+    this.#queueRead(conversationId, seq, this.readDebounceMs);
   }
 
-  private queueRead(conversationId: string, seq: number, windowMs: number): void {
+  #queueRead(conversationId: string, seq: number, windowMs: number): void {
     if (seq <= (this.#confirmedReads.get(conversationId) ?? -1)) return;
     this.#pendingReads.set(conversationId, Math.max(seq, this.#pendingReads.get(conversationId) ?? -1));
     if (!this.#readTimers.has(conversationId)) {
       this.#readTimers.set(
         conversationId,
-        setTimeout(() => void this.sendRead(conversationId).catch((e) => this.emit("error", e)), windowMs),
+        setTimeout(() => void this.#sendRead(conversationId).catch((e) => this.emit("error", e)), windowMs),
       );
     }
   }
 
   /** Sends every pending read mark now and waits for them (and for those already on their way). */
   async flushReads(): Promise<void> {
-    const sends = [...this.#pendingReads.keys()].map((id) => this.sendRead(id));
+    const sends = [...this.#pendingReads.keys()].map((id) => this.#sendRead(id));
     const results = await Promise.allSettled([...sends, ...this.#readsInFlight]);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed) throw failed.reason;
   }
 
-  private sendRead(conversationId: string): Promise<void> {
+  #sendRead(conversationId: string): Promise<void> {
     clearTimeout(this.#readTimers.get(conversationId));
     this.#readTimers.delete(conversationId);
     const seq = this.#pendingReads.get(conversationId);
@@ -485,7 +489,7 @@ export class ChatClient {
         const attempts = (this.#readAttempts.get(conversationId) ?? 0) + 1;
         if (e instanceof ChatApiError && e.retryable && attempts < this.retry.maxAttempts) {
           this.#readAttempts.set(conversationId, attempts);
-          this.queueRead(conversationId, seq, Math.max(this.readDebounceMs, retryDelay(e, 1, 0, 0)));
+          this.#queueRead(conversationId, seq, Math.max(this.readDebounceMs, retryDelay(e, 1, 0, 0)));
         } else {
           this.#readAttempts.delete(conversationId);
         }
@@ -511,12 +515,12 @@ export class ChatClient {
    * `stopTyping` at once). Nothing is sent while the socket is not open.
    */
   typing(conversationId: string): void {
-    this.sendTyping(conversationId, "start");
+    this.#sendTyping(conversationId, "start");
   }
 
   /** The user stopped typing (sent the message, cleared the field): the others see it at once. */
   stopTyping(conversationId: string): void {
-    this.sendTyping(conversationId, "stop");
+    this.#sendTyping(conversationId, "stop");
   }
 
   private typer(conversationId: string): Typer {
@@ -530,13 +534,13 @@ export class ChatClient {
    * 2 s of the last, a `stop` in between or not (docs/api.md §37): one that comes too soon after a
    * `stop` (the user sent a message and types the next) goes out when it would count.
    */
-  private sendTyping(conversationId: string, state: "start" | "stop"): void {
+  #sendTyping(conversationId: string, state: "start" | "stop"): void {
     const t = this.typer(conversationId);
     const start = state === "start";
     const wait = (t.at ?? 0) + TYPING_REFRESH_MS - Date.now();
     clearTimeout(t.later);
     if (start && wait > 0) {
-      if (!t.on) t.later = setTimeout(() => this.sendTyping(conversationId, state), wait);
+      if (!t.on) t.later = setTimeout(() => this.#sendTyping(conversationId, state), wait);
     } else if ((start || t.on) && this.ws?.readyState === OPEN) {
       this.ws.send(JSON.stringify({ action: "typing", conversationId, state }));
       if ((t.on = start)) t.at = Date.now();
@@ -615,14 +619,14 @@ export class ChatClient {
     this.#fillTimers.clear();
     this.#fillFailures.clear();
     const ws = this.ws;
-    this.dropSocket();
+    this.#dropSocket();
     if (ws) ws.close(1000, "client closed");
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) w.reject(new Error("ChatClient closed before the connection opened"));
   }
 
-  private setConnection(state: ConnectionState): void {
+  #setConnection(state: ConnectionState): void {
     if (this.connection === state) return;
     this.connection = state;
     this.emit("connection", state);
@@ -631,7 +635,7 @@ export class ChatClient {
   private async openSocket(): Promise<void> {
     if (!this.wanted || this.ws) return;
     const generation = ++this.generation;
-    this.setConnection("connecting");
+    this.#setConnection("connecting");
     let ws: WebSocketLike;
     try {
       const url = new URL(this.wsUrl);
@@ -640,7 +644,7 @@ export class ChatClient {
       ws = new this.WS!(url.toString());
     } catch (e) {
       this.emit("error", toError(e));
-      this.scheduleReconnect();
+      this.#scheduleReconnect();
       return;
     }
     this.ws = ws;
@@ -651,7 +655,7 @@ export class ChatClient {
       if (this.ws === ws) this.onFrame(ev.data);
     };
     ws.onclose = () => {
-      if (this.ws === ws) this.onSocketClosed();
+      if (this.ws === ws) this.#onSocketClosed();
     };
     ws.onerror = () => {
       // A close event follows; the browser tells nothing more (not even the handshake's status).
@@ -670,7 +674,7 @@ export class ChatClient {
     // pushes held back by the state until its gap is filled; a failed inbox walk is retried below.
     let inboxFailure: unknown;
     try {
-      await this.walkInbox(this.catchUpMaxPages);
+      await this.#walkInbox(this.catchUpMaxPages);
     } catch (e) {
       inboxFailure = e;
     }
@@ -686,42 +690,42 @@ export class ChatClient {
     await Promise.all(shown.map((id) => this.readStates(id).catch(() => {})));
 
     if (this.held === held) this.held = null;
-    for (const event of held) this.handleEvent(event);
+    for (const event of held) this.#handleEvent(event);
     // Gaps that REST answers revealed while fills were held back, and retries of failed fills.
-    for (const id of this.state.conversations.keys()) this.scheduleFill(id);
+    for (const id of this.state.conversations.keys()) this.#scheduleFill(id);
     if (this.ws !== ws) return; // closed meanwhile; that close already scheduled the reconnect
-    if (inboxFailure === undefined) this.scheduleRecheck(ws, INBOX_RECHECK_MS, 1);
-    else this.inboxFailed(ws, inboxFailure, 1);
-    this.startKeepAlive(ws);
+    if (inboxFailure === undefined) this.#scheduleRecheck(ws, INBOX_RECHECK_MS, 1);
+    else this.#inboxFailed(ws, inboxFailure, 1);
+    this.#startKeepAlive(ws);
     // The reconnect backoff starts over only once this connection has proved stable: one that opens
     // and drops again at once keeps backing off instead of reconnecting twice a second.
     clearTimeout(this.stableTimer);
     this.stableTimer = setTimeout(() => {
       if (this.ws === ws) this.attempt = 0;
     }, this.reconnectResetMs);
-    this.setConnection("open");
+    this.#setConnection("open");
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) w.resolve();
   }
 
-  private onSocketClosed(): void {
-    this.dropSocket();
-    if (this.wanted) this.scheduleReconnect();
+  #onSocketClosed(): void {
+    this.#dropSocket();
+    if (this.wanted) this.#scheduleReconnect();
   }
 
   /** Forgets the socket and everything that was its own (closed, or being closed by `close`). */
-  private dropSocket(): void {
+  #dropSocket(): void {
     clearTimeout(this.recheckTimer);
     clearTimeout(this.stableTimer);
     this.ws = null;
     this.held = null;
     this.hello = null;
-    this.stopKeepAlive();
-    this.setConnection("closed");
+    this.#stopKeepAlive();
+    this.#setConnection("closed");
   }
 
-  private scheduleReconnect(): void {
+  #scheduleReconnect(): void {
     if (!this.wanted) return;
     clearTimeout(this.#reconnectTimer);
     // Jittered exponential backoff: after an outage, clients spread their reconnects out.
@@ -729,8 +733,8 @@ export class ChatClient {
     this.#reconnectTimer = setTimeout(() => void this.openSocket(), delay);
   }
 
-  private startKeepAlive(ws: WebSocketLike): void {
-    this.stopKeepAlive();
+  #startKeepAlive(ws: WebSocketLike): void {
+    this.#stopKeepAlive();
     if (this.keepAliveMs <= 0) return;
     this.#keepAliveTimer = setInterval(() => {
       // The server ignores client frames (it routes them to `$default`); any frame resets the idle clock.
@@ -738,7 +742,7 @@ export class ChatClient {
     }, this.keepAliveMs);
   }
 
-  private stopKeepAlive(): void {
+  #stopKeepAlive(): void {
     clearInterval(this.#keepAliveTimer);
     this.#keepAliveTimer = undefined;
   }
@@ -756,7 +760,7 @@ export class ChatClient {
     if (type === "hello") return void (this.hello = event as unknown as HelloFrame);
     if (typeof event !== "object" || event === null || typeof event.conversationId !== "string") return;
     if (this.held) this.held.push(event);
-    else this.handleEvent(event);
+    else this.#handleEvent(event);
   }
 
   /**
@@ -765,7 +769,7 @@ export class ChatClient {
    */
   watch(conversationId: string): void {
     this.watched.add(conversationId);
-    this.scheduleFill(conversationId);
+    this.#scheduleFill(conversationId);
   }
 
   /** The conversation left the screen: with `lightFetch: "watched"`, its light payloads wait again. */
@@ -773,7 +777,7 @@ export class ChatClient {
     this.watched.delete(conversationId);
   }
 
-  private handleEvent(event: ServerEvent): void {
+  #handleEvent(event: ServerEvent): void {
     const lightChange = "changeSeq" in event && event.message === undefined;
     if ((event.type === "message.new" && messageOf(event) === null) || lightChange) {
       this.light.add(event.conversationId);
@@ -783,14 +787,38 @@ export class ChatClient {
     } else if (event.type === "member.added" || event.type === "member.removed") {
       if (Array.isArray(event.userIds)) this.emit("members", event);
     } else {
-      this.apply(reduce(this.state, event), event.conversationId);
+      const id = event.conversationId;
+      const held = this.#starting.get(id);
+      if (held) return void held.push(event);
+      // First sight through a light push: a burst before it may have come as this one push
+      // (docs/api.md §15.3), so the conversation starts where the user's reading does.
+      if (event.type === "message.new" && !messageOf(event) && !this.state.conversations.has(id)) {
+        this.#starting.set(id, [event]);
+        return void this.#start(id);
+      }
+      this.apply(reduce(this.state, event), id);
     }
+  }
+
+  /**
+   * A conversation first seen through a light push starts at the user's `lastReadSeq` (its inbox
+   * entry: it has just moved to the top), so every unread message comes; its events wait meanwhile.
+   * Without the entry, it starts at the push, as any first sight.
+   */
+  async #start(id: string): Promise<void> {
+    const e = await this.call<InboxPage>("GET", "/inbox?limit=100").then(
+      (p) => p.conversations.find((c) => c.conversationId === id),
+      () => undefined,
+    );
+    if (e && !this.state.conversations.has(id)) this.summary(id, e.lastSeq, e.lastChange, e.lastReadSeq);
+    for (const held of this.#starting.get(id)!) this.apply(reduce(this.state, held), id);
+    this.#starting.delete(id);
   }
 
   /** Takes a step's state and announces what it delivered; then looks for a gap in that conversation. */
   private apply(step: Step, conversationId: string): void {
     this.take(step);
-    this.scheduleFill(conversationId);
+    this.#scheduleFill(conversationId);
   }
 
   /** Takes a step's state and announces what it delivered: messages, then the changes they freed. */
@@ -810,7 +838,7 @@ export class ChatClient {
    * A fill of the conversation's gap after `gapFillDelayMs`, or, after failed fills, not before its
    * retry time. Not while a catch-up holds events back (it fills everything at its end).
    */
-  private scheduleFill(conversationId: string): void {
+  #scheduleFill(conversationId: string): void {
     if (!this.wanted || this.held || this.#fillTimers.has(conversationId) || !this.missing(conversationId)) return;
     // Light news of a conversation nobody looks at waits for `watch` (or the next catch-up).
     if (this.lightFetch === "watched" && this.light.has(conversationId) && !this.watched.has(conversationId)) return;
@@ -882,7 +910,7 @@ export class ChatClient {
     void run.then(() => {
       this.filling.delete(conversationId);
       // A retry after a failure; or a gap that opened in the moment after the last check.
-      this.scheduleFill(conversationId);
+      this.#scheduleFill(conversationId);
     });
     return run;
   }
@@ -892,7 +920,7 @@ export class ChatClient {
    * takes in their `lastSeq`: one beyond the watermark is a gap, which `scheduleFill` fills (at the
    * end of a catch-up: the catch-up does).
    */
-  private async walkInbox(pages: number): Promise<void> {
+  async #walkInbox(pages: number): Promise<void> {
     const remaining = new Set(
       [...this.state.conversations].filter(([, c]) => c.delivered !== null || c.changed !== null).map(([id]) => id),
     );
@@ -913,16 +941,16 @@ export class ChatClient {
    * After `delay`, walks the inbox again while `ws` is the connection: `pages` 1 is the second look
    * (see INBOX_RECHECK_MS), more is the retry of a failed catch-up's walk.
    */
-  private scheduleRecheck(ws: WebSocketLike, delay: number, pages: number, failures = 0): void {
+  #scheduleRecheck(ws: WebSocketLike, delay: number, pages: number, failures = 0): void {
     clearTimeout(this.recheckTimer);
     this.recheckTimer = setTimeout(() => {
       if (this.ws !== ws) return;
-      this.walkInbox(pages).then(
+      this.#walkInbox(pages).then(
         () => {
-          if (failures > 0) this.scheduleRecheck(ws, INBOX_RECHECK_MS, 1);
+          if (failures > 0) this.#scheduleRecheck(ws, INBOX_RECHECK_MS, 1);
         },
         (e) => {
-          if (failures > 0) this.inboxFailed(ws, e, failures + 1);
+          if (failures > 0) this.#inboxFailed(ws, e, failures + 1);
           else this.emit("error", toError(e)); // only the second look: the catch-up's walk went through
         },
       );
@@ -930,10 +958,10 @@ export class ChatClient {
   }
 
   /** The catch-up's inbox walk failed (`failures` times in a row): report it, retry it with backoff. */
-  private inboxFailed(ws: WebSocketLike, e: unknown, failures: number): void {
+  #inboxFailed(ws: WebSocketLike, e: unknown, failures: number): void {
     const delay = retryDelay(e, failures, this.#reconnectBase, this.#reconnectMax);
     this.emit("error", new SyncError(null, e, failures, delay));
-    this.scheduleRecheck(ws, delay, this.catchUpMaxPages, failures);
+    this.#scheduleRecheck(ws, delay, this.catchUpMaxPages, failures);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -993,18 +1021,20 @@ export class ChatClient {
   }
 
   private async withRetries<T>(request: () => Promise<T>): Promise<T> {
-    let deadline = Date.now() + this.retry.maxElapsedMs;
+    const start = Date.now();
+    let deadline = start + this.retry.maxElapsedMs;
     for (let attempt = 1; ; attempt++) {
       try {
         return await request();
       } catch (e) {
-        if (!(e instanceof ChatApiError) || !e.retryable || attempt >= this.retry.maxAttempts) throw e;
+        // A rate limit's or slow mode's refusal says when it is admitted (nothing was stored): they
+        // are waited out, however many, for 2 minutes (the last one's wait may end after them).
+        const limited =
+          e instanceof ChatApiError && e.limited && (e.retryAfterMs ?? 0) <= LIMITED_WAIT_MAX_MS && Date.now() - start < LIMITED_WAIT_MAX_MS;
+        if (!(e instanceof ChatApiError) || !e.retryable || (attempt >= this.retry.maxAttempts && !limited)) throw e;
         // Jittered exponential backoff, and not before the server's Retry-After plus jitter.
         const delay = retryDelay(e, attempt, this.retry.baseDelayMs, 5000);
-        // A rate limit's or slow mode's refusal says when it is admitted: wait that out.
-        if (e.limited && e.retryAfterMs !== undefined && e.retryAfterMs <= LIMITED_WAIT_MAX_MS) {
-          deadline = Math.max(deadline, Date.now() + delay);
-        }
+        if (limited) deadline = Math.max(deadline, Date.now() + delay);
         if (Date.now() + delay > deadline) throw e;
         await sleep(delay);
       }

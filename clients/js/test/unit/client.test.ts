@@ -292,6 +292,22 @@ describe("send", () => {
     assert.ok(!new ChatApiError(429, "throttled", "busy", 1000).limited);
   });
 
+  it("waits out rate_limited refusals past maxAttempts (found by probing: a burst of 200 sends gave up after 6)", async () => {
+    const { server, client } = setup({ sendRetry: { maxAttempts: 2, maxElapsedMs: 100 } });
+    const id = server.createConversation(["alice", "bob"]);
+    const refuse = {
+      match: (r: { method: string }) => r.method === "POST",
+      respond: { status: 429, body: { error: { code: "rate_limited", message: "wait" } }, headers: { "Retry-After": "1" } },
+    };
+    for (let i = 0; i < 3; i++) server.failNext(refuse);
+    const m = await client.send(id, "hi");
+    assert.equal(m.seq, 1);
+    assert.equal(server.requests.filter((r) => r.method === "POST").length, 4);
+    // Not a limit: the attempts cap it.
+    for (let i = 0; i < 2; i++) server.failNext({ ...refuse, respond: { ...refuse.respond, body: { error: { code: "throttled", message: "busy" } } } });
+    await assert.rejects(client.send(id, "busy"), (e: unknown) => e instanceof SendError && e.code === "throttled");
+  });
+
   it("calls updateConversation, addAdmin and removeAdmin", async () => {
     const { server, client } = setup();
     const group = { conversationId: "g-1", type: "group", title: "T", memberIds: ["alice", "bob"], memberCount: 2, lastSeq: 0, createdAt: "2026-01-01T00:00:00.000Z", lastMessageAt: null, lastChange: 0 };
@@ -656,6 +672,23 @@ describe("live delivery", () => {
     assert.deepEqual(messages, ms, "full objects, with body");
     assert.equal(server.historyRequests().length, 1);
     assert.equal(server.historyRequests()[0]!.query.get("afterSeq"), "0");
+  });
+
+  it("starts a conversation first seen through a light push at the user's lastReadSeq: a coalesced burst all comes", async () => {
+    const { server, client, messages } = setup({ gapFillDelayMs: 30 });
+    const id = server.createConversation(["alice", "bob"]);
+    await client.connect();
+    // Sent in quick succession, pushed as one light message.new carrying the highest seq.
+    const ms = [1, 2, 3].map(() => server.addMessage(id, "bob"));
+    server.push("alice", { type: "message.new", conversationId: id, seq: 3 });
+    await until("three messages", () => messages.length === 3);
+    assert.deepEqual(messages, ms, "from the first unread, not from the push");
+    assert.equal(server.historyRequests()[0]!.query.get("afterSeq"), "0");
+    // Once started, the conversation goes on as any other.
+    const next = server.addMessage(id, "bob");
+    server.push("alice", { type: "message.new", conversationId: id, seq: next.seq });
+    await until("the fourth", () => messages.length === 4);
+    assert.deepEqual(messages.at(-1), next);
   });
 
   it("with lightFetch watched, fetches light payloads only for a watched conversation, a burst in one request", async () => {

@@ -8,5 +8,5 @@ export const presence = async (c: ChatClient, userIds: string[]): Promise<Presen
   (await c.request<{ presence: Presence[] }>("POST", "/presence", { userIds })).presence;
 
 /** `PUT /me/presence`: `false` shows this user offline to everyone (without `lastActiveAt`). */
-export const setPresenceVisible = (c: ChatClient, visible: boolean): Promise<void> =>
+export const setPresenceVisible = (c: ChatClient, visible: boolean): Promise<{ visible: boolean }> =>
   c.request("PUT", "/me/presence", { visible });

@@ -1041,6 +1041,27 @@ async fn a_refused_handshake_leaves_presence_as_it_was() {
     .await
 }
 
+/// A registration its handshake undid (a suspension made between its two reads) leaves no
+/// `lastActiveAt`: the connection never opened (found by probing: a user who never connected
+/// showed one after handshakes raced its suspension).
+#[tokio::test]
+async fn a_registration_its_handshake_undid_leaves_no_last_active_time() {
+    let t = TestApp::new().await;
+    let store = connection_store().await;
+    let (a, b) = (unique("a"), unique("b"));
+    let user = chat_domain::UserId::parse(&a).unwrap();
+    let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+    let connection = format!("c-{}", unique("x"));
+    store.register(&user, &connection, now).await.unwrap();
+    store.unregister_refused(&connection).await.unwrap();
+    let r = t.post("/presence", &b, json!({ "userIds": [&a] })).await;
+    assert_eq!(
+        r.body["presence"][0],
+        json!({"userId": a, "online": false, "lastActiveAt": null}),
+        "{r:?}"
+    );
+}
+
 /// A moderator's suspension closes the user's open WebSocket connections, through the
 /// Management API's DeleteConnection (the local gateway's stand-in), and `$disconnect`
 /// unregisters them (docs/api.md §30).

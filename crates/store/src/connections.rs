@@ -316,6 +316,22 @@ impl ConnectionStore {
         connection_id: &str,
         now_unix: i64,
     ) -> Result<Option<(UserId, Vec<ConversationId>)>, ChatError> {
+        self.unregister_as(connection_id, Some(now_unix)).await
+    }
+
+    /// `unregister` of a connection its handshake refused after registering it (a suspension
+    /// made meanwhile): it never opened, so it leaves no `lastActiveAt` (found by probing: a user
+    /// who never connected showed one). DynamoDB: as `unregister`.
+    pub async fn unregister_refused(&self, connection_id: &str) -> Result<(), ChatError> {
+        self.unregister_as(connection_id, None).await.map(|_| ())
+    }
+
+    /// `closed_at`: when the connection closed (None: it never opened).
+    async fn unregister_as(
+        &self,
+        connection_id: &str,
+        closed_at: Option<i64>,
+    ) -> Result<Option<(UserId, Vec<ConversationId>)>, ChatError> {
         let old = self
             .db
             .delete_item()
@@ -342,7 +358,8 @@ impl ConnectionStore {
             .unwrap_or_default();
         match user {
             Some(user) => {
-                self.forget_presence(&user, connection_id, now_unix).await?;
+                self.forget_presence(&user, connection_id, closed_at)
+                    .await?;
                 Ok(Some((user, typing_in)))
             }
             None => Ok(None),
@@ -396,12 +413,16 @@ impl ConnectionStore {
         &self,
         user: &UserId,
         connection_id: &str,
-        now_unix: i64,
+        closed_at: Option<i64>,
     ) -> Result<(), ChatError> {
+        let (closed, values) = match closed_at {
+            Some(now_unix) => (CLOSED_SET, closed_values(now_unix).into_iter().collect()),
+            None => ("", std::collections::HashMap::new()),
+        };
         let r = self
             .update_presence(user)
-            .update_expression(format!("REMOVE connections.#c {CLOSED_SET} ADD ver :one"))
-            .set_expression_attribute_values(Some(closed_values(now_unix).into_iter().collect()))
+            .update_expression(format!("REMOVE connections.#c {closed} ADD ver :one"))
+            .set_expression_attribute_values(Some(values))
             .condition_expression("attribute_exists(connections)")
             .expression_attribute_names("#c", connection_id)
             .expression_attribute_values(":one", AttributeValue::N("1".into()))

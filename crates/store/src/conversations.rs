@@ -542,30 +542,37 @@ impl ChatStore {
     /// `removeMember`: a member may remove itself, the owner anyone. The target's inbox entry is
     /// deleted where the conversation's key says it is; if the indexer had not moved it there yet,
     /// the entry left behind is never shown (no member item) and the next inbox page that meets it
-    /// deletes it. DynamoDB: 1 BatchGetItem (conversation, caller, target) + 1 TransactWriteItems.
+    /// deletes it. DynamoDB: 1 BatchGetItem (conversation, caller, target) + 1 TransactWriteItems
+    /// (both again when the conversation's admins changed meanwhile).
     pub async fn remove_member(
         &self,
         caller: &UserId,
         id: &ConversationId,
         target: &UserId,
     ) -> Result<(), ChatError> {
-        let (conversation, target_member) = self.read_membership(caller, id, target).await?;
-        check_membership_change(conversation.kind)?;
-        check_removal(
-            caller,
-            target,
-            conversation.owner_id.as_ref(),
-            &conversation.admin_ids,
-        )?;
-        if !target_member {
-            return Err(ChatError::NotFound);
+        let mut retry = self.retry();
+        while retry.next_now() {
+            let (conversation, target_member) = self.read_membership(caller, id, target).await?;
+            check_membership_change(conversation.kind)?;
+            check_removal(
+                caller,
+                target,
+                conversation.owner_id.as_ref(),
+                &conversation.admin_ids,
+            )?;
+            if !target_member {
+                return Err(ChatError::NotFound);
+            }
+            let parts = self.removal_parts(&conversation, target, false)?;
+            match self.transact_retrying(parts).await? {
+                TxOutcome::Committed => return Ok(()),
+                // The conversation changed since the read (its admins): read it again.
+                TxOutcome::Cancelled(reasons) if super::reason_failed(&reasons, 1).is_some() => {}
+                // Removed meanwhile by someone else.
+                _ => return Err(ChatError::NotFound),
+            }
         }
-        let parts = self.removal_parts(&conversation, target, false)?;
-        match self.transact_retrying(parts).await? {
-            TxOutcome::Committed => Ok(()),
-            // Removed meanwhile by someone else.
-            _ => Err(ChatError::NotFound),
-        }
+        Err(ChatError::Throttled)
     }
 
     /// The conversation (the caller must be a member: else `NotFound`) and whether `target` is a
@@ -611,7 +618,12 @@ impl ChatStore {
         ];
         // An admin who leaves or is banned is an admin no more (re-added, a plain member), on
         // condition that the admins are as read (a concurrent addAdmin reads them again).
-        if conversation.admin_ids.contains(target) {
+        // Not an admin as read: still none (a grant racing this removal reads again instead of
+        // leaving an outsider an admin; found by probing).
+        if !conversation.admin_ids.contains(target) {
+            condition.push_str(" AND NOT contains(adminIds, :target)");
+            values.push((":target", s(target.as_str())));
+        } else {
             let was = serde_dynamo::to_attribute_value(&conversation.admin_ids)
                 .map_err(ChatError::internal)?;
             let left: Vec<&UserId> = conversation

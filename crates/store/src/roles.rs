@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
@@ -16,6 +17,7 @@ use chat_domain::conversation::{check_owner, check_slow_mode_change, is_manager}
 use chat_domain::error::ChatError;
 use chat_domain::model::Conversation;
 use chat_domain::rate::slow_mode_wait;
+use chat_domain::retry::backoff;
 use chat_domain::{ConversationId, ConversationType, UserId};
 
 /// Who a slow mode exempts and how long it is, as the send path last read it (`head`).
@@ -95,19 +97,37 @@ impl ChatStore {
         id: &ConversationId,
         slow_mode_seconds: u64,
     ) -> Result<Conversation, ChatError> {
-        let (conversation, _) = self.for_member(caller, id, None).await?;
-        check_slow_mode_change(
-            caller,
-            conversation.kind,
-            conversation.owner_id.as_ref(),
-            &conversation.admin_ids,
-        )?;
-        self.conversation_update(id, "SET slowModeSeconds = :s", "attribute_exists(pk)")
-            .expression_attribute_values(":s", n(slow_mode_seconds))
-            .send()
-            .await
-            .map_err(|e| sdk_error("UpdateItem", e))?;
-        self.get_conversation(caller, id).await
+        let mut retry = self.retry();
+        while retry.next_now() {
+            let (conversation, _) = self.for_member(caller, id, None).await?;
+            check_slow_mode_change(
+                caller,
+                conversation.kind,
+                conversation.owner_id.as_ref(),
+                &conversation.admin_ids,
+            )?;
+            // On the caller's role as read: one taken away meanwhile reads again (then `403`).
+            let set = self
+                .conversation_update(
+                    id,
+                    "SET slowModeSeconds = :s",
+                    "ownerId = :caller OR contains(adminIds, :caller)",
+                )
+                .expression_attribute_values(":s", n(slow_mode_seconds))
+                .expression_attribute_values(":caller", s(caller.as_str()))
+                .send()
+                .await;
+            match set {
+                Ok(_) => return self.get_conversation(caller, id).await,
+                Err(e) if is_lost_race(&e) => {
+                    if e.code() == Some("TransactionConflictException") {
+                        self.deadline().sleep(backoff(2)).await;
+                    }
+                }
+                Err(e) => return Err(sdk_error("UpdateItem", e)),
+            }
+        }
+        Err(ChatError::Throttled)
     }
 
     /// `addAdmin` (`add`) and `removeAdmin`: the owner names or removes an admin, who must be a
@@ -154,6 +174,11 @@ impl ChatStore {
             } else {
                 " AND adminIds = :old"
             });
+            // On the membership as read too: a leave, removal or ban of the target meanwhile
+            // (which takes it off the list it saw) makes this read again (found by probing: a grant
+            // racing a ban kept the banned user an admin, added back as one).
+            condition
+                .push_str(" AND (membersVersion = :mv OR attribute_not_exists(membersVersion))");
             let mut update = self
                 .conversation_update(id, expression, &condition)
                 .expression_attribute_values(":caller", s(caller.as_str()));
@@ -163,13 +188,13 @@ impl ChatStore {
             if !old.is_empty() {
                 update = update.expression_attribute_values(":old", list(&old));
             }
+            update = update.expression_attribute_values(":mv", n(conversation.members_version));
             match update.send().await {
                 Ok(_) => return self.get_conversation(caller, id).await,
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(UpdateItemError::is_conditional_check_failed_exception) =>
-                {
-                    continue
+                Err(e) if is_lost_race(&e) => {
+                    if e.code() == Some("TransactionConflictException") {
+                        self.deadline().sleep(backoff(2)).await;
+                    }
                 }
                 Err(e) => return Err(sdk_error("UpdateItem", e)),
             }
@@ -285,4 +310,13 @@ impl ChatStore {
             tracing::debug!(error = %e, "slow-mode slot not released");
         }
     }
+}
+
+/// A conditional update that lost to another change of the conversation item: its condition
+/// (the item changed since it was read) or a transaction on the item at that moment (a send's,
+/// a membership change's). Read again and retry.
+fn is_lost_race<R>(e: &aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>) -> bool {
+    e.as_service_error()
+        .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
+        || e.code() == Some("TransactionConflictException")
 }

@@ -355,8 +355,9 @@ impl ConnectionStore {
         if !visible {
             let mut item = visibility_key(user);
             item.insert("hidden".into(), AttributeValue::Bool(true));
-            let now = chat_domain::time::unix_millis(chat_domain::time::now());
-            item.insert("hiddenAt".into(), n(now as i64));
+            // To the second, as every lastActiveAt (docs/api.md §38).
+            let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+            item.insert("hiddenAt".into(), n(now * 1000));
             let put = self
                 .db
                 .put_item()

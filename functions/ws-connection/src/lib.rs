@@ -126,12 +126,12 @@ impl WsConnection {
             let suspended = match chat.is_suspended_now(&user).await {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = self.connections.unregister(connection, now).await;
+                    let _ = self.connections.unregister_refused(connection).await;
                     return Err(e);
                 }
             };
             if suspended {
-                self.connections.unregister(connection, now).await?;
+                self.connections.unregister_refused(connection).await?;
                 return Err(ChatError::Suspended);
             }
         }

@@ -247,3 +247,52 @@ async fn admins_named_at_once_are_all_named() {
     expected.sort();
     assert_eq!(admins, expected);
 }
+
+/// A grant racing the target's leave or ban never leaves a non-member an admin (found by
+/// probing: in half the races the banned user stayed on the list, and was an admin again when
+/// added back): the grant is conditioned on the membership it read.
+#[tokio::test]
+async fn a_grant_racing_a_leave_or_a_ban_leaves_no_outsider_an_admin() {
+    let t = std::sync::Arc::new(TestApp::new().await);
+    for trial in 0..8 {
+        let u = unique_users(3);
+        let (owner, x, z) = (u[0].clone(), u[1].clone(), u[2].clone());
+        let c = t.group(&owner, &[&x, &z]).await;
+        let ban = trial % 2 == 1;
+        let grant = {
+            let (t, c, owner, x) = (t.clone(), c.clone(), owner.clone(), x.clone());
+            async move { admin(&t, &c, &owner, &x, true).await }
+        };
+        let gone = {
+            let (t, c, owner, x) = (t.clone(), c.clone(), owner.clone(), x.clone());
+            async move {
+                if ban {
+                    t.call(
+                        "POST",
+                        &format!("/conversations/{c}/bans/{x}"),
+                        Some(&owner),
+                        None,
+                    )
+                    .await
+                } else {
+                    t.call(
+                        "DELETE",
+                        &format!("/conversations/{c}/members/{x}"),
+                        Some(&x),
+                        None,
+                    )
+                    .await
+                }
+            }
+        };
+        let (granted, left) = tokio::join!(tokio::spawn(grant), tokio::spawn(gone));
+        let (granted, left) = (granted.unwrap(), left.unwrap());
+        assert_eq!(left.status, 204, "{left:?}");
+        assert!([200, 404].contains(&granted.status), "{granted:?}");
+        let conversation = t.get(&format!("/conversations/{c}"), &owner).await;
+        assert!(
+            conversation.body.get("admins").is_none(),
+            "trial {trial} (ban: {ban}): {conversation:?}"
+        );
+    }
+}

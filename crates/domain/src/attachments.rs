@@ -80,8 +80,9 @@ impl AttachmentPolicy {
         };
         // A token each: parameters (`; charset=`) or spaces would make the signed header
         // differ from what the rule checked.
+        // At most 127 characters each (RFC 6838 §4.2).
         let token = |s: &str| {
-            !s.is_empty()
+            (1..=127).contains(&s.len())
                 && s.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
         };
@@ -118,6 +119,13 @@ impl CreateAttachment {
             return Err(ChatError::invalid("field `size` must be at least 1"));
         }
         let content_type = f.required_str("contentType")?;
+        // A media type is at most 255 characters (RFC 6838): a longer one is no media type (found
+        // by probing: 60 KB ones made a send's message too large to store, a 500).
+        if content_type.len() > 255 {
+            return Err(ChatError::invalid(
+                "field `contentType` must be a media type of at most 255 characters",
+            ));
+        }
         if !policy.allows(content_type) {
             return Err(ChatError::UnsupportedMediaType(format!(
                 "field `contentType`: `{content_type}` is not an allowed content type"
@@ -412,6 +420,16 @@ mod tests {
         let ok = parse(r#"{"fileName":"a.png","contentType":"Image/PNG","size":10}"#).unwrap();
         assert_eq!(ok.content_type, "image/png");
         let status = |b: &str| parse(b).unwrap_err().status();
+        let long = format!(
+            r#"{{"fileName":"a","contentType":"image/{}","size":1}}"#,
+            "b".repeat(250)
+        );
+        assert_eq!(status(&long), 400, "longer than 255 characters");
+        let sub128 = format!(
+            r#"{{"fileName":"a","contentType":"image/{}","size":1}}"#,
+            "b".repeat(128)
+        );
+        assert_eq!(status(&sub128), 415, "a subtype longer than 127 characters");
         assert_eq!(
             status(r#"{"fileName":"","contentType":"image/png","size":1}"#),
             400

@@ -188,7 +188,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
         .iter()
         .any(|(k, _)| k == "X-Amz-Signature");
     if presigned {
-        if let Err((code, message)) = verify(&parts, &state.config.secret, now_secs()) {
+        if let Err((code, message)) = verify(&parts, &state.config.secret, now_ms()) {
             return Ok(refuse(StatusCode::FORBIDDEN, code, &message));
         }
     } else if !parts.headers.contains_key("authorization") {
@@ -513,9 +513,13 @@ async fn notify(state: &State, url: &str, event: serde_json::Value) {
 }
 
 fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The query's pairs, percent-decoded, in their order.
@@ -571,8 +575,9 @@ fn mismatch() -> Refusal {
     )
 }
 
-/// Checks a presigned request as S3 does (SigV4 in the query), at `now` (Unix seconds).
-pub fn verify(parts: &Parts, secret: &str, now: u64) -> Result<(), Refusal> {
+/// Checks a presigned request as S3 does (SigV4 in the query), at `now_ms` (Unix milliseconds:
+/// a request is valid until its second `X-Amz-Date + X-Amz-Expires` begins, not a second more).
+pub fn verify(parts: &Parts, secret: &str, now_ms: u64) -> Result<(), Refusal> {
     let pairs = query_pairs(parts.uri.query().unwrap_or(""));
     let get = |name: &str| {
         pairs
@@ -603,7 +608,7 @@ pub fn verify(parts: &Parts, secret: &str, now: u64) -> Result<(), Refusal> {
     let expires: u64 = expires
         .parse()
         .map_err(|_| denied("X-Amz-Expires is malformed"))?;
-    if now > signed_at + expires {
+    if now_ms >= (signed_at + expires) * 1000 {
         return Err(denied("Request has expired"));
     }
     let names: Vec<&str> = signed.split(';').collect();

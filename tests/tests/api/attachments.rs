@@ -330,7 +330,13 @@ async fn deleting_the_message_deletes_its_objects() {
     let r = t.delete_message(&c, 1, &a, &new_uuid()).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.body["message"]["attachments"].is_null(), "{r:?}");
-    assert_eq!(download(&url).await.0, 404, "the object is gone");
+    let gone = download(&url).await;
+    assert_eq!(
+        gone.0,
+        404,
+        "the object is gone: {}",
+        String::from_utf8_lossy(&gone.1)
+    );
     let link = format!("/conversations/{c}/attachments/{id}");
     assert_eq!(t.get(&link, &b).await.status, 404);
 }
@@ -829,4 +835,39 @@ async fn an_upload_never_sent_goes_with_its_records_expiry_whatever_its_tags() {
         assert_eq!(left.is_some(), !by_ttl, "by TTL: {by_ttl}");
         assert_eq!(thumbnail().await.is_ok(), !by_ttl, "by TTL: {by_ttl}");
     }
+}
+
+/// An upload is stored and served as sent: its `Content-Encoding` is signed (`identity`), so no
+/// client decodes it on the way (found by probing: EICAR, gzipped with an unsigned
+/// `Content-Encoding: gzip`, passed the scanner as gzip bytes and reached clients decoded).
+#[tokio::test]
+async fn an_upload_is_stored_and_served_as_sent() {
+    use std::io::Write;
+    let t = TestApp::new().await;
+    let (a, _b, c) = t.new_direct().await;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(b"what the scanner never saw").unwrap();
+    let packed = gz.finish().unwrap();
+    let created = create(&t, &c, &a, "text/plain", packed.len()).await;
+    let upload = &created.body["upload"];
+    assert_eq!(
+        upload["headers"]["content-encoding"], "identity",
+        "{upload}"
+    );
+    let claimed = [("content-encoding", "gzip")];
+    assert_eq!(upload_with(upload, packed.clone(), &claimed).await, 403);
+    assert_eq!(upload_with(upload, packed.clone(), &[]).await, 200);
+    let id = created.body["attachmentId"].as_str().unwrap().to_owned();
+    let sent = send_with(&t, &c, &a, &new_uuid(), &[&id]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let url = sent.body["attachments"][0]["url"].as_str().unwrap();
+    let (status, headers, body) = raw_http("GET", url, &[], Vec::new()).await;
+    assert_eq!(status, 200);
+    assert!(
+        headers
+            .get("content-encoding")
+            .is_none_or(|e| e == "identity"),
+        "{headers:?}"
+    );
+    assert_eq!(body, packed, "the bytes as sent");
 }

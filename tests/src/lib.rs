@@ -805,6 +805,25 @@ impl TestApp {
         self
     }
 
+    /// Suspends `user` as another instance's `suspendUser` would: its suspension item written
+    /// straight to the table, which no store of this process has seen. Returns the item's key.
+    pub async fn suspend_elsewhere(&self, user: &str) -> chat_store::Item {
+        let key = chat_store::keys::suspension_key(&chat_domain::UserId::parse(user).unwrap());
+        let mut item = key.clone();
+        item.insert(
+            "userId".into(),
+            aws_sdk_dynamodb::types::AttributeValue::S(user.to_owned()),
+        );
+        self.db
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+        key
+    }
+
     /// The conversations function closing suspended users' connections through `sessions` (a
     /// gateway's Management API, `push`).
     pub fn with_sessions(self, sessions: conversations::Sessions) -> TestApp {

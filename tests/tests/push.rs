@@ -979,21 +979,6 @@ async fn push_queued_to(
     let answer = fanout.handle(event).await;
     assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
 }
-/// Suspends `user` as another instance would: its suspension item written directly, which this
-/// process has not seen.
-async fn suspend_elsewhere(t: &TestApp, user: &str) {
-    let mut item = chat_store::keys::suspension_key(&chat_domain::UserId::parse(user).unwrap());
-    item.insert(
-        "moderatorId".into(),
-        aws_sdk_dynamodb::types::AttributeValue::S("elsewhere".into()),
-    );
-    t.db.put_item()
-        .table_name(&t.table)
-        .set_item(Some(item))
-        .send()
-        .await
-        .unwrap();
-}
 
 /// A suspension made by another instance (its item written directly here), while this one
 /// still knows the user as not suspended (a connection a moment before): a new connection is
@@ -1005,7 +990,7 @@ async fn a_connection_after_a_suspension_elsewhere_is_refused() {
         let t = TestApp::new().await;
         let a = unique("a");
         let before = WsClient::connect(&a).await;
-        suspend_elsewhere(&t, &a).await;
+        t.suspend_elsewhere(&a).await;
         let url = format!("{}?token={}", gateway().ws_url, token(&a));
         assert_eq!(WsClient::connect_url(&url).await.err(), Some(403));
         drop(before);
@@ -1032,7 +1017,7 @@ async fn a_refused_handshake_leaves_presence_as_it_was() {
         assert!(closed.is_string(), "{closed}");
         // Past the close's second, then suspended elsewhere (the item written directly here).
         tokio::time::sleep(Duration::from_millis(1_100)).await;
-        suspend_elsewhere(&t, &a).await;
+        t.suspend_elsewhere(&a).await;
         let url = format!("{}?token={}", gateway().ws_url, token(&a));
         assert_eq!(WsClient::connect_url(&url).await.err(), Some(403));
         let now = last_active(t.post("/presence", &b, json!({ "userIds": [&a] })).await);

@@ -117,14 +117,11 @@ impl ChatStore {
                 .expression_attribute_values(":caller", s(caller.as_str()))
                 .send()
                 .await;
-            match set {
-                Ok(_) => return self.get_conversation(caller, id).await,
-                Err(e) if is_lost_race(&e) => {
-                    if e.code() == Some("TransactionConflictException") {
-                        self.deadline().sleep(backoff(2)).await;
-                    }
-                }
-                Err(e) => return Err(sdk_error("UpdateItem", e)),
+            let Err(e) = set else {
+                return self.get_conversation(caller, id).await;
+            };
+            if !self.lost_race(&e).await {
+                return Err(sdk_error("UpdateItem", e));
             }
         }
         Err(ChatError::Throttled)
@@ -189,14 +186,11 @@ impl ChatStore {
                 update = update.expression_attribute_values(":old", list(&old));
             }
             update = update.expression_attribute_values(":mv", n(conversation.members_version));
-            match update.send().await {
-                Ok(_) => return self.get_conversation(caller, id).await,
-                Err(e) if is_lost_race(&e) => {
-                    if e.code() == Some("TransactionConflictException") {
-                        self.deadline().sleep(backoff(2)).await;
-                    }
-                }
-                Err(e) => return Err(sdk_error("UpdateItem", e)),
+            let Err(e) = update.send().await else {
+                return self.get_conversation(caller, id).await;
+            };
+            if !self.lost_race(&e).await {
+                return Err(sdk_error("UpdateItem", e));
             }
         }
         Err(ChatError::Throttled)
@@ -312,11 +306,20 @@ impl ChatStore {
     }
 }
 
-/// A conditional update that lost to another change of the conversation item: its condition
-/// (the item changed since it was read) or a transaction on the item at that moment (a send's,
-/// a membership change's). Read again and retry.
-fn is_lost_race<R>(e: &aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>) -> bool {
-    e.as_service_error()
-        .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
-        || e.code() == Some("TransactionConflictException")
+impl ChatStore {
+    /// Whether a conditional update of the conversation item lost to another change of it: its
+    /// condition (the item changed since it was read), or a transaction on the item at that
+    /// moment (a send's, a membership change's), which it first waits out a little. Read again
+    /// and retry then.
+    async fn lost_race<R>(
+        &self,
+        e: &aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>,
+    ) -> bool {
+        if e.code() == Some("TransactionConflictException") {
+            self.deadline().sleep(backoff(2)).await;
+            return true;
+        }
+        e.as_service_error()
+            .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
+    }
 }

@@ -352,21 +352,6 @@ async fn refused_sends_look_up_their_keys_a_few_times_a_second() {
     assert_eq!(replay.status, 200, "{replay:?}");
 }
 
-/// Writes `user`'s suspension item as another instance's `suspendUser` does (this process
-/// learns nothing of it); returns its key.
-async fn suspend_elsewhere(t: &TestApp, user: &str) -> chat_store::Item {
-    let key = chat_store::keys::suspension_key(&chat_domain::UserId::parse(user).unwrap());
-    let mut item = key.clone();
-    item.insert("userId".into(), AttributeValue::S(user.to_owned()));
-    t.db.put_item()
-        .table_name(&t.table)
-        .set_item(Some(item))
-        .send()
-        .await
-        .unwrap();
-    key
-}
-
 /// A suspension made by another instance reaches a send at once, whatever this instance
 /// remembers of the user (up to `SUSPENSION_TTL`; here the whole test): the mark on the user's
 /// limits item, which every send updates on condition that it is absent (found by probing: sends
@@ -378,7 +363,7 @@ async fn a_suspension_refuses_sends_at_once_whatever_an_instance_remembers() {
     assert_eq!(t.send(&c, &a, "before").await.status, 201);
     // Suspended elsewhere: the suspension item and the mark, written as another instance's
     // `suspendUser` writes them; this process still remembers `a` as not suspended.
-    suspend_elsewhere(&t, &a).await;
+    t.suspend_elsewhere(&a).await;
     let mark = |user: &str, on: bool| {
         let update =
             t.db.update_item()
@@ -456,7 +441,7 @@ async fn a_suspension_made_elsewhere_refuses_every_request_at_once() {
         assert_eq!(t.get(path, &a).await.status, 200, "{path}");
     }
     // Suspended by another instance: its item only (no rate limits, so no mark).
-    let suspension = suspend_elsewhere(&t, &a).await;
+    let suspension = t.suspend_elsewhere(&a).await;
     for path in &get_paths {
         let r = t.get(path, &a).await;
         assert_eq!((r.status, r.code()), (403, "suspended"), "{path}: {r:?}");

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TransactWriteItem};
+use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::Client;
 use serde::Serialize;
@@ -32,6 +33,9 @@ const DOWNLOAD_TTL: Duration = Duration::from_secs(60 * 60);
 const UNUSED_TTL_SECS: i64 = 24 * 3600;
 /// The tag every upload carries until a message uses it (template.yaml's lifecycle rule).
 pub const UNATTACHED_TAG: &str = "chat-unattached=1";
+/// The tags of a deleted attachment's tombstone: the bucket's policy refuses to read an object
+/// tagged `chat-deleted=1` (template.yaml), and its lifecycle rule expires the unattached ones.
+pub const DELETED_TAGS: &str = "chat-deleted=1&chat-unattached=1";
 
 /// The attachments bucket and what uploads may be.
 #[derive(Clone, Debug)]
@@ -481,10 +485,15 @@ impl ChatStore {
             .collect()
     }
 
-    /// Deletes a deleted message's attachments' objects and their thumbnails, once the deletion
-    /// committed. S3: 1 DeleteObject per object, at once (one per key, as IAM grants them by
-    /// prefix; a missing thumbnail is no error).
-    pub(crate) async fn delete_attachment_objects(
+    /// Erases a deleted message's attachments' objects, once the deletion committed: each upload
+    /// is overwritten by an empty tombstone (`DELETED_TAGS`), its thumbnail deleted. Not deleted:
+    /// the upload's presigned PUT stays valid for a while after the message's deletion, and
+    /// `If-None-Match: *` refuses it only while the key holds an object (a deleted key let a
+    /// sender put the bytes back, served again by the URLs members held: found by probing).
+    /// The bucket's policy refuses reads of a tombstone; its lifecycle rule deletes it after a day,
+    /// long after every upload request expired. S3: 1 PutObject per upload and 1 DeleteObject per
+    /// thumbnail, at once (a missing thumbnail is no error).
+    pub(crate) async fn erase_attachment_objects(
         &self,
         id: &ConversationId,
         attachment_ids: &[String],
@@ -493,33 +502,48 @@ impl ChatStore {
             return Ok(());
         }
         let a = self.attachments()?;
-        let keys = attachment_ids
-            .iter()
-            .flat_map(|att| [object_key(id, att), thumbnail_key(id, att)]);
-        let deletes = keys.map(|key| async move {
-            a.s3.delete_object()
+        let tombstones = attachment_ids.iter().map(|att| async move {
+            a.s3.put_object()
                 .bucket(&a.bucket)
-                .key(key)
+                .key(object_key(id, att))
+                .tagging(DELETED_TAGS)
+                .body(Vec::new().into())
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| {
-                    ChatError::internal(format!(
-                        "DeleteObject: {}",
-                        aws_sdk_s3::error::DisplayErrorContext(&e)
-                    ))
-                })
+                .map_err(|e| s3_error("PutObject", e))
         });
-        futures::future::try_join_all(deletes).await?;
+        let thumbnails = attachment_ids
+            .iter()
+            .map(|att| a.delete(thumbnail_key(id, att)));
+        futures::future::try_join(
+            futures::future::try_join_all(tombstones),
+            futures::future::try_join_all(thumbnails),
+        )
+        .await?;
         Ok(())
+    }
+}
+
+impl Attachments {
+    /// S3: 1 DeleteObject (a missing object is no error).
+    async fn delete(&self, key: String) -> Result<(), ChatError> {
+        self.s3
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| s3_error("DeleteObject", e))
     }
 }
 
 /// The thumbnailer's calls (functions/thumbnails): it reads an upload, writes its thumbnail
 /// under `t/`, and records the original's dimensions.
 impl ChatStore {
-    /// The bytes of an upload, at most `max` of them (None: no such object, e.g. its message was
-    /// deleted meanwhile, or larger than `max`). S3: 1 GetObject.
+    /// The bytes of an upload, at most `max` of them (None: no such object, or its tombstone: its
+    /// message was deleted meanwhile; or larger than `max`). S3: 1 GetObject.
     pub async fn attachment_bytes(
         &self,
         id: &ConversationId,
@@ -533,12 +557,19 @@ impl ChatStore {
                 .key(object_key(id, attachment_id))
                 .send()
                 .await;
+        let out = match out {
+            // 403 too: without ListBucket (not granted) S3 answers a missing key so, and the
+            // bucket policy a tombstone's read.
+            Err(e) if e.code() == Some("AccessDenied") => return Ok(None),
+            out => out,
+        };
         let Some(out) = or_missing("GetObject", out)? else {
             return Ok(None);
         };
+        // An upload has at least 1 byte: an empty object is a tombstone.
         if out
             .content_length()
-            .is_some_and(|n| n < 0 || n as u64 > max)
+            .is_some_and(|n| n <= 0 || n as u64 > max)
         {
             return Ok(None);
         }
@@ -586,16 +617,31 @@ impl ChatStore {
         Ok(out.item.is_some())
     }
 
-    /// Deletes an upload whose attachment no longer exists, and its thumbnail: bytes put back
-    /// with the upload's presigned request (valid for a while) after its message was deleted.
-    /// S3: 2 DeleteObject, at once.
-    pub async fn delete_orphan_upload(
+    /// Erases an upload whose attachment no longer exists, and its thumbnail
+    /// (`erase_attachment_objects`). S3: 1 PutObject and 1 DeleteObject, at once.
+    pub async fn erase_orphan_upload(
         &self,
         id: &ConversationId,
         attachment_id: &str,
     ) -> Result<(), ChatError> {
-        self.delete_attachment_objects(id, &[attachment_id.to_owned()])
+        self.erase_attachment_objects(id, &[attachment_id.to_owned()])
             .await
+    }
+
+    /// Deletes an upload never sent, and its thumbnail, once its record expired: 24 h after its
+    /// upload request, long expired. S3: 2 DeleteObject, at once.
+    pub async fn delete_expired_upload(
+        &self,
+        id: &ConversationId,
+        attachment_id: &str,
+    ) -> Result<(), ChatError> {
+        let a = self.attachments()?;
+        futures::future::try_join(
+            a.delete(object_key(id, attachment_id)),
+            a.delete(thumbnail_key(id, attachment_id)),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Records that an attachment's thumbnail exists, with its original's `width` × `height`

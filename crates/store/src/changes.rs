@@ -498,7 +498,7 @@ impl ChatStore {
                 // A retry after a 503: the erasure, or the deletion of its files, may not have
                 // happened.
                 self.erase_after_deletion(id, seq).await?;
-                self.delete_attachment_objects(id, &key.attachments)
+                self.erase_attachment_objects(id, &key.attachments)
                     .await
                     .map_err(|_| ChatError::Unavailable)?;
                 return Ok(message);
@@ -563,8 +563,8 @@ impl ChatStore {
                 // an advance after this looks).
                 self.erase_after_deletion(id, seq).await?;
                 // Its files go with it (their records went in the transaction; a replay of this
-                // deletion deletes them again, from its key).
-                self.delete_attachment_objects(id, &files)
+                // deletion erases them again, from its key).
+                self.erase_attachment_objects(id, &files)
                     .await
                     .map_err(|_| ChatError::Unavailable)?;
                 return Ok(tomb);

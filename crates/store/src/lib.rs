@@ -676,7 +676,7 @@ impl ChatStore {
         Ok(Vec::new())
     }
 
-    pub(crate) async fn delete_attachment_objects(
+    pub(crate) async fn erase_attachment_objects(
         &self,
         _id: &ConversationId,
         _attachment_ids: &[String],

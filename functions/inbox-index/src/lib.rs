@@ -138,7 +138,7 @@ impl InboxIndex {
         let dropping = stream::iter(expired)
             .map(|(i, (id, attachment))| {
                 let chat = &chat;
-                async move { (i, chat.delete_orphan_upload(&id, &attachment).await) }
+                async move { (i, chat.delete_expired_upload(&id, &attachment).await) }
             })
             .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
             .collect::<Vec<_>>();

@@ -17,7 +17,7 @@ pub mod thumb;
 pub use image;
 
 use chat_domain::attachments::{parse_object_key, Scan};
-use chat_domain::{ChatError, ConversationId};
+use chat_domain::ChatError;
 use chat_store::{ChatStore, Config};
 
 /// Uploads larger than this are not read (the default upload limit is 25 MiB).
@@ -65,34 +65,34 @@ impl Thumbnailer {
         let mut out = Vec::with_capacity(records.len());
         for r in records {
             let key = url_decode(r["s3"]["object"]["key"].as_str().unwrap_or_default());
+            // An upload has at least 1 byte: an empty object is a deleted attachment's tombstone.
+            if r["s3"]["object"]["size"].as_u64() == Some(0) {
+                tracing::info!(key, "a deleted attachment's tombstone: nothing to do");
+                out.push(Outcome::Gone);
+                continue;
+            }
             out.push(self.uploaded(&key).await?);
         }
         Ok(out)
     }
 
-    /// An upload's event: an upload whose attachment is gone is deleted (its message was
-    /// deleted, and the bytes put back with the upload's still valid presigned request: found by
-    /// probing, the download URLs members held served them again); else thumbnailed, or left to
-    /// its scan's verdict.
+    /// An upload's event: an upload whose attachment is gone is erased (a deleted message's
+    /// upload is a tombstone already, which no presigned PUT replaces: this is the safety net);
+    /// else thumbnailed, or left to its scan's verdict.
     async fn uploaded(&self, key: &str) -> Result<Outcome, ChatError> {
         let Some((id, attachment_id)) = parse_object_key(key) else {
             tracing::info!(key, "not an attachment's object: no thumbnail");
             return Ok(Outcome::None);
         };
         if !self.store.attachment_exists(&attachment_id).await? {
-            return self.gone(&id, &attachment_id).await;
+            tracing::info!(%id, attachment_id, "an upload of a deleted attachment: erased");
+            self.store.erase_orphan_upload(&id, &attachment_id).await?;
+            return Ok(Outcome::Gone);
         }
         if self.store.scan_uploads() {
             return Ok(Outcome::AwaitsScan);
         }
         self.object(key).await
-    }
-
-    /// An upload whose attachment no longer exists: deleted, thumbnail and all.
-    async fn gone(&self, id: &ConversationId, attachment_id: &str) -> Result<Outcome, ChatError> {
-        tracing::info!(%id, attachment_id, "an upload of a deleted attachment: deleted");
-        self.store.delete_orphan_upload(id, attachment_id).await?;
-        Ok(Outcome::Gone)
     }
 
     /// A scan's result (the event's `detail`): its verdict recorded on the attachment, and a
@@ -113,7 +113,10 @@ impl Thumbnailer {
         let scan = Scan::of_guardduty(status.unwrap_or_default());
         tracing::info!(key, ?status, verdict = scan.as_str(), "scan result");
         if !self.store.record_scan(&id, &attachment_id, scan).await? {
-            return self.gone(&id, &attachment_id).await;
+            // Its message was deleted, its upload erased then (a tombstone, whose own scan this
+            // may be: erasing it again would upload, scan and come back here without end).
+            tracing::info!(key, "a scan result of a deleted attachment: nothing to do");
+            return Ok(Outcome::Gone);
         }
         if scan != Scan::Clean {
             return Ok(Outcome::Refused(scan));
@@ -149,9 +152,11 @@ impl Thumbnailer {
             .record_thumbnail(&id, &attachment_id, made.width, made.height)
             .await?;
         if !kept {
-            // Deleted while the thumbnail was made: its deletion did not see the thumbnail (nor,
-            // put back since, the upload).
-            return self.gone(&id, &attachment_id).await;
+            // Deleted while the thumbnail was made: its deletion did not see the thumbnail (and
+            // the upload may still await its erasure).
+            tracing::info!(key, "deleted while thumbnailed: erased");
+            self.store.erase_orphan_upload(&id, &attachment_id).await?;
+            return Ok(Outcome::Gone);
         }
         Ok(Outcome::Thumbnail {
             width: made.width,

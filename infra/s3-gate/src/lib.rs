@@ -10,6 +10,8 @@
 //!   (`AccessDenied`: the bucket blocks public access); SDK calls (`Authorization`) pass through;
 //! - CORS for browsers (a preflight `OPTIONS` is answered here, as a bucket's CORS rule would);
 //! - moto's 500 to a `DeleteObjectTagging` of a missing object becomes S3's 404 `NoSuchKey`;
+//! - the stand-in of the attachments bucket's policy (template.yaml): a read of an object tagged
+//!   `chat-deleted=1` (a deleted attachment's tombstone) is refused 403 `AccessDenied`;
 //! - after a presigned `PUT` stored an object, the S3 event (`ObjectCreated:Put`, S3's event JSON)
 //!   is POSTed to `notify` when set: the local stand-in of the bucket's event notification;
 //! - with `scan` set, the stand-in of GuardDuty Malware Protection for S3: each object a presigned
@@ -56,6 +58,9 @@ pub struct ScanConfig {
     /// Where each scan's result event is POSTed (None: nowhere).
     pub notify: Option<String>,
 }
+
+/// The tag whose objects the bucket's policy refuses to read (`DENY_READ_TAG` = `"1"`).
+pub const DENY_READ_TAG: &str = "chat-deleted";
 
 /// The tag GuardDuty writes on a scanned object.
 pub const SCAN_TAG: &str = "GuardDutyMalwareScanStatus";
@@ -198,6 +203,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
             "Access Denied (public access is blocked)",
         ));
     }
+    let object_read = matches!(parts.method, Method::GET | Method::HEAD)
+        && !query_pairs(query).iter().any(|(k, _)| k == "tagging")
+        && parts.uri.path().trim_start_matches('/').contains('/');
+    if object_read && read_denied(&state, parts.uri.path()).await {
+        return Ok(refuse(
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "Access Denied",
+        ));
+    }
     let body = body.collect().await?.to_bytes();
     let size = body.len();
     let (status, headers, bytes) =
@@ -281,6 +296,19 @@ async fn forward(
     let (p, b) = resp.into_parts();
     let bytes = b.collect().await.map_err(|e| e.to_string())?.to_bytes();
     Ok((p.status, p.headers, bytes))
+}
+
+/// Whether the bucket's policy refuses to read the object at path-style `path`: it is tagged
+/// `DENY_READ_TAG=1`. No such object, or no answer about its tags: not refused here (the read
+/// itself then answers).
+async fn read_denied(state: &State, path: &str) -> bool {
+    let s3 = state.config.s3.trim_end_matches('/');
+    match plain(state, Method::GET, &format!("{s3}{path}?tagging"), None).await {
+        Ok((status, _, xml)) if status.is_success() => parse_tags(&String::from_utf8_lossy(&xml))
+            .iter()
+            .any(|(k, v)| k == DENY_READ_TAG && v == "1"),
+        _ => false,
+    }
 }
 
 /// `POST /_scan/<bucket>/<key>`: scans that object now; answers its verdict once the object is

@@ -330,20 +330,61 @@ async fn deleting_the_message_deletes_its_objects() {
     let r = t.delete_message(&c, 1, &a, &new_uuid()).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.body["message"]["attachments"].is_null(), "{r:?}");
-    let gone = download(&url).await;
-    assert_eq!(
-        gone.0,
-        404,
-        "the object is gone: {}",
-        String::from_utf8_lossy(&gone.1)
-    );
+    assert_erased(&c, &id, &url).await;
     let link = format!("/conversations/{c}/attachments/{id}");
     assert_eq!(t.get(&link, &b).await.status, 404);
 }
 
-/// An upload is written once (`If-None-Match: *`), and bytes put back with its presigned request
-/// after its message was deleted are deleted by their upload's event (found by probing: the
-/// download URLs members held served them again, malware included).
+/// A deleted message's upload: an empty tombstone tagged for the bucket's lifecycle rule and
+/// policy, which refuses the download URLs members held (403, as S3 answers a read the bucket
+/// policy denies).
+async fn assert_erased(c: &str, id: &str, url: &str) {
+    let gone = download(url).await;
+    assert_eq!(gone.0, 403, "{}", String::from_utf8_lossy(&gone.1));
+    assert!(
+        String::from_utf8_lossy(&gone.1).contains("<Code>AccessDenied</Code>"),
+        "{}",
+        String::from_utf8_lossy(&gone.1)
+    );
+    let s3 = chat_tests::s3_client(chat_tests::server::kinesis_endpoint()).await;
+    let key = format!("a/{c}/{id}");
+    let object = s3
+        .get_object()
+        .bucket(chat_tests::ATTACHMENTS_BUCKET)
+        .key(&key)
+        .send()
+        .await
+        .expect("the tombstone");
+    let bytes = object.body.collect().await.unwrap().into_bytes();
+    assert!(bytes.is_empty(), "the content is gone: {bytes:?}");
+    let tags = s3
+        .get_object_tagging()
+        .bucket(chat_tests::ATTACHMENTS_BUCKET)
+        .key(&key)
+        .send()
+        .await
+        .unwrap();
+    let tags: Vec<(&str, &str)> = tags
+        .tag_set()
+        .iter()
+        .map(|t| (t.key(), t.value()))
+        .collect();
+    assert!(tags.contains(&("chat-deleted", "1")), "{tags:?}");
+    assert!(tags.contains(&("chat-unattached", "1")), "{tags:?}");
+    let thumbnail = s3
+        .head_object()
+        .bucket(chat_tests::ATTACHMENTS_BUCKET)
+        .key(format!("t/{c}/{id}"))
+        .send()
+        .await;
+    assert!(thumbnail.is_err(), "no thumbnail: {thumbnail:?}");
+}
+
+/// An upload is written once (`If-None-Match: *`), and its presigned request, valid for a while
+/// after its message's deletion, cannot put bytes back (found by probing: a deleted key took
+/// them, and the download URLs members held served them again, malware included). An upload
+/// whose attachment is gone all the same is erased by its event; a tombstone's event changes
+/// nothing.
 #[tokio::test]
 async fn an_upload_is_written_once_and_never_comes_back_after_its_message_is_deleted() {
     let t = TestApp::new().await;
@@ -367,29 +408,50 @@ async fn an_upload_is_written_once_and_never_comes_back_after_its_message_is_del
 
     let r = t.delete_message(&c, 1, &a, &new_uuid()).await;
     assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!(download(&url).await.0, 404);
-    // Put back: its event deletes it.
-    assert_eq!(upload_with(upload, other.clone(), &[]).await, 200);
-    let path = format!("/{}/a/{c}/{id}", chat_tests::ATTACHMENTS_BUCKET);
-    let event = s3_gate::s3_event(&path, other.len());
-    let outcomes = t.thumbnailer().handle(&event).await.expect("thumbnailer");
-    assert_eq!(outcomes, [thumbnails::Outcome::Gone]);
-    assert_eq!(download(&url).await.0, 404, "deleted again");
+    assert_erased(&c, &id, &url).await;
+    // Not put back: the tombstone holds the key.
+    assert_eq!(upload_with(upload, other.clone(), &[]).await, 412);
+    assert_erased(&c, &id, &url).await;
     let link = format!("/conversations/{c}/attachments/{id}");
     assert_eq!(t.get(&link, &b).await.status, 404);
+
+    // The tombstone's own event (S3 sends one for every object created): nothing done.
+    let path = format!("/{}/a/{c}/{id}", chat_tests::ATTACHMENTS_BUCKET);
+    t.calls.take();
+    let outcomes = t.thumbnailer().handle(&s3_gate::s3_event(&path, 0)).await;
+    assert_eq!(outcomes.expect("thumbnailer"), [thumbnails::Outcome::Gone]);
+    assert_eq!(t.calls.take(), Vec::<String>::new());
+    // Bytes under a deleted attachment's key all the same (e.g. put there before this
+    // release): their event erases them.
+    let s3 = chat_tests::s3_client(chat_tests::server::kinesis_endpoint()).await;
+    s3.put_object()
+        .bucket(chat_tests::ATTACHMENTS_BUCKET)
+        .key(format!("a/{c}/{id}"))
+        .body(other.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let outcomes = t
+        .thumbnailer()
+        .handle(&s3_gate::s3_event(&path, other.len()))
+        .await;
+    assert_eq!(outcomes.expect("thumbnailer"), [thumbnails::Outcome::Gone]);
+    assert_erased(&c, &id, &url).await;
 }
 
-/// A deletion answered `503` because its files' deletion failed is finished by its retry: the
-/// files' ids stay on the deletion's key, whose replay deletes them again.
+/// A deletion answered `503` because its files' erasure failed is finished by its retry: the
+/// files' ids stay on the deletion's key, whose replay erases them again.
 #[tokio::test]
-async fn a_retried_deletion_deletes_files_its_first_attempt_left() {
+async fn a_retried_deletion_erases_files_its_first_attempt_left() {
     let t = TestApp::new().await;
     let (a, _b, c) = t.new_direct().await;
     let id = uploaded(&t, &c, &a, b"to be deleted").await;
-    assert_eq!(send_with(&t, &c, &a, &new_uuid(), &[&id]).await.status, 201);
+    let sent = send_with(&t, &c, &a, &new_uuid(), &[&id]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let url = sent.body["attachments"][0]["url"].as_str().unwrap();
     let change = new_uuid();
     assert_eq!(t.delete_message(&c, 1, &a, &change).await.status, 200);
-    // As if the first attempt's DeleteObject had failed: the file is still there.
+    // As if the first attempt's erasure had failed: the file is still there.
     let s3 = chat_tests::s3_client(chat_tests::server::kinesis_endpoint()).await;
     let key = format!("a/{c}/{id}");
     s3.put_object()
@@ -401,13 +463,7 @@ async fn a_retried_deletion_deletes_files_its_first_attempt_left() {
         .unwrap();
     let retry = t.delete_message(&c, 1, &a, &change).await;
     assert_eq!(retry.status, 200, "{retry:?}");
-    let left = s3
-        .head_object()
-        .bucket(chat_tests::ATTACHMENTS_BUCKET)
-        .key(&key)
-        .send()
-        .await;
-    assert!(left.is_err(), "the retry deleted it: {left:?}");
+    assert_erased(&c, &id, url).await;
 }
 
 #[tokio::test]

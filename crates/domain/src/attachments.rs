@@ -119,11 +119,12 @@ impl CreateAttachment {
             return Err(ChatError::invalid("field `size` must be at least 1"));
         }
         let content_type = f.required_str("contentType")?;
-        // A media type is at most 255 characters (RFC 6838): a longer one is no media type (found
-        // by probing: 60 KB ones made a send's message too large to store, a 500).
-        if content_type.len() > 255 {
+        // A media type is at most 255 characters, its type and subtype 127 each (RFC 6838): a
+        // longer one is no media type, whatever the allowlist says (found by probing: 60 KB ones
+        // made a send's message too large to store, a 500; long subtypes were 415, not 400).
+        if content_type.len() > 255 || content_type.split('/').any(|part| part.len() > 127) {
             return Err(ChatError::invalid(
-                "field `contentType` must be a media type of at most 255 characters",
+                "field `contentType` must be a media type of at most 255 characters (127 each for its type and subtype)",
             ));
         }
         if !policy.allows(content_type) {
@@ -429,7 +430,17 @@ mod tests {
             r#"{{"fileName":"a","contentType":"image/{}","size":1}}"#,
             "b".repeat(128)
         );
-        assert_eq!(status(&sub128), 415, "a subtype longer than 127 characters");
+        assert_eq!(status(&sub128), 400, "a subtype longer than 127 characters");
+        let type128 = format!(
+            r#"{{"fileName":"a","contentType":"{}/png","size":1}}"#,
+            "b".repeat(128)
+        );
+        assert_eq!(status(&type128), 400, "a type longer than 127 characters");
+        let sub127 = format!(
+            r#"{{"fileName":"a","contentType":"font/{}","size":1}}"#,
+            "b".repeat(127)
+        );
+        assert_eq!(status(&sub127), 415, "a media type, not on the allowlist");
         assert_eq!(
             status(r#"{"fileName":"","contentType":"image/png","size":1}"#),
             400

@@ -26,6 +26,10 @@ pub enum ChatError {
     /// A message the conversation does not have (a seq above its `lastSeq`).
     #[error("message not found")]
     MessageNotFound,
+    /// An attachment a member asks for that the conversation does not have to show: unknown,
+    /// deleted, never uploaded, or not sent yet by another member (docs/api.md §35).
+    #[error("attachment not found")]
+    AttachmentNotFound,
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -80,7 +84,7 @@ impl ChatError {
             ChatError::InvalidRequest(_) => 400,
             ChatError::Unauthorized(_) => 401,
             ChatError::Forbidden(_) | ChatError::Blocked(_) | ChatError::Suspended => 403,
-            ChatError::NotFound | ChatError::MessageNotFound => 404,
+            ChatError::NotFound | ChatError::MessageNotFound | ChatError::AttachmentNotFound => 404,
             ChatError::Conflict(_)
             | ChatError::AttachmentPending(_)
             | ChatError::AttachmentUnsafe(_)
@@ -103,7 +107,9 @@ impl ChatError {
             ChatError::Forbidden(_) => "forbidden",
             ChatError::Blocked(_) => "blocked",
             ChatError::Suspended => "suspended",
-            ChatError::NotFound | ChatError::MessageNotFound => "not_found",
+            ChatError::NotFound | ChatError::MessageNotFound | ChatError::AttachmentNotFound => {
+                "not_found"
+            }
             ChatError::Conflict(_) => "conflict",
             ChatError::PayloadTooLarge(_) => "payload_too_large",
             ChatError::UnsupportedMediaType(_) => "unsupported_media_type",
@@ -163,6 +169,7 @@ mod tests {
             (ChatError::Blocked("x".into()), 403, "blocked"),
             (ChatError::Suspended, 403, "suspended"),
             (ChatError::NotFound, 404, "not_found"),
+            (ChatError::AttachmentNotFound, 404, "not_found"),
             (ChatError::Conflict("x".into()), 409, "conflict"),
             (
                 ChatError::PayloadTooLarge("x".into()),

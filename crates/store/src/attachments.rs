@@ -198,9 +198,12 @@ impl ChatStore {
     }
 
     /// `getAttachment`: a fresh presigned GET of an attachment of this conversation, for a
-    /// member, unless its scan refuses it (`AttachmentPolicy::may_serve`). DynamoDB: 1
+    /// member, unless its scan refuses it (`AttachmentPolicy::may_serve`). One not sent yet is
+    /// its uploader's alone, and only once uploaded (found by probing: any member could fetch an
+    /// upload never sent, and one never uploaded was `attachment_pending` for ever). DynamoDB: 1
     /// BatchGetItem (the member item and the record). S3, only while the record says `pending`:
-    /// 1 GetObjectTagging (the scan's tag, there before its event reached the record).
+    /// 1 GetObjectTagging (the scan's tag, there before its event reached the record); for one
+    /// not sent, 1 HeadObject before.
     pub async fn attachment_url(
         &self,
         caller: &UserId,
@@ -213,11 +216,20 @@ impl ChatStore {
         let member = found
             .iter()
             .any(|i| i.get(keys::PK) != Some(&s(format!("A#{attachment_id}"))));
-        let record = records(found)?.into_iter().next();
-        let r = match record {
-            Some(r) if member && &r.conversation_id == id => r,
-            _ => return Err(ChatError::NotFound),
+        if !member {
+            return Err(ChatError::NotFound);
+        }
+        let r = match records(found)?.into_iter().next() {
+            Some(r)
+                if &r.conversation_id == id && (r.used_by.is_some() || &r.owner_id == caller) =>
+            {
+                r
+            }
+            _ => return Err(ChatError::AttachmentNotFound),
         };
+        if r.used_by.is_none() && !self.uploaded(a, id, attachment_id).await? {
+            return Err(ChatError::AttachmentNotFound);
+        }
         if let Err(refused) = a.policy.may_serve(attachment_id, r.scan) {
             let ChatError::AttachmentPending(_) = refused else {
                 return Err(refused);
@@ -228,6 +240,32 @@ impl ChatStore {
                 .may_serve(attachment_id, Some(tagged.unwrap_or(Scan::Pending)))?;
         }
         Ok(self.sign_get(a, id, &r.attachment_id).await?.0)
+    }
+
+    /// Whether an upload's object is in the bucket. S3: 1 HeadObject.
+    async fn uploaded(
+        &self,
+        a: &Attachments,
+        id: &ConversationId,
+        attachment_id: &str,
+    ) -> Result<bool, ChatError> {
+        let out =
+            a.s3.head_object()
+                .bucket(&a.bucket)
+                .key(object_key(id, attachment_id))
+                .send()
+                .await;
+        match out {
+            Ok(_) => Ok(true),
+            // 403 too: without ListBucket (not granted) S3 answers a missing key so.
+            Err(e)
+                if e.raw_response()
+                    .is_some_and(|r| matches!(r.status().as_u16(), 403 | 404)) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(s3_error("HeadObject", e)),
+        }
     }
 
     /// The verdict in an upload's scan tag (None: no tag yet, or no object). S3: 1

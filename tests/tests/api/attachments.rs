@@ -315,6 +315,36 @@ async fn a_send_uses_only_its_own_uploaded_unused_attachments() {
     assert_eq!(send_with(&t, &c, &a, &new_uuid(), &many).await.status, 400);
 }
 
+/// The stable link of an upload not sent yet is its uploader's alone, and only once uploaded
+/// (found by probing: any member could fetch an upload never sent, and one never uploaded was
+/// `409 attachment_pending` for ever while scanning was on). A member's 404 names the attachment;
+/// an outsider's says no more than for any conversation it is not in.
+#[tokio::test]
+async fn an_upload_not_sent_is_its_uploaders_alone_and_only_once_uploaded() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    let created = create(&t, &c, &a, "image/png", 5).await;
+    let id = created.body["attachmentId"].as_str().unwrap().to_owned();
+    let link = format!("/conversations/{c}/attachments/{id}");
+    let not_found = |r: &Resp, what: &str| {
+        assert_eq!((r.status, r.code()), (404, "not_found"), "{r:?}");
+        assert_eq!(r.body["error"]["message"], what, "{r:?}");
+    };
+    not_found(&t.get(&link, &a).await, "attachment not found");
+    not_found(&t.get(&link, &b).await, "attachment not found");
+    assert_eq!(
+        upload_with(&created.body["upload"], b"bytes".to_vec(), &[]).await,
+        200
+    );
+    assert_eq!(t.get(&link, &a).await.status, 302);
+    not_found(&t.get(&link, &b).await, "attachment not found");
+    not_found(&t.get(&link, &unique("x")).await, "conversation not found");
+    assert_eq!(send_with(&t, &c, &a, &new_uuid(), &[&id]).await.status, 201);
+    assert_eq!(t.get(&link, &b).await.status, 302);
+    let unknown = format!("/conversations/{c}/attachments/{}", new_uuid());
+    not_found(&t.get(&unknown, &b).await, "attachment not found");
+}
+
 #[tokio::test]
 async fn deleting_the_message_deletes_its_objects() {
     let t = TestApp::new().await;

@@ -338,8 +338,50 @@ pub fn notification(
     }
 }
 
+/// A notification's badge, counted over an inbox walk: the conversations with unread messages.
+/// A walk may list a conversation twice when it moves meanwhile (docs/api.md §14): each counts
+/// once, as its newest entry says (the higher `lastSeq`; of equal ones, the one read later).
+#[derive(Debug, Default)]
+pub struct Badge {
+    seen: std::collections::HashMap<String, (u64, bool)>,
+}
+
+impl Badge {
+    /// One inbox entry: its conversation, `lastSeq` and whether its unread count is above 0.
+    pub fn entry(&mut self, conversation_id: &str, last_seq: u64, unread: bool) {
+        let newest = (last_seq, unread);
+        self.seen
+            .entry(conversation_id.to_owned())
+            .and_modify(|e| {
+                if last_seq >= e.0 {
+                    *e = newest;
+                }
+            })
+            .or_insert(newest);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.seen.values().filter(|(_, unread)| *unread).count() as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_badge_counts_each_conversation_once_as_its_newest_entry_says() {
+        let mut b = Badge::default();
+        b.entry("c1", 4, true);
+        b.entry("c2", 7, false);
+        b.entry("c3", 2, true);
+        // Listed again by a walk they moved past: c2 got a message, c3 was read meanwhile.
+        b.entry("c2", 8, true);
+        b.entry("c3", 2, false);
+        // An older copy read later changes nothing.
+        b.entry("c1", 3, false);
+        assert_eq!(b.count(), 2);
+    }
+
     use super::*;
 
     #[test]

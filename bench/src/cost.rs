@@ -572,6 +572,7 @@ impl Bench<'_> {
             body: Some(BODY.into()),
             created_at: sent.body["createdAt"].as_str().map(str::to_owned),
             version: Some(1),
+            edited_at: None,
             attachments: Vec::new(),
             // Sent from a connection the request named (the SDK names its own): the record
             // carries it, the frame does not.

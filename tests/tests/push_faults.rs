@@ -164,6 +164,7 @@ fn record(sequence: &str, conversation: &str, seq: u64) -> KinesisEventRecord {
             body: None,
             created_at: None,
             version: None,
+            edited_at: None,
             attachments: Vec::new(),
             origin: None,
         }],

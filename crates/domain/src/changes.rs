@@ -166,6 +166,18 @@ impl ChangesQuery {
             limit: page_limit(q, DEFAULT_CHANGES_LIMIT)?,
         })
     }
+    /// A page's `hasMore`: its log Query found more than the page holds, or the change head,
+    /// read beside the Query, names a change past the page's last (`page_last`; none: the
+    /// query's `after`) that the Query did not see yet (found by probing: `hasMore: false`
+    /// under a `lastChange` past the page, and a client paging "while hasMore" stopped short).
+    pub fn has_more(
+        &self,
+        query_found_more: bool,
+        last_change: u64,
+        page_last: Option<u64>,
+    ) -> bool {
+        query_found_more || last_change > page_last.unwrap_or(self.after)
+    }
 }
 
 /// `GET …/messages/{seq}/reactions?reaction=&limit=&cursor=`: who reacted, by user then reaction.
@@ -366,6 +378,29 @@ pub fn reaction_counts(counts: &BTreeMap<String, u64>) -> Vec<ReactionCount> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_has_more_when_its_query_or_the_head_says_so() {
+        let q = ChangesQuery {
+            after: 10,
+            limit: 5,
+        };
+        assert!(
+            q.has_more(true, 15, Some(15)),
+            "a full page with one more behind it"
+        );
+        assert!(
+            q.has_more(false, 13, Some(12)),
+            "the head saw change 13, the Query did not"
+        );
+        assert!(
+            q.has_more(false, 11, None),
+            "an empty page under a newer head"
+        );
+        assert!(!q.has_more(false, 12, Some(12)), "all of it");
+        assert!(!q.has_more(false, 10, None), "nothing after");
+        assert!(!q.has_more(false, 3, None), "afterChange past lastChange");
+    }
     use std::collections::HashMap;
 
     fn user(u: &str) -> UserId {

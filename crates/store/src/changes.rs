@@ -850,6 +850,7 @@ impl ChatStore {
         let last_change = head
             .map_or(0, |h| h.change_seq)
             .max(records.last().map_or(0, |r| r.change_seq));
+        let has_more = q.has_more(has_more, last_change, records.last().map(|r| r.change_seq));
         Ok(ChangesPage {
             changes,
             last_change,

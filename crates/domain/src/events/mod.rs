@@ -39,6 +39,10 @@ pub enum Event {
         /// everywhere, so a full push too).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<u64>,
+        /// When it was last edited, for a message edited before its push was made (the relay
+        /// reads a message as it is then: its `version` and body say so too).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        edited_at: Option<String>,
         /// Its attachments' records as sent; the fanout signs their URLs for the frame
         /// (`attachments_mut`), as every read of the message does.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -226,6 +230,7 @@ impl Event {
             body: Some(m.body.clone()),
             created_at: Some(m.created_at.clone()),
             version: Some(m.version),
+            edited_at: m.edited_at.clone(),
             attachments: m.attachments.clone(),
             origin: None,
         }
@@ -281,6 +286,7 @@ impl Event {
             body: None,
             created_at: None,
             version: None,
+            edited_at: None,
             attachments: Vec::new(),
             origin: None,
         }
@@ -426,6 +432,7 @@ pub mod fixtures {
             body: Some("b".into()),
             created_at: Some("t".into()),
             version: Some(1),
+            edited_at: None,
             attachments: Vec::new(),
             origin: None,
         }
@@ -464,6 +471,37 @@ mod tests {
 
     use super::fixtures::*;
     use super::*;
+
+    /// The relay reads a message as it is when it pushes it: one edited before is pushed with
+    /// its edit's `editedAt` beside its `version` (found by probing: version 2 came without it).
+    #[test]
+    fn a_message_edited_before_its_push_carries_its_edit_time() {
+        let mut m = Message::new(
+            conversation(),
+            1,
+            "id".into(),
+            user("u"),
+            "b".into(),
+            "t".into(),
+        );
+        m.body = "edited".into();
+        m.version = 2;
+        m.edited_at = Some("2026-12-07T10:00:00.000Z".into());
+        let frame = serde_json::to_value(Event::message_new(&m).frame()).unwrap();
+        assert_eq!(frame["body"], "edited");
+        assert_eq!(frame["version"], 2);
+        assert_eq!(frame["editedAt"], "2026-12-07T10:00:00.000Z");
+        let sent = Message::new(
+            conversation(),
+            1,
+            "id".into(),
+            user("u"),
+            "b".into(),
+            "t".into(),
+        );
+        let frame = serde_json::to_value(Event::message_new(&sent).frame()).unwrap();
+        assert!(frame.get("editedAt").is_none(), "{frame}");
+    }
 
     /// Change 3: `u` added 👍 to message `seq`.
     fn record(seq: u64) -> ChangeRecord {
@@ -597,6 +635,7 @@ mod tests {
                 body,
                 created_at: Some(created.into()),
                 version,
+                edited_at: None,
                 attachments,
                 origin: None,
             },

@@ -273,6 +273,19 @@ async fn bad_sends_get_4xx_and_change_nothing() {
             "payload_too_large",
         ),
     ];
+    // A request that has no use for a body is bounded all the same.
+    let big = "y".repeat(70_000);
+    for (method, route) in [
+        ("GET", format!("{path}?limit=1")),
+        ("DELETE", "/me/blocks/x".into()),
+    ] {
+        let r = t.call(method, &route, Some(&a), Some(&big)).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (413, "payload_too_large"),
+            "{method} {route}"
+        );
+    }
     for (body, status, code) in cases {
         let r = t.call("POST", &path, Some(&a), Some(&body)).await;
         assert_eq!(

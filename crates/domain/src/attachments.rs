@@ -122,7 +122,8 @@ impl CreateAttachment {
         // A media type is at most 255 characters, its type and subtype 127 each (RFC 6838): a
         // longer one is no media type, whatever the allowlist says (found by probing: 60 KB ones
         // made a send's message too large to store, a 500; long subtypes were 415, not 400).
-        if content_type.len() > 255 || content_type.split('/').any(|part| part.len() > 127) {
+        let chars = |s: &str| s.chars().count();
+        if chars(content_type) > 255 || content_type.split('/').any(|part| chars(part) > 127) {
             return Err(ChatError::invalid(
                 "field `contentType` must be a media type of at most 255 characters (127 each for its type and subtype)",
             ));
@@ -168,6 +169,14 @@ pub fn parse_attachment_ids(f: &Fields) -> Result<Vec<String>, ChatError> {
 /// An attachment id as this service hands them out (a UUID), lower case; None: not one.
 pub fn attachment_id(raw: &str) -> Option<String> {
     (raw.len() == 36 && uuid::Uuid::try_parse(raw).is_ok()).then(|| raw.to_ascii_lowercase())
+}
+
+/// The `{attachmentId}` of a path. An id this service never hands out names no attachment: it is
+/// looked up as the nil UUID (never an attachment's: ids are random), so that a member's `404`
+/// names the attachment and an outsider's says no more than for any conversation it is not in
+/// (found by probing: a malformed id told a member "conversation not found").
+pub fn attachment_id_param(raw: &str) -> String {
+    attachment_id(raw).unwrap_or_else(|| uuid::Uuid::nil().to_string())
 }
 
 fn unusable(id: &str, why: &str) -> ChatError {
@@ -436,6 +445,15 @@ mod tests {
             "b".repeat(128)
         );
         assert_eq!(status(&type128), 400, "a type longer than 127 characters");
+        let accented = format!(
+            r#"{{"fileName":"a","contentType":"image/{}","size":1}}"#,
+            "é".repeat(64)
+        );
+        assert_eq!(
+            status(&accented),
+            415,
+            "127 characters or fewer: not a length error"
+        );
         let sub127 = format!(
             r#"{{"fileName":"a","contentType":"font/{}","size":1}}"#,
             "b".repeat(127)

@@ -3,7 +3,7 @@
 //! `getAttachment` — `GET /conversations/{conversationId}/attachments/{attachmentId}`: 302 to a
 //! fresh presigned download.
 
-use chat_domain::attachments::{attachment_id, CreateAttachment};
+use chat_domain::attachments::{attachment_id_param, CreateAttachment};
 use chat_domain::requests::conversation_id_param;
 use chat_domain::ChatError;
 use chat_http::http::{self, App};
@@ -21,7 +21,7 @@ pub async fn handle(app: App, req: Request) -> Result<Response<Body>, ChatError>
         }
         Operation::GetAttachment => {
             let raw = http::path_param(&req, "attachmentId").unwrap_or_default();
-            let attachment = attachment_id(&raw).ok_or(ChatError::NotFound)?;
+            let attachment = attachment_id_param(&raw);
             http::redirect(&store.attachment_url(&caller, &id, &attachment).await?)
         }
         _ => Err(ChatError::NotFound),

@@ -343,6 +343,12 @@ async fn an_upload_not_sent_is_its_uploaders_alone_and_only_once_uploaded() {
     assert_eq!(t.get(&link, &b).await.status, 302);
     let unknown = format!("/conversations/{c}/attachments/{}", new_uuid());
     not_found(&t.get(&unknown, &b).await, "attachment not found");
+    let malformed = format!("/conversations/{c}/attachments/not-an-id");
+    not_found(&t.get(&malformed, &b).await, "attachment not found");
+    not_found(
+        &t.get(&malformed, &unique("x")).await,
+        "conversation not found",
+    );
 }
 
 #[tokio::test]

@@ -389,7 +389,20 @@ async fn pages_across_chunks_read_at_most_two_objects_and_a_table_page_reads_non
     ] {
         let r = t.get(&path, &a).await;
         assert_eq!(r.status, 200);
-        let calls = t.calls.take();
+        // The reads made, each once: an attempt the strictness layer throttled (or that failed
+        // otherwise) is retried, and counts as the one read it was (this test failed once in CI
+        // with a second Query among the calls, as the whole suite ran).
+        let attempts = t.calls.take_calls();
+        let calls: Vec<String> = attempts
+            .iter()
+            .filter(|c| c.ok)
+            .map(|c| c.name.clone())
+            .collect();
+        let failed: Vec<&String> = attempts.iter().filter(|c| !c.ok).map(|c| &c.name).collect();
+        assert!(
+            failed.len() <= 1,
+            "{path}: attempts that failed: {failed:?}"
+        );
         assert_eq!(calls[0], "BatchGetItem", "{path}: {calls:?}");
         let gets = calls.iter().filter(|c| *c == "S3:GET").count();
         assert!((1..=2).contains(&gets), "{path}: {calls:?}");

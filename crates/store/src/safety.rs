@@ -257,16 +257,27 @@ impl ChatStore {
         Ok(json!({"reportId": report.report_id, "createdAt": report.created_at}))
     }
 
-    /// `moderationReports`: open reports, oldest first. DynamoDB: 1 Query.
+    /// `moderationReports`: open reports, oldest first, each snapshot's files with fresh URLs
+    /// as on any read (a moderator judges a photo by looking at it; found by probing: they had
+    /// none). Signing is local; a deleted message's files are gone, and their URLs say so (403).
+    /// DynamoDB: 1 Query.
     pub async fn reports(&self, page: &PageQuery) -> Result<Value, ChatError> {
         let (items, next) = self
             .page_of(keys::REPORTS_PK.to_owned(), keys::REPORT_PREFIX, page)
             .await?;
-        let reports = items
+        let mut reports = items
             .into_iter()
-            .map(|i| {
-                let mut r = serde_json::to_value(from_item::<ReportItem, _>(i)?)
-                    .map_err(ChatError::internal)?;
+            .map(from_item::<ReportItem, _>)
+            .collect::<Result<Vec<_>, ChatError>>()?;
+        for r in &mut reports {
+            let m = &mut r.message;
+            self.sign_attachment_list(&m.conversation_id, &mut m.attachments)
+                .await?;
+        }
+        let reports = reports
+            .into_iter()
+            .map(|r| {
+                let mut r = serde_json::to_value(r).map_err(ChatError::internal)?;
                 r.as_object_mut().map(|o| o.remove("ttl"));
                 Ok(r)
             })

@@ -351,6 +351,33 @@ async fn an_upload_not_sent_is_its_uploaders_alone_and_only_once_uploaded() {
     );
 }
 
+/// A moderator looking at a report sees its photo: the snapshot's attachments carry fresh URLs
+/// (found by probing: they had none); once the message is deleted they serve nothing.
+#[tokio::test]
+async fn a_reported_messages_files_are_shown_to_moderators() {
+    use thumbnails::image::ImageFormat;
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    let png = thumbnails::thumb::sample(400, 300, ImageFormat::Png);
+    let (id, _) = thumbnailed(&t, &c, &a, "image/png", &png).await;
+    assert_eq!(send_with(&t, &c, &a, &new_uuid(), &[&id]).await.status, 201);
+    let path = format!("/conversations/{c}/messages/1/reports");
+    let r = t.post(&path, &b, json!({"reason": "abuse"})).await;
+    assert_eq!(r.status, 202, "{r:?}");
+    let report = crate::safety::listed_report(&t, &c).await;
+    let shown = &report["message"]["attachments"][0];
+    let url = shown["url"].as_str().unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(download(url).await, (200, png));
+    let thumbnail = shown["thumbnailUrl"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(download(thumbnail).await.0, 200);
+    assert_eq!(t.delete_message(&c, 1, &a, &new_uuid()).await.status, 200);
+    let report = crate::safety::listed_report(&t, &c).await;
+    let url = report["message"]["attachments"][0]["url"].as_str().unwrap();
+    assert_eq!(download(url).await.0, 403, "the file is gone");
+}
+
 #[tokio::test]
 async fn deleting_the_message_deletes_its_objects() {
     let t = TestApp::new().await;

@@ -3,7 +3,7 @@
 //! strictness layer's `slow` and `late` faults.
 
 use chat_tests::{at_once, new_uuid, server, token_with, unique, TestApp};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 async fn block(t: &TestApp, by: &str, user: &str, on: bool) -> chat_tests::Resp {
@@ -25,6 +25,32 @@ async fn ban(t: &TestApp, c: &str, by: &str, user: &str, on: bool) -> chat_tests
 
 fn moderator(user: &str) -> String {
     token_with(user, json!({"scope": "openid chat:moderator"}))
+}
+
+/// The report of conversation `c` as a moderator's `moderationReports` lists it (paging through
+/// the reports other tests made too).
+pub(crate) async fn listed_report(t: &TestApp, c: &str) -> Value {
+    let mut cursor = String::new();
+    for _ in 0..1000 {
+        let r = t
+            .call_with_token(
+                "GET",
+                &format!("/moderation/reports?limit=100{cursor}"),
+                moderator(&unique("mod")),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let reports = r.body["reports"].as_array().unwrap();
+        if let Some(found) = reports.iter().find(|x| x["conversationId"] == json!(c)) {
+            return found.clone();
+        }
+        match r.body["nextCursor"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => break,
+        }
+    }
+    panic!("no report of {c} is listed")
 }
 
 #[tokio::test]
@@ -339,29 +365,7 @@ async fn a_report_keeps_its_snapshot_after_the_message_is_deleted() {
     // Not a moderator: 403. A moderator sees it, snapshot intact.
     let r = t.get("/moderation/reports", &b).await;
     assert_eq!((r.status, r.code()), (403, "forbidden"), "{r:?}");
-    let mut found = None;
-    let mut cursor = String::new();
-    for _ in 0..1000 {
-        let r = t
-            .call_with_token(
-                "GET",
-                &format!("/moderation/reports?limit=100{cursor}"),
-                moderator(&unique("mod")),
-                None,
-            )
-            .await;
-        assert_eq!(r.status, 200, "{r:?}");
-        let reports = r.body["reports"].as_array().unwrap();
-        found = found.or(reports
-            .iter()
-            .find(|x| x["conversationId"] == json!(c))
-            .cloned());
-        match r.body["nextCursor"].as_str() {
-            Some(next) if found.is_none() => cursor = format!("&cursor={next}"),
-            _ => break,
-        }
-    }
-    let report = found.expect("the report is listed");
+    let report = listed_report(&t, &c).await;
     assert_eq!(report["message"]["body"], "offensive");
     assert_eq!(report["reason"], "abuse");
     assert_eq!(report["reporterId"], json!(b));

@@ -206,12 +206,20 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
     let object_read = matches!(parts.method, Method::GET | Method::HEAD)
         && !query_pairs(query).iter().any(|(k, _)| k == "tagging")
         && parts.uri.path().trim_start_matches('/').contains('/');
-    if object_read && read_denied(&state, parts.uri.path()).await {
-        return Ok(refuse(
-            StatusCode::FORBIDDEN,
-            "AccessDenied",
-            "Access Denied",
-        ));
+    if object_read {
+        // Within the store's time, as every request the gate passes on (a frozen store).
+        let denied = read_denied(&state, parts.uri.path());
+        match tokio::time::timeout(state.upstream_timeout, denied).await {
+            Ok(false) => {}
+            Ok(true) => {
+                return Ok(refuse(
+                    StatusCode::FORBIDDEN,
+                    "AccessDenied",
+                    "Access Denied",
+                ))
+            }
+            Err(_) => return Ok(unanswered()),
+        }
     }
     let body = body.collect().await?.to_bytes();
     let size = body.len();
@@ -219,11 +227,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
         match tokio::time::timeout(state.upstream_timeout, forward(&state, &parts, body)).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Ok(refuse(StatusCode::BAD_GATEWAY, "InternalError", &e)),
-            Err(_) => return Ok(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailable",
-                "The store did not answer in time; the request may or may not have been applied.",
-            )),
+            Err(_) => return Ok(unanswered()),
         };
     // moto answers 500 to DeleteObjectTagging of a missing object; S3 answers 404 NoSuchKey
     // (which the send relies on: no object, not uploaded).
@@ -268,6 +272,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
         }
     }
     Ok(r)
+}
+
+/// S3's answer when it cannot serve a request in time (the store behind did not answer).
+fn unanswered() -> Answer {
+    refuse(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        "The store did not answer in time; the request may or may not have been applied.",
+    )
 }
 
 fn is_hop(h: &str) -> bool {

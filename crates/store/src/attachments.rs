@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TransactWriteItem};
-use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::Client;
 use serde::Serialize;
@@ -255,17 +254,7 @@ impl ChatStore {
                 .key(object_key(id, attachment_id))
                 .send()
                 .await;
-        match out {
-            Ok(_) => Ok(true),
-            // 403 too: without ListBucket (not granted) S3 answers a missing key so.
-            Err(e)
-                if e.raw_response()
-                    .is_some_and(|r| matches!(r.status().as_u16(), 403 | 404)) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(s3_error("HeadObject", e)),
-        }
+        Ok(or_unreadable("HeadObject", out)?.is_some())
     }
 
     /// The verdict in an upload's scan tag (None: no tag yet, or no object). S3: 1
@@ -595,13 +584,7 @@ impl ChatStore {
                 .key(object_key(id, attachment_id))
                 .send()
                 .await;
-        let out = match out {
-            // 403 too: without ListBucket (not granted) S3 answers a missing key so, and the
-            // bucket policy a tombstone's read.
-            Err(e) if e.code() == Some("AccessDenied") => return Ok(None),
-            out => out,
-        };
-        let Some(out) = or_missing("GetObject", out)? else {
+        let Some(out) = or_unreadable("GetObject", out)? else {
             return Ok(None);
         };
         // An upload has at least 1 byte: an empty object is a tombstone.
@@ -879,6 +862,18 @@ fn or_missing<T, E: std::error::Error + 'static>(
         Ok(o) => Ok(Some(o)),
         Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => Ok(None),
         Err(e) => Err(s3_error(call, e)),
+    }
+}
+
+/// `or_missing` for a read of an object: 403 is no object too (without ListBucket, not granted,
+/// S3 answers a missing key so; the bucket policy so a deleted attachment's tombstone).
+fn or_unreadable<T, E: std::error::Error + 'static>(
+    call: &str,
+    out: Result<T, aws_sdk_s3::error::SdkError<E>>,
+) -> Result<Option<T>, ChatError> {
+    match out {
+        Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 403) => Ok(None),
+        out => or_missing(call, out),
     }
 }
 

@@ -753,7 +753,7 @@ impl Bench<'_> {
         self.forget();
         let mut latencies = Vec::new();
         for u in users {
-            let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+            let now = chat_domain::time::unix_millis(chat_domain::time::now()) as i64;
             let started = Instant::now();
             connections
                 .register(&UserId::parse(u).unwrap(), &unique("conn"), now)

@@ -81,7 +81,7 @@ pub async fn connection_store() -> ConnectionStore {
 pub async fn register_a_minute_ago(store: &ConnectionStore, user: &str, connection: &str) {
     let user = UserId::parse(user).unwrap();
     store
-        .register(&user, connection, now_unix() - 60)
+        .register(&user, connection, (now_unix() - 60) * 1000)
         .await
         .unwrap();
 }

@@ -465,7 +465,10 @@ async fn a_410_right_after_connect_keeps_the_connection() {
         // A record registered just now that API Gateway does not know (yet), like one whose
         // handshake is still completing.
         let young = format!("{}=", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        store.register(&user, &young, now_unix()).await.unwrap();
+        store
+            .register(&user, &young, now_unix() * 1000)
+            .await
+            .unwrap();
         // The live connection answers 410 once, as API Gateway does before the handshake ends.
         gw.inject_post_failures(&ids[0], 410, 1);
         let kept = gw.fanout_stats().kept_in_grace();
@@ -508,14 +511,14 @@ async fn presence_is_pruned_and_bounded_on_registration() {
                 .register(
                     &user,
                     &format!("old{i}="),
-                    now - CONNECTION_TTL_SECS - 100 + i,
+                    (now - CONNECTION_TTL_SECS - 100 + i) * 1000,
                 )
                 .await
                 .unwrap();
         }
         assert_eq!(store.presence(&user).await.unwrap().len(), 5);
         // One new registration prunes them all.
-        store.register(&user, "new0=", now).await.unwrap();
+        store.register(&user, "new0=", now * 1000).await.unwrap();
         let ids: Vec<String> = store
             .presence(&user)
             .await
@@ -525,20 +528,20 @@ async fn presence_is_pruned_and_bounded_on_registration() {
             .collect();
         assert_eq!(ids, ["new0="]);
 
-        // The bound: the oldest go first, the newest stay.
+        // The bound: the oldest go first, the newest stay, also when they all open within one
+        // second (registrations 10 ms apart; ids sort in the reverse order of their age).
         let total = MAX_CONNECTIONS_PER_USER + 3;
+        let id = |i: usize| format!("new{}=", char::from(b'z' - i as u8));
         for i in 1..total {
             store
-                .register(&user, &format!("new{i}="), now + i as i64)
+                .register(&user, &id(i), now * 1000 + 10 * i as i64)
                 .await
                 .unwrap();
         }
         let mut entries = store.presence(&user).await.unwrap();
         entries.sort_by_key(|e| e.1);
         let ids: Vec<String> = entries.into_iter().map(|e| e.0).collect();
-        let expected: Vec<String> = (total - MAX_CONNECTIONS_PER_USER..total)
-            .map(|i| format!("new{i}="))
-            .collect();
+        let expected: Vec<String> = (total - MAX_CONNECTIONS_PER_USER..total).map(id).collect();
         assert_eq!(ids, expected);
 
         // Concurrent registrations of one user race on the same item: still at most the bound,
@@ -546,7 +549,7 @@ async fn presence_is_pruned_and_bounded_on_registration() {
         let other = chat_domain::UserId::parse(&unique("q")).unwrap();
         let registrations = (0..2 * MAX_CONNECTIONS_PER_USER).map(|i| {
             let (store, other) = (store.clone(), other.clone());
-            tokio::spawn(async move { store.register(&other, &format!("c{i}="), now).await })
+            tokio::spawn(async move { store.register(&other, &format!("c{i}="), now * 1000).await })
         });
         for r in futures::future::join_all(registrations).await {
             r.unwrap().unwrap();

@@ -224,7 +224,7 @@ impl Bench<'_> {
         let table = chat_tests::config().connections_table;
         let connections = ConnectionStore::new(t.db.clone(), table);
         self.connect(&connections, &members[20..300]).await;
-        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
+        let now = chat_domain::time::unix_millis(chat_domain::time::now()) as i64;
         let mut typists = Vec::new();
         for m in &members[..20] {
             let connection = unique("conn");

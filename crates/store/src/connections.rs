@@ -2,12 +2,15 @@
 //!
 //! | pk | sk | item |
 //! |---|---|---|
-//! | `U#<userId>` | `P` | presence: map `connections` of connection id → expiry (unix s), `ver` bumped by every write |
+//! | `U#<userId>` | `P` | presence: map `connections` of connection id → expiry (unix s, to the millisecond), `ver` bumped by every write |
 //! | `W#<connectionId>` | `U` | owner: `userId`, so `$disconnect` (which only knows the connection) can clean up |
 //!
 //! Both carry `expiresAt` for TTL: API Gateway closes any connection after 2 hours, so a record
 //! whose `$disconnect` was lost goes away by itself. A connection's registration time is its
-//! expiry minus [`CONNECTION_TTL_SECS`]. The presence item stays bounded: registering prunes the
+//! expiry minus [`CONNECTION_TTL_SECS`]; the presence map keeps it to the millisecond (a decimal
+//! number of seconds), so that connections opened within one second still go oldest first
+//! (found by probing: 11 opened within 0.6 s dropped a newer one). TTL attributes stay whole
+//! seconds. The presence item stays bounded: registering prunes the
 //! expired entries and keeps at most [`MAX_CONNECTIONS_PER_USER`] (the oldest go first). The
 //! fanout reads presence items 100 at a time (BatchGetItem): 10 calls for a 1,000-member group
 //! instead of 1,000 queries.
@@ -43,24 +46,44 @@ pub const MAX_CONNECTIONS_PER_USER: usize = 10;
 pub struct LiveConnection {
     pub user: UserId,
     pub connection_id: String,
-    /// As recorded; the fanout's conditional delete names it, so it deletes only the registration
-    /// it saw.
-    pub expires_at: i64,
+    /// As recorded (unix ms); the fanout's conditional delete names it, so it deletes only the
+    /// registration it saw.
+    pub expires_at_ms: i64,
 }
 
 impl LiveConnection {
+    /// When it registered, in unix seconds.
     pub fn registered_at(&self) -> i64 {
-        self.expires_at - CONNECTION_TTL_SECS
+        self.expires_at_ms.div_euclid(1000) - CONNECTION_TTL_SECS
     }
 }
 
-/// Which entries of a presence map (connection id → expiry) registering `new` must remove: every
-/// expired one, then the oldest (earliest expiry, i.e. earliest registration) beyond `max`, never
-/// `new` itself.
-pub fn prune_plan(entries: &[(String, i64)], new: &str, now_unix: i64, max: usize) -> Vec<String> {
+/// A presence entry's expiry as stored: seconds with three decimals.
+fn expiry_value(expires_ms: i64) -> AttributeValue {
+    AttributeValue::N(format!(
+        "{}.{:03}",
+        expires_ms.div_euclid(1000),
+        expires_ms.rem_euclid(1000)
+    ))
+}
+
+/// A stored expiry in unix ms: whole seconds (as written before milliseconds were kept) or
+/// seconds with a fraction.
+pub(crate) fn expiry_ms(n: &str) -> Option<i64> {
+    let (secs, frac) = n.split_once('.').unwrap_or((n, ""));
+    let secs: i64 = secs.parse().ok()?;
+    let digits: String = frac.chars().chain("000".chars()).take(3).collect();
+    let ms: i64 = digits.parse().ok()?;
+    Some(secs * 1000 + ms)
+}
+
+/// Which entries of a presence map (connection id → expiry in unix ms) registering `new` must
+/// remove: every expired one, then the oldest (earliest expiry, i.e. earliest registration) beyond
+/// `max`, never `new` itself.
+pub fn prune_plan(entries: &[(String, i64)], new: &str, now_ms: i64, max: usize) -> Vec<String> {
     let (expired, mut live): (Vec<_>, Vec<_>) = entries
         .iter()
-        .partition(|(id, exp)| *exp <= now_unix && id != new);
+        .partition(|(id, exp)| *exp <= now_ms && id != new);
     let mut out: Vec<String> = expired.into_iter().map(|(id, _)| id.clone()).collect();
     if live.len() > max {
         live.sort_by(|a, b| (a.0 == new, a.1, &a.0).cmp(&(b.0 == new, b.1, &b.0)));
@@ -70,13 +93,14 @@ pub fn prune_plan(entries: &[(String, i64)], new: &str, now_unix: i64, max: usiz
     out
 }
 
-fn connection_map(item: &Item) -> Vec<(String, i64)> {
+/// A presence item's entries: connection id → expiry in unix ms.
+pub(crate) fn connection_map(item: &Item) -> Vec<(String, i64)> {
     item.get("connections")
         .and_then(|v| v.as_m().ok())
         .map(|m| {
             m.iter()
                 .map(|(id, exp)| {
-                    let exp = exp.as_n().ok().and_then(|n| n.parse().ok()).unwrap_or(0);
+                    let exp = exp.as_n().ok().and_then(|n| expiry_ms(n)).unwrap_or(0);
                     (id.clone(), exp)
                 })
                 .collect()
@@ -151,16 +175,19 @@ impl ConnectionStore {
     /// the oldest beyond [`MAX_CONNECTIONS_PER_USER`]). DynamoDB: 1 PutItem + 1 UpdateItem (2 for
     /// a user's first connection), + 1 UpdateItem when something is pruned (+ GetItem and
     /// UpdateItem again if a concurrent change of the same user's presence wins the race).
+    /// `now_ms`: unix ms.
     pub async fn register(
         &self,
         user: &UserId,
         connection_id: &str,
-        now_unix: i64,
+        now_ms: i64,
     ) -> Result<(), ChatError> {
-        let expires = AttributeValue::N((now_unix + CONNECTION_TTL_SECS).to_string());
+        let expires_ms = now_ms + CONNECTION_TTL_SECS * 1000;
+        let expires = expiry_value(expires_ms);
+        let ttl = AttributeValue::N(expires_ms.div_euclid(1000).to_string());
         let mut owner = owner_key(connection_id);
         owner.insert("userId".into(), AttributeValue::S(user.to_string()));
-        owner.insert("expiresAt".into(), expires.clone());
+        owner.insert("expiresAt".into(), ttl.clone());
         self.db
             .put_item()
             .table_name(&self.table)
@@ -170,11 +197,11 @@ impl ConnectionStore {
             .map_err(|e| sdk_error("PutItem", e))?;
         let deadline = Deadline::after(RETRY_BUDGET);
         let presence = self
-            .add_presence(user, connection_id, &expires, deadline)
+            .add_presence(user, connection_id, &expires, &ttl, deadline)
             .await?;
         // Pruning is best effort: the connection is recorded; what cannot be pruned now (the
         // deadline passed, DynamoDB trouble) is pruned by the user's next registration.
-        self.prune_presence(user, connection_id, now_unix, presence, deadline)
+        self.prune_presence(user, connection_id, now_ms, presence, deadline)
             .await;
         Ok(())
     }
@@ -187,7 +214,7 @@ impl ConnectionStore {
         &self,
         user: &UserId,
         connection_id: &str,
-        now_unix: i64,
+        now_ms: i64,
         mut presence: Item,
         deadline: Deadline,
     ) {
@@ -196,7 +223,7 @@ impl ConnectionStore {
             let prune = prune_plan(
                 &connection_map(&presence),
                 connection_id,
-                now_unix,
+                now_ms,
                 MAX_CONNECTIONS_PER_USER,
             );
             if prune.is_empty() {
@@ -254,39 +281,40 @@ impl ConnectionStore {
         }
     }
 
-    /// Adds the entry (creating the map for a first connection); returns the presence item as
-    /// written.
+    /// Adds the entry (creating the map for a first connection; `ttl` is the item's TTL, whole
+    /// seconds); returns the presence item as written.
     async fn add_presence(
         &self,
         user: &UserId,
         connection_id: &str,
         expires: &AttributeValue,
+        ttl: &AttributeValue,
         deadline: Deadline,
     ) -> Result<Item, ChatError> {
         let mut retry = Retry::until(deadline);
         while retry.next().await {
             // Add to the existing map, or create the map; the conditions make the two race-free.
-            let values = |map: Option<AttributeValue>| {
-                let mut v = HashMap::from([
-                    (":exp".to_owned(), expires.clone()),
+            // `:exp` (the entry) or `:map` (a map of it alone).
+            let values = |(name, value): (&str, AttributeValue)| {
+                HashMap::from([
+                    (name.to_owned(), value),
+                    (":ttl".to_owned(), ttl.clone()),
                     (":one".to_owned(), AttributeValue::N("1".into())),
-                ]);
-                v.extend(map.map(|m| (":map".to_owned(), m)));
-                v
+                ])
             };
             let entry = HashMap::from([(connection_id.to_owned(), expires.clone())]);
             let tries = [
                 (
-                    "SET connections.#c = :exp, expiresAt = :exp ADD ver :one",
+                    "SET connections.#c = :exp, expiresAt = :ttl ADD ver :one",
                     "attribute_exists(connections)",
                     Some(HashMap::from([("#c".to_owned(), connection_id.to_owned())])),
-                    values(None),
+                    values((":exp", expires.clone())),
                 ),
                 (
-                    "SET connections = :map, expiresAt = :exp ADD ver :one",
+                    "SET connections = :map, expiresAt = :ttl ADD ver :one",
                     "attribute_not_exists(connections)",
                     None,
-                    values(Some(AttributeValue::M(entry))),
+                    values((":map", AttributeValue::M(entry))),
                 ),
             ];
             for (update, condition, names, values) in tries {
@@ -373,7 +401,7 @@ impl ConnectionStore {
         &self,
         connection: &LiveConnection,
     ) -> Result<bool, ChatError> {
-        let expires = AttributeValue::N(connection.expires_at.to_string());
+        let expires = expiry_value(connection.expires_at_ms);
         let removed = self
             .update_presence(&connection.user)
             .update_expression(format!("REMOVE connections.#c {CLOSED_SET} ADD ver :one"))
@@ -399,7 +427,10 @@ impl ConnectionStore {
             .table_name(&self.table)
             .set_key(Some(owner_key(&connection.connection_id)))
             .condition_expression("expiresAt = :exp")
-            .expression_attribute_values(":exp", expires)
+            .expression_attribute_values(
+                ":exp",
+                AttributeValue::N(connection.expires_at_ms.div_euclid(1000).to_string()),
+            )
             .send()
             .await;
         match owner {
@@ -444,7 +475,7 @@ impl ConnectionStore {
         let now = chat_domain::time::unix_seconds(chat_domain::time::now());
         let ids: Vec<String> = connection_map(&self.presence_item(user).await?)
             .into_iter()
-            .filter(|(_, expires_at)| *expires_at > now)
+            .filter(|(_, expires_ms)| *expires_ms > now * 1000)
             .map(|(id, _)| id)
             .collect();
         let closes = ids.iter().map(|id| async move {
@@ -466,7 +497,8 @@ impl ConnectionStore {
         Ok(ids.len())
     }
 
-    /// The presence entries of one user as stored (connection id → expiry), expired ones included.
+    /// The presence entries of one user as stored (connection id → expiry in unix ms), expired
+    /// ones included.
     /// DynamoDB: 1 GetItem, strongly consistent.
     pub async fn presence(&self, user: &UserId) -> Result<Vec<(String, i64)>, ChatError> {
         let mut entries = connection_map(&self.presence_item(user).await?);
@@ -520,12 +552,12 @@ impl ConnectionStore {
             else {
                 continue;
             };
-            for (id, expires_at) in connection_map(&item) {
-                if expires_at > now_unix {
+            for (id, expires_at_ms) in connection_map(&item) {
+                if expires_at_ms > now_unix * 1000 {
                     out.push(LiveConnection {
                         user: user.clone(),
                         connection_id: id,
-                        expires_at,
+                        expires_at_ms,
                     });
                 }
             }
@@ -580,8 +612,33 @@ mod tests {
         let c = LiveConnection {
             user: UserId::parse("u").unwrap(),
             connection_id: "x=".into(),
-            expires_at: 1_000 + CONNECTION_TTL_SECS,
+            expires_at_ms: (1_000 + CONNECTION_TTL_SECS) * 1000 + 999,
         };
         assert_eq!(c.registered_at(), 1_000);
+    }
+
+    #[test]
+    fn expiries_are_stored_to_the_millisecond_and_whole_seconds_still_read() {
+        let AttributeValue::N(stored) = expiry_value(1_733_590_000_045) else {
+            unreachable!()
+        };
+        assert_eq!(stored, "1733590000.045");
+        assert_eq!(expiry_ms(&stored), Some(1_733_590_000_045));
+        // As written before milliseconds were kept, and as DynamoDB may normalise decimals.
+        assert_eq!(expiry_ms("1733590000"), Some(1_733_590_000_000));
+        assert_eq!(expiry_ms("1733590000.5"), Some(1_733_590_000_500));
+        assert_eq!(expiry_ms("1733590000.12"), Some(1_733_590_000_120));
+        assert_eq!(expiry_ms("x"), None);
+        assert_eq!(expiry_ms("1.x"), None);
+    }
+
+    #[test]
+    fn connections_opened_within_one_second_still_go_oldest_first() {
+        let now = 10_000_000;
+        // Eleven registrations 50 ms apart, ids in the reverse order of their age.
+        let e: Vec<(String, i64)> = (0..11)
+            .map(|i| (format!("c{:02}", 10 - i), now + 7_200_000 + 50 * i))
+            .collect();
+        assert_eq!(prune_plan(&e, "c00", now, 10), vec!["c10"]);
     }
 }

@@ -444,20 +444,12 @@ impl ConnectionStore {
             .map(|u| {
                 let pk = keys::user_connections_pk(u);
                 let presence = find(&pk, keys::PRESENCE_SK);
-                let live = presence
-                    .and_then(|p| p.get("connections"))
-                    .and_then(|m| m.as_m().ok())
-                    .map(|m| {
-                        m.values()
-                            .filter(|e| {
-                                e.as_n()
-                                    .ok()
-                                    .and_then(|n| n.parse::<i64>().ok())
-                                    .is_some_and(|exp| exp > now_unix)
-                            })
-                            .count()
-                    })
-                    .unwrap_or(0);
+                let live = presence.map_or(0, |p| {
+                    crate::connections::connection_map(p)
+                        .iter()
+                        .filter(|(_, expires_ms)| *expires_ms > now_unix * 1000)
+                        .count()
+                });
                 let last = presence
                     .and_then(|p| get_n(p, "lastActiveAt"))
                     .and_then(|ms| {

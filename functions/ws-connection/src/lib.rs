@@ -109,8 +109,11 @@ impl WsConnection {
             .query_string_parameters
             .first("token")
             .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
-        let now = chat_domain::time::unix_seconds(chat_domain::time::now());
-        let user = self.verifier.verify(token, now).await?;
+        let now = chat_domain::time::now();
+        let user = self
+            .verifier
+            .verify(token, chat_domain::time::unix_seconds(now))
+            .await?;
         // Read strongly consistent (not as REST requests do): a suspended user's
         // handshake is refused before anything is registered (a registration undone would move
         // its `lastActiveAt` and push presence), and a lifted suspension admits it at once.
@@ -119,7 +122,8 @@ impl WsConnection {
                 return Err(ChatError::Suspended);
             }
         }
-        self.connections.register(&user, connection, now).await?;
+        let now_ms = chat_domain::time::unix_millis(now) as i64;
+        self.connections.register(&user, connection, now_ms).await?;
         // Registered, then read again: a suspension made meanwhile either closes this
         // connection or is seen here.
         if let Some(chat) = &self.chat {

@@ -1,4 +1,4 @@
-// Attachments (docs/api.md §34–§36): the upload, a module of its own
+// Attachments (docs/api.md §34–§36): the upload and the stable link, a module of its own
 // (`@chat-backend/client/attachments`), so that an app without files does not ship it. A message
 // carries the ids: `client.send(conversationId, body, { attachments: [id] })`.
 import type { ChatClient } from "./index.js";
@@ -42,6 +42,25 @@ export async function uploadAttachment(
   const status = await putBytes(client.fetch, method, url, headers, data, (n) => options.onProgress?.(n, size));
   if (status < 200 || status > 299) throw new ChatApiError(status, "upload_failed", "S3");
   return created.attachmentId;
+}
+
+/**
+ * `GET /conversations/{id}/attachments/{attachmentId}` (getAttachment, docs/api.md §35): the stable
+ * link a message's attachment keeps, followed to the file's bytes (the API answers with a fresh
+ * presigned URL; the bucket's CORS lets the app's origins read it). A refusal is a ChatApiError:
+ * `404` (not a member, or no such attachment), `409 attachment_pending` (scanning; `retryAfter`),
+ * `attachment_unsafe`, `attachment_unscannable`; S3's own (`403` once its message is deleted).
+ */
+export async function getAttachment(client: ChatClient, conversationId: string, attachmentId: string): Promise<Blob> {
+  const path = `/conversations/${encodeURIComponent(conversationId)}/attachments/${encodeURIComponent(attachmentId)}`;
+  let res: Response;
+  try {
+    res = await client.fetch(client.apiUrl + path, { headers: { Authorization: `Bearer ${await client.token()}` } });
+  } catch (e) {
+    throw new ChatApiError(0, "network_error", `GET ${path}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (res.ok) return res.blob();
+  throw ChatApiError.fromResponse(res.status, await res.text(), res.headers.get("Retry-After"));
 }
 
 /** Sends `data` with a presigned request: XMLHttpRequest where there is one (upload progress), else fetch. */

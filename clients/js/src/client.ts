@@ -1,4 +1,4 @@
-import { ChangeError, ChatApiError, SendError, SyncError, parseRetryAfter, retryDelay } from "./errors.js";
+import { ChangeError, ChatApiError, SendError, SyncError, retryDelay } from "./errors.js";
 import {
   applyChanges,
   applyPage,
@@ -159,7 +159,8 @@ const FILL_STALLS = 3;
 const INBOX_RECHECK_MS = 2000;
 
 export class ChatClient {
-  private readonly apiUrl: string;
+  /** The REST API's base URL, as given (no trailing slash). */
+  readonly apiUrl: string;
   private readonly wsUrl: string;
   private readonly tokenSource: TokenSource;
   private readonly WS: WebSocketConstructor | undefined;
@@ -968,7 +969,8 @@ export class ChatClient {
   // HTTP
   // ---------------------------------------------------------------------------------------------
 
-  private async token(): Promise<string> {
+  /** The bearer token for the next request (the option's value, or what its function gives now). */
+  async token(): Promise<string> {
     return typeof this.tokenSource === "function" ? await this.tokenSource() : this.tokenSource;
   }
 
@@ -1017,7 +1019,7 @@ export class ChatClient {
       clearTimeout(timer);
     }
     if (status >= 200 && status < 300) return (text === "" ? undefined : JSON.parse(text)) as T;
-    throw errorFromResponse(status, text, parseRetryAfter(retryAfter));
+    throw ChatApiError.fromResponse(status, text, retryAfter);
   }
 
   private async withRetries<T>(request: () => Promise<T>): Promise<T> {
@@ -1040,39 +1042,6 @@ export class ChatClient {
       }
     }
   }
-}
-
-const CODE_BY_STATUS: Record<number, string> = {
-  400: "invalid_request",
-  401: "unauthorized",
-  403: "forbidden",
-  404: "not_found",
-  409: "conflict",
-  413: "payload_too_large",
-  429: "throttled",
-  503: "unavailable",
-  504: "unavailable",
-};
-
-/**
- * The API's error body (`{"error":{"code","message"}}`); for answers from in front of the functions
- * (API Gateway's own `{"message":"Unauthorized"}`, `{"message":"Too Many Requests"}`,
- * `{"message":"Request Entity Too Large"}`, `{"message":"Service Unavailable"}`, …, or no JSON at all)
- * a code from the status: `unauthorized`, `throttled`, `payload_too_large`, `unavailable` (503, 504:
- * the outcome is unknown), `internal` (other 5xx).
- */
-function errorFromResponse(status: number, text: string, retryAfterMs: number | undefined): ChatApiError {
-  let code = CODE_BY_STATUS[status] ?? (status >= 500 ? "internal" : `http_${status}`);
-  let message = text.slice(0, 200) || `HTTP ${status}`;
-  try {
-    const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown }; message?: unknown };
-    if (typeof parsed.error?.code === "string") code = parsed.error.code;
-    if (typeof parsed.error?.message === "string") message = parsed.error.message;
-    else if (typeof parsed.message === "string") message = parsed.message;
-  } catch {
-    // not JSON: keep the status's code and the text
-  }
-  return new ChatApiError(status, code, message, retryAfterMs);
 }
 
 /** The longest `Retry-After` of a rate limit or slow mode a send waits out (slow mode's maximum). */

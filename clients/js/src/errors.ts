@@ -37,7 +37,41 @@ export class ChatApiError extends Error {
   get retryable(): boolean {
     return this.status === 0 || this.status === 429 || this.status >= 500;
   }
+
+  /**
+   * An error answer: the API's error body (`{"error":{"code","message"}}`); for answers from in
+   * front of the functions (API Gateway's own `{"message":"Unauthorized"}`, `{"message":"Too Many
+   * Requests"}`, `{"message":"Request Entity Too Large"}`, `{"message":"Service Unavailable"}`, …,
+   * or no JSON at all) a code from the status: `unauthorized`, `throttled`, `payload_too_large`,
+   * `unavailable` (503, 504: the outcome is unknown), `internal` (other 5xx). `retryAfter`: the
+   * answer's `Retry-After` header.
+   */
+  static fromResponse(status: number, text: string, retryAfter: string | null): ChatApiError {
+    let code = CODE_BY_STATUS[status] ?? (status >= 500 ? "internal" : `http_${status}`);
+    let message = text.slice(0, 200) || `HTTP ${status}`;
+    try {
+      const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown }; message?: unknown };
+      if (typeof parsed.error?.code === "string") code = parsed.error.code;
+      if (typeof parsed.error?.message === "string") message = parsed.error.message;
+      else if (typeof parsed.message === "string") message = parsed.message;
+    } catch {
+      // not JSON: keep the status's code and the text
+    }
+    return new ChatApiError(status, code, message, parseRetryAfter(retryAfter));
+  }
 }
+
+const CODE_BY_STATUS: Record<number, string> = {
+  400: "invalid_request",
+  401: "unauthorized",
+  403: "forbidden",
+  404: "not_found",
+  409: "conflict",
+  413: "payload_too_large",
+  429: "throttled",
+  503: "unavailable",
+  504: "unavailable",
+};
 
 /**
  * A `send` that failed (after its retries). Keep `clientMsgId` with the pending message and send it

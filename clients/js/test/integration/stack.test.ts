@@ -15,6 +15,7 @@ import {
   type MessageChange,
   type WebSocketConstructor,
 } from "../../src/index.js";
+import { getAttachment, uploadAttachment } from "../../src/attachments.js";
 import { clientFor, eventually, mintToken, newUser, requireStack, sleep, waitFor, WS_URL } from "../helpers/stack.js";
 
 const open: ChatClient[] = [];
@@ -122,6 +123,20 @@ describe("REST methods", () => {
 
     const onDirect = await apiError(a.addMembers(direct.conversationId, [carol]));
     assert.deepEqual([onDirect.status, onDirect.code], [409, "conflict"]);
+  });
+
+  it("attachments: uploadAttachment, send, getAttachment's bytes; a stranger's 404", async () => {
+    const [alice, bob, eve] = [newUser("alice"), newUser("bob"), newUser("eve")];
+    const a = client(alice);
+    const { conversationId: id } = await a.openDirect(bob);
+    const bytes = new TextEncoder().encode("a file's bytes, é");
+    const attachmentId = await uploadAttachment(a, id, bytes, { fileName: "notes.txt", contentType: "text/plain" });
+    const sent = await a.send(id, "", { attachments: [attachmentId] });
+    assert.equal(sent.attachments?.[0]?.attachmentId, attachmentId);
+    const file = await getAttachment(client(bob), id, attachmentId);
+    assert.deepEqual(new Uint8Array(await file.arrayBuffer()), bytes);
+    const stranger = await apiError(getAttachment(client(eve), id, attachmentId));
+    assert.deepEqual([stranger.status, stranger.code], [404, "not_found"]);
   });
 
   it("send (idempotent, byte for byte) and history (newest, beforeSeq, afterSeq)", async () => {

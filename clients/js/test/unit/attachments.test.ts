@@ -1,9 +1,10 @@
-// uploadAttachment and send with attachments, against a stub API and a stub S3 (fake fetch): the
-// bytes go to the presigned URL with its signed headers, never to the API, and the send names the id.
+// uploadAttachment, getAttachment and send with attachments, against a stub API and a stub S3 (fake
+// fetch): the bytes go to the presigned URL with its signed headers, never to the API, and the send
+// names the id; the stable link is asked with the token and its refusals are ChatApiErrors.
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { uploadAttachment } from "../../src/attachments.js";
+import { getAttachment, uploadAttachment } from "../../src/attachments.js";
 import { ChatApiError, ChatClient } from "../../src/index.js";
 import type { Attachment, AttachmentScan } from "../../src/index.js";
 
@@ -69,8 +70,26 @@ describe("attachments", () => {
     const scan: AttachmentScan | undefined = file.scan;
     assert.equal(scan, "pending");
     assert.equal(file.url, undefined);
-    await assert.rejects(client.request("GET", "/conversations/c/attachments/att-1"), (e) =>
+    await assert.rejects(getAttachment(client, "c", "att-1"), (e) =>
       e instanceof ChatApiError && e.status === 409 && e.code === "attachment_pending" && e.retryAfter === 2);
+    client.close();
+  });
+
+  it("gets a file's bytes through its stable link, with the token", async () => {
+    const seen: { url: string; auth: string | undefined }[] = [];
+    const fetch = (async (input: string | URL, init: RequestInit = {}) => {
+      seen.push({ url: String(input), auth: (init.headers as Record<string, string>).Authorization });
+      // As fetch answers once it followed the API's 302 to the presigned URL.
+      if (String(input).endsWith("/attachments/a%2F1")) return new Response(new Uint8Array([7, 8]), { status: 200, headers: { "content-type": "image/png" } });
+      return new Response(JSON.stringify({ error: { code: "not_found", message: "attachment not found" } }), { status: 404 });
+    }) as typeof globalThis.fetch;
+    const client = new ChatClient({ apiUrl: "http://api.test/", wsUrl: "ws://ws.test", token: async () => "alice", fetch });
+    const file = await getAttachment(client, "c 1", "a/1");
+    assert.deepEqual(new Uint8Array(await file.arrayBuffer()), new Uint8Array([7, 8]));
+    assert.equal(file.type, "image/png");
+    assert.deepEqual(seen[0], { url: "http://api.test/conversations/c%201/attachments/a%2F1", auth: "Bearer alice" });
+    await assert.rejects(getAttachment(client, "c", "gone"), (e) =>
+      e instanceof ChatApiError && e.status === 404 && e.message === "attachment not found");
     client.close();
   });
 

@@ -214,7 +214,7 @@ impl SnsNotifier {
             from_seq: seq,
         };
         self.notifier
-            .window_due(&window, &self.pusher)
+            .window_due(&window, &uuid::Uuid::new_v4().to_string(), &self.pusher)
             .await
             .expect("the window's job")
     }

@@ -165,8 +165,9 @@ impl Bench<'_> {
             .await
             .unwrap());
         f.window_open = self.dynamodb().await;
+        // The next message, while the window is open.
         assert!(!store
-            .open_notify_window(&id, seq, now, now + 60_000)
+            .open_notify_window(&id, seq + 1, now, now + 60_000)
             .await
             .unwrap());
         f.window_open_again = self.dynamodb().await;
@@ -189,7 +190,7 @@ impl Bench<'_> {
             from_seq: seq,
         };
         let report = notifier
-            .window_due(&window, &Pusher::Sink(sink_url))
+            .window_due(&window, "job-1", &Pusher::Sink(sink_url))
             .await
             .unwrap();
         f.window = self.dynamodb().await;

@@ -117,7 +117,9 @@ pub fn check_ban(
     admins: &[UserId],
 ) -> Result<(), ChatError> {
     if caller == target {
-        return Err(ChatError::invalid("path parameter `userId` is the caller: a user cannot ban themselves"));
+        return Err(ChatError::invalid(
+            "path parameter `userId` is the caller: a user cannot ban themselves",
+        ));
     }
     if !is_manager(caller, owner, admins) {
         return Err(ChatError::Forbidden(

@@ -23,7 +23,9 @@ pub const DEFAULT_BLOCKS_LIMIT: u32 = 100;
 /// `PUT /me/blocks/{userId}`: nobody blocks themselves (`400`).
 pub fn check_block_target(caller: &UserId, target: &UserId) -> Result<(), ChatError> {
     if caller == target {
-        return Err(ChatError::invalid("path parameter `userId` is the caller: a user cannot block themselves"));
+        return Err(ChatError::invalid(
+            "path parameter `userId` is the caller: a user cannot block themselves",
+        ));
     }
     Ok(())
 }
@@ -32,7 +34,9 @@ pub fn check_block_target(caller: &UserId, target: &UserId) -> Result<(), ChatEr
 /// not lift it (every request of theirs would be `403 suspended`).
 pub fn check_suspension_target(moderator: &UserId, target: &UserId) -> Result<(), ChatError> {
     if moderator == target {
-        return Err(ChatError::invalid("path parameter `userId` is the caller: a moderator cannot suspend themselves"));
+        return Err(ChatError::invalid(
+            "path parameter `userId` is the caller: a moderator cannot suspend themselves",
+        ));
     }
     Ok(())
 }

@@ -2,9 +2,9 @@
 //! holds each token, members' notification settings, and each conversation's open delay window.
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::ReturnValue;
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::attrs::{n, s, Item};
+use super::attrs::{get_n, get_s, n, s, Item};
 use super::items::{from_item, DeviceItem, TokenOwnerItem};
 use super::{keys, sdk_error, tx, ChatStore, TxOutcome};
 use chat_domain::error::ChatError;
@@ -37,6 +37,22 @@ fn is_condition_failed<R>(e: &aws_sdk_dynamodb::error::SdkError<UpdateItemError,
         e.as_service_error(),
         Some(UpdateItemError::ConditionalCheckFailedException(_))
     )
+}
+
+/// The item a failed condition found (asked for with ReturnValuesOnConditionCheckFailure =
+/// ALL_OLD): `Ok(None)` when there was none, `Err` when the call failed otherwise.
+fn condition_failed_item<R>(
+    e: aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>,
+) -> Result<Option<Item>, ChatError>
+where
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match e.as_service_error() {
+        Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+            Ok(failed.item().cloned())
+        }
+        _ => Err(sdk_error("UpdateItem", e)),
+    }
 }
 
 impl ChatStore {
@@ -252,8 +268,9 @@ impl ChatStore {
     }
 
     /// Opens the conversation's delay window at message `seq`, unless one is open: true when this
-    /// call opened it (then exactly one delayed job must be queued for it). A window left open
-    /// past `stale_at_ms` (its job was never queued) counts as closed. 1 UpdateItem.
+    /// call opened it, or found it open from this very message (then a delayed job must be queued
+    /// for it). A window left open past `stale_at_ms` (its job was never queued) counts as closed.
+    /// 1 UpdateItem.
     pub async fn open_notify_window(
         &self,
         id: &ConversationId,
@@ -271,43 +288,59 @@ impl ChatStore {
             .expression_attribute_values(":until", n(stale_at_ms))
             .expression_attribute_values(":seq", n(seq))
             .expression_attribute_values(":now", n(now_ms))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match update {
             Ok(_) => Ok(true),
-            Err(e) if is_condition_failed(&e) => Ok(false),
-            Err(e) => Err(sdk_error("UpdateItem", e)),
+            // Open from this message: this call's own write, whose answer was lost and which the
+            // SDK sent again, or a redelivery of the stream record, whose job may never have been
+            // queued (found by probing: one lost answer left the conversation without
+            // notifications for 15 minutes). Queued again: a window's second job sends nothing,
+            // its close is its first's (`close_notify_window`).
+            Err(e) => {
+                Ok(condition_failed_item(e)?
+                    .is_some_and(|open| get_n(&open, "fromSeq") == Some(seq)))
+            }
         }
     }
 
-    /// Closes the window its job names: `Some(covered)` when this call closed it, with the
-    /// highest seq an earlier window's job already covered (`coveredTo`, 0 when none); `None`
-    /// when it was closed already (a job delivered again sends nothing again) or another window
-    /// is open. Messages after this open the next window. 1 UpdateItem.
+    /// Closes the window its job `job` (the queue message's id) names: `Some(covered)` when this
+    /// job closed it, with the highest seq a job already covered (`coveredTo`, 0 when none);
+    /// `None` when another job of the window closed it (a window may have two: sends nothing
+    /// again) or another window is open. Messages after this open the next window. 1 UpdateItem.
     pub async fn close_notify_window(
         &self,
         window: &NotifyWindow,
+        job: &str,
     ) -> Result<Option<u64>, ChatError> {
         let update = self
             .db
             .update_item()
             .table_name(&self.table)
             .set_key(Some(keys::notify_window_key(&window.conversation_id)))
-            .update_expression("REMOVE openUntil")
+            .update_expression("SET closedBy = :job REMOVE openUntil")
             .condition_expression("attribute_exists(openUntil) AND fromSeq = :seq")
             .expression_attribute_values(":seq", n(window.from_seq))
+            .expression_attribute_values(":job", s(job))
             .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
+        let covered = |item: &Item| get_n(item, "coveredTo").unwrap_or(0);
         match update {
-            Ok(out) => Ok(Some(
-                out.attributes
-                    .as_ref()
-                    .and_then(|old| super::attrs::get_n(old, "coveredTo"))
-                    .unwrap_or(0),
-            )),
-            Err(e) if is_condition_failed(&e) => Ok(None),
-            Err(e) => Err(sdk_error("UpdateItem", e)),
+            Ok(out) => Ok(Some(out.attributes.as_ref().map_or(0, covered))),
+            // Closed by this job: its answer was lost and the SDK sent it again (found by
+            // probing: the window's notification was dropped), or the job is delivered again
+            // after a failure; what it already told is covered (`cover_notify_window`).
+            Err(e) => Ok(condition_failed_item(e)?
+                .filter(|closed| {
+                    get_s(closed, "closedBy") == Some(job)
+                        && get_n(closed, "fromSeq") == Some(window.from_seq)
+                        && closed.get("openUntil").is_none()
+                })
+                .as_ref()
+                .map(covered)),
         }
     }
 

@@ -77,7 +77,7 @@ impl Notifier {
             .send()
             .await;
         if let Err(e) = sent {
-            let _ = self.store.close_notify_window(&window).await;
+            let _ = self.store.close_notify_window(&window, "unqueued").await;
             return Err(ChatError::internal(format!(
                 "SendMessage: {}",
                 aws_sdk_sqs::error::DisplayErrorContext(&e)
@@ -86,7 +86,7 @@ impl Notifier {
         Ok(true)
     }
 
-    /// A window's delay is over: closes it, then notifies each member for whom its messages are
+    /// A window's delay is over: its job `job` (the queue message's id) closes it, then notifies each member for whom its messages are
     /// still unread and who has not muted the conversation, once, on each of its devices.
     /// A member is told of the window's messages it has not read, not deleted since and not
     /// from someone it blocks (`told_of`), with the newest of them as the preview; none that an
@@ -97,10 +97,11 @@ impl Notifier {
     pub async fn window_due(
         &self,
         window: &NotifyWindow,
+        job: &str,
         pusher: &Pusher,
     ) -> Result<WindowReport, ChatError> {
         let mut report = WindowReport::default();
-        let Some(covered) = self.store.close_notify_window(window).await? else {
+        let Some(covered) = self.store.close_notify_window(window, job).await? else {
             return Ok(report);
         };
         // A message counted by the last window's job may have opened this one (it reached the

@@ -31,7 +31,8 @@ impl NotifierFunction {
                 tracing::error!(id = ?record.message_id, "malformed notification job");
                 continue;
             };
-            match self.notifier.window_due(&window, &self.pusher).await {
+            let job = record.message_id.clone().unwrap_or_default();
+            match self.notifier.window_due(&window, &job, &self.pusher).await {
                 Ok(report) => {
                     tracing::debug!(conversation = %window.conversation_id, ?report, "window done");
                     telemetry::count("NotifyWindowsDone", 1);

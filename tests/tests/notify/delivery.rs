@@ -385,3 +385,52 @@ async fn a_message_deleted_within_the_delay_is_not_notified() {
     tokio::time::sleep(DELAY + SLACK).await;
     assert!(n.sent_to(&tb).is_empty(), "{:?}", n.sent_to(&tb));
 }
+
+/// A window's open or close whose answer is lost (it landed; the SDK sends it again and its
+/// condition fails) still notifies, once (found by probing: a lost open left the conversation
+/// without notifications for 15 minutes, a lost close dropped its window's notification).
+#[tokio::test]
+async fn a_windows_open_or_close_without_an_answer_still_notifies_once() {
+    if chat_tests::server::dynamodb_partitions().is_none() {
+        eprintln!("skipped: losing an answer needs the strictness layer (CHAT_STRICT=off)");
+        return;
+    }
+    let t = TestApp::new().await;
+    let n = start().await;
+    // The open's answer lost; then (another conversation) the close's: the open is let through
+    // by a harmless first rule.
+    let cases = [
+        vec![json!({"kind": "answerLost"})],
+        vec![
+            json!({"kind": "slow", "delayMs": 1}),
+            json!({"kind": "answerLost"}),
+        ],
+    ];
+    for (case, rules) in cases.into_iter().enumerate() {
+        let (a, b, c) = t.new_direct().await;
+        let tb = device(&t, &b).await;
+        t.index().await;
+        let rules: Vec<_> = rules
+            .into_iter()
+            .map(|mut r| {
+                r["op"] = json!("UpdateItem");
+                r["key"] = json!(format!("NW#{c}"));
+                r["count"] = json!(1);
+                r
+            })
+            .collect();
+        chat_tests::server::dynamodb_faults(&json!(rules));
+        t.send(&c, &a, "are you there?").await;
+        t.index().await;
+        let got = n.wait_for(&tb, 1, DELAY + SLACK).await;
+        let unfired = chat_tests::server::pending_dynamodb_faults()
+            .iter()
+            .any(|f| f["key"] == json!(format!("NW#{c}")));
+        chat_tests::server::clear_dynamodb_faults();
+        assert!(!unfired, "case {case}: every fault fired");
+        assert_eq!(got.len(), 1, "case {case}: {got:?}");
+        tokio::time::sleep(SLACK).await;
+        assert_eq!(n.sent_to(&tb).len(), 1, "case {case}: once");
+        assert_eq!(got[0]["data"], json!({"conversationId": c, "seq": 1}));
+    }
+}

@@ -94,10 +94,17 @@ impl Identity {
 }
 
 fn bearer_token(req: &Request) -> Result<&str, ChatError> {
-    let value = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| ChatError::Unauthorized("missing Authorization header".into()))?
+    let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
+    let value = values
+        .next()
+        .ok_or_else(|| ChatError::Unauthorized("missing Authorization header".into()))?;
+    // Two credentials name no one caller (found by probing: the first one was taken).
+    if values.next().is_some() {
+        return Err(ChatError::Unauthorized(
+            "more than one Authorization header".into(),
+        ));
+    }
+    let value = value
         .to_str()
         .map_err(|_| ChatError::Unauthorized("malformed Authorization header".into()))?;
     match value.split_once(' ') {
@@ -467,6 +474,31 @@ mod tests {
             .headers()
             .get(header::CONTENT_ENCODING)
             .is_none());
+    }
+
+    #[test]
+    fn one_bearer_token_names_the_caller_and_two_name_no_one() {
+        let with = |values: &[&str]| {
+            let mut req = Request::default();
+            for v in values {
+                req.headers_mut()
+                    .append(header::AUTHORIZATION, v.parse().unwrap());
+            }
+            req
+        };
+        assert_eq!(bearer_token(&with(&["Bearer abc"])).unwrap(), "abc");
+        assert_eq!(bearer_token(&with(&["bearer  abc "])).unwrap(), "abc");
+        for bad in [
+            &[][..],
+            &["Basic abc"][..],
+            &["Bearer "][..],
+            &["Bearer abc", "Bearer xyz"][..],
+        ] {
+            assert!(
+                matches!(bearer_token(&with(bad)), Err(ChatError::Unauthorized(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

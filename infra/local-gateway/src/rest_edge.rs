@@ -109,8 +109,10 @@ impl RestEdge {
             Err(refused) => return refused,
         };
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        // `OPTIONS *` and other targets that are not a path name no route (the HTTP API: 404).
-        if !path.starts_with('/') {
+        // `OPTIONS *` and other targets that are not a path name no route (the HTTP API: 404);
+        // nor does an OPTIONS that is not a CORS preflight (those are answered above; found by
+        // probing: the function runner answered it 200).
+        if !path.starts_with('/') || parts.method == Method::OPTIONS {
             return error(StatusCode::NOT_FOUND, "not_found", NOT_FOUND);
         }
         let slots = self.slots(&parts.method, parts.uri.path());
@@ -491,6 +493,46 @@ mod tests {
             "{most} requests of one route reached the functions at once"
         );
         assert!(most >= 2, "the requests did not overlap at all ({most})");
+    }
+
+    /// An OPTIONS that is not a CORS preflight names no route: `404 not_found` in the API's
+    /// shape, never the function runner's answer; a preflight is answered by the edge.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_options_request_is_a_preflight_or_no_route() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        let upstream = move |_req, _| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async move { response(StatusCode::OK, "") }
+        };
+        let (edge_url, client, _trigger) = edge_before(upstream, 8, Duration::from_secs(22)).await;
+        for path in ["/inbox", "/nope"] {
+            let req = Request::builder()
+                .method(Method::OPTIONS)
+                .uri(format!("{edge_url}{path}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let answer = client.request(req).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::NOT_FOUND, "{path}");
+            let body = answer.into_body().collect().await.unwrap().to_bytes();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], "not_found", "{path}");
+        }
+        let preflight = Request::builder()
+            .method(Method::OPTIONS)
+            .uri(format!("{edge_url}/inbox"))
+            .header(header::ORIGIN, "http://app.test")
+            .header(header::ACCESS_CONTROL_REQUEST_METHOD, "GET")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let answer = client.request(preflight).await.unwrap();
+        assert!(answer.status().is_success(), "{}", answer.status());
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "none reached the functions"
+        );
     }
 
     /// The function runner's own 5xx (watch's error page, no function's answer): a read is sent

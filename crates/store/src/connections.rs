@@ -54,26 +54,38 @@ pub struct LiveConnection {
 impl LiveConnection {
     /// When it registered, in unix seconds.
     pub fn registered_at(&self) -> i64 {
-        self.expires_at_ms.div_euclid(1000) - CONNECTION_TTL_SECS
+        whole_seconds(self.expires_at_ms) - CONNECTION_TTL_SECS
     }
+}
+
+fn whole_seconds(ms: i64) -> i64 {
+    ms.div_euclid(1000)
+}
+
+/// A TTL attribute's value (whole unix seconds, as DynamoDB's TTL reads them).
+fn ttl_value(expires_ms: i64) -> AttributeValue {
+    AttributeValue::N(whole_seconds(expires_ms).to_string())
 }
 
 /// A presence entry's expiry as stored: seconds with three decimals.
 fn expiry_value(expires_ms: i64) -> AttributeValue {
     AttributeValue::N(format!(
         "{}.{:03}",
-        expires_ms.div_euclid(1000),
+        whole_seconds(expires_ms),
         expires_ms.rem_euclid(1000)
     ))
 }
 
 /// A stored expiry in unix ms: whole seconds (as written before milliseconds were kept) or
-/// seconds with a fraction.
+/// seconds with a fraction. Read for every presence entry the fanout sees: no allocation.
 pub(crate) fn expiry_ms(n: &str) -> Option<i64> {
     let (secs, frac) = n.split_once('.').unwrap_or((n, ""));
     let secs: i64 = secs.parse().ok()?;
-    let digits: String = frac.chars().chain("000".chars()).take(3).collect();
-    let ms: i64 = digits.parse().ok()?;
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ms = (frac.bytes().chain(std::iter::repeat(b'0')).take(3))
+        .fold(0, |ms, digit| ms * 10 + i64::from(digit - b'0'));
     Some(secs * 1000 + ms)
 }
 
@@ -184,7 +196,7 @@ impl ConnectionStore {
     ) -> Result<(), ChatError> {
         let expires_ms = now_ms + CONNECTION_TTL_SECS * 1000;
         let expires = expiry_value(expires_ms);
-        let ttl = AttributeValue::N(expires_ms.div_euclid(1000).to_string());
+        let ttl = ttl_value(expires_ms);
         let mut owner = owner_key(connection_id);
         owner.insert("userId".into(), AttributeValue::S(user.to_string()));
         owner.insert("expiresAt".into(), ttl.clone());
@@ -427,10 +439,7 @@ impl ConnectionStore {
             .table_name(&self.table)
             .set_key(Some(owner_key(&connection.connection_id)))
             .condition_expression("expiresAt = :exp")
-            .expression_attribute_values(
-                ":exp",
-                AttributeValue::N(connection.expires_at_ms.div_euclid(1000).to_string()),
-            )
+            .expression_attribute_values(":exp", ttl_value(connection.expires_at_ms))
             .send()
             .await;
         match owner {

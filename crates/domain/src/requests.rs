@@ -27,7 +27,8 @@ pub struct Fields(Map<String, Value>);
 /// idempotency key two readers see differently is no key.
 struct Object(Map<String, Value>);
 
-const REPEATED: &str = "field `";
+/// How a field's own fault is told apart from the body's (its message is passed on as it is).
+const FIELD: &str = "field `";
 
 impl<'de> serde::Deserialize<'de> for Object {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -42,10 +43,16 @@ impl<'de> serde::Deserialize<'de> for Object {
                 while let Some(name) = a.next_key::<String>()? {
                     if map.contains_key(&name) {
                         return Err(serde::de::Error::custom(format!(
-                            "{REPEATED}{name}` appears more than once"
+                            "{FIELD}{name}` appears more than once"
                         )));
                     }
-                    map.insert(name, a.next_value()?);
+                    // A value JSON allows but we cannot hold (`1e400`) names its field.
+                    let value = a.next_value().map_err(|e: A::Error| {
+                        let e = e.to_string();
+                        let e = e.split(" at line ").next().unwrap_or_default();
+                        serde::de::Error::custom(format!("{FIELD}{name}` is not valid JSON: {e}"))
+                    })?;
+                    map.insert(name, value);
                 }
                 Ok(Object(map))
             }
@@ -66,7 +73,7 @@ impl Fields {
         }
         match serde_json::from_slice::<Object>(body) {
             Ok(Object(map)) => Ok(Fields(map)),
-            Err(e) if e.is_data() && e.to_string().starts_with(REPEATED) => {
+            Err(e) if e.is_data() && e.to_string().starts_with(FIELD) => {
                 Err(invalid(format!("{e}")))
             }
             Err(e) if e.is_data() => Err(invalid("request body must be a JSON object")),
@@ -581,6 +588,10 @@ mod tests {
             (b"5", "must be a JSON object"),
             (b"{\"seq\":1} x", "not valid JSON"),
             (b"{\"seq\":", "not valid JSON"),
+            (
+                b"{\"seq\":1e400}",
+                "field `seq` is not valid JSON: number out of range",
+            ),
         ] {
             let (status, message) = err_msg(parse_mark_read(body));
             assert_eq!(status, 400);

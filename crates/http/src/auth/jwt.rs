@@ -29,12 +29,33 @@ pub(crate) fn signature_only(algorithm: Algorithm) -> Validation {
     v
 }
 
+/// Refuses a token whose header names critical extensions (`crit`): RFC 7515 §4.1.11 says a
+/// recipient must reject those it does not understand, and this server understands none.
+/// `jsonwebtoken` ignores header fields it does not know, so the header is read here.
+fn no_critical_extensions(token: &str) -> Result<(), ChatError> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    let header = token.split('.').next().unwrap_or_default();
+    let header = URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+    match header {
+        Some(h) if h.get("crit").is_some() => Err(unauthorized(
+            "token names critical header extensions (crit), which this server does not support",
+        )),
+        // Not base64 or not JSON: `jsonwebtoken` refuses it as malformed.
+        _ => Ok(()),
+    }
+}
+
 /// The claims of a token whose algorithm and signature check out.
 pub(crate) fn verified_claims(
     token: &str,
     key: &DecodingKey,
     algorithm: Algorithm,
 ) -> Result<serde_json::Value, ChatError> {
+    no_critical_extensions(token)?;
     jsonwebtoken::decode::<serde_json::Value>(token, key, &signature_only(algorithm))
         .map(|data| data.claims)
         .map_err(|e| match e.kind() {
@@ -120,6 +141,23 @@ mod tests {
         )
         .unwrap();
         format!("{h}.{p}.{sig}")
+    }
+
+    #[test]
+    fn critical_header_extensions_are_refused() {
+        let claims = format!(r#"{{"sub":"u1","exp":{}}}"#, NOW + 60);
+        let plain = sign(r#"{"alg":"HS256","typ":"JWT"}"#, &claims, b"k");
+        assert_eq!(verify_hs256(&plain, b"k", NOW).unwrap().as_str(), "u1");
+        for header in [
+            r#"{"alg":"HS256","crit":["exp"],"exp":1}"#,
+            r#"{"alg":"HS256","crit":[]}"#,
+        ] {
+            let err = verify_hs256(&sign(header, &claims, b"k"), b"k", NOW).unwrap_err();
+            assert!(
+                matches!(&err, ChatError::Unauthorized(m) if m.contains("crit")),
+                "{header}: {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -949,6 +949,59 @@ async fn archived_keys_of_edited_and_deleted_messages_answer_their_sends() {
     assert_eq!(walk(&t, &c, &a).await, [1, 2, 3]);
 }
 
+/// A send with files keeps its fingerprint when archived: its replay is the original, files
+/// included, and after a deletion its tombstone; the same `clientMsgId` without the files is
+/// another send (found by probing: the archived key was fingerprinted without the attachment
+/// ids, so every replay of such a send was `409`).
+#[tokio::test]
+async fn an_archived_send_with_attachments_answers_its_replay() {
+    let t = app().await;
+    let (a, _b, c) = t.new_direct().await;
+    let file = json!({"fileName": "a.txt", "contentType": "text/plain", "size": 5});
+    let r = t
+        .post(&format!("/conversations/{c}/attachments"), &a, file)
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let upload = chat_tests::upload_with(&r.body["upload"], b"hello".to_vec(), &[]);
+    assert_eq!(upload.await, 200);
+    let file_id = r.body["attachmentId"].clone();
+    let send = json!({"clientMsgId": new_uuid(), "body": "caption", "attachments": [file_id]});
+    let path = format!("/conversations/{c}/messages");
+    assert_sent(&t.post(&path, &a, send.clone()).await, 201, 1);
+    t.archiver()
+        .archive_conversation(&id(&c), &everything(), None)
+        .await
+        .unwrap();
+    let key = send["clientMsgId"].as_str().unwrap();
+    assert!(archived_key(&t, &c, key).await.is_some(), "the key moved");
+    let r = t.post(&path, &a, send.clone()).await;
+    assert_eq!(
+        r.status, 200,
+        "the replay of an archived send with files: {r:?}"
+    );
+    assert_eq!(
+        (
+            &r.body["seq"],
+            &r.body["body"],
+            &r.body["attachments"][0]["attachmentId"]
+        ),
+        (&json!(1), &json!("caption"), &file_id),
+        "{r:?}"
+    );
+    let without = json!({"clientMsgId": key, "body": "caption"});
+    let r = t.post(&path, &a, without).await;
+    assert_eq!((r.status, r.code()), (409, "conflict"), "{r:?}");
+    let r = t.delete_message(&c, 1, &a, &new_uuid()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = t.post(&path, &a, send).await;
+    assert_eq!(r.status, 200, "the replay of a deleted one: {r:?}");
+    assert_eq!(
+        (&r.body["deleted"], &r.body["body"]),
+        (&json!(true), &json!(""))
+    );
+    assert_eq!(walk(&t, &c, &a).await, [1]);
+}
+
 /// The calls of a send once keys of its conversation were archived (docs/data-model.md §3
 /// "Send"): the archived key is read after the conversation item, and a replay of an archived
 /// message reads the membership, its deleted mark, the boundary and one chunk. Before any key moved, a send makes

@@ -45,7 +45,7 @@ use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::WriteRequest;
 use chat_domain::error::ChatError;
-use chat_domain::message::message_fingerprint;
+use chat_domain::message::send_fingerprint;
 use chat_domain::model::Message;
 use chat_domain::ConversationId;
 
@@ -822,7 +822,7 @@ impl ChatStore {
     }
 
     /// Per message, the fingerprint of the send that made it, for its archived key: from its
-    /// content while it is as sent (version 1), else from its key item (an edit or a deletion
+    /// content and attachments while it is as sent (version 1), else from its key item (an edit or a deletion
     /// changed the body). None: that key item is gone, so a stopped run already put the
     /// archived key (it puts before it deletes). DynamoDB: 1 BatchGetItem per 100 changed
     /// messages (eventually consistent: key items are never updated).
@@ -844,7 +844,16 @@ impl ChatStore {
         Ok(messages
             .iter()
             .map(|m| match m.version {
-                1 => Some(message_fingerprint(&m.sender_id, &m.body)),
+                // As the send computed it: its attachments' ids count (found by probing: a
+                // replay of an archived send with files was 409).
+                1 => {
+                    let ids: Vec<String> = m
+                        .attachments
+                        .iter()
+                        .map(|a| a.attachment_id.clone())
+                        .collect();
+                    Some(send_fingerprint(&m.sender_id, &m.body, &ids))
+                }
                 _ => stored.remove(&m.seq),
             })
             .collect())

@@ -1032,7 +1032,7 @@ impl ChatStore {
         if original.deleted {
             return Ok((original.clone(), false));
         }
-        let message = Message::new(
+        let mut message = Message::new(
             send.id.clone(),
             key.seq,
             original.client_msg_id.clone(),
@@ -1040,6 +1040,9 @@ impl ChatStore {
             send.request.body.clone(),
             original.created_at.clone(),
         );
+        // The same ids as the original (its fingerprint says so), as checked for this request:
+        // archived, its files stay (docs/api.md §34).
+        message.attachments = send.attachments.clone();
         Ok((message, false))
     }
 }

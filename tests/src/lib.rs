@@ -690,6 +690,7 @@ impl TestApp {
                 .interceptor(chat_store::telemetry::BeforeTransmit(
                     chat_store::telemetry::CountCalls,
                 ))
+                .interceptor(chat_store::retry::UnknownOutcomes)
                 .interceptor(Counter(calls.clone()));
             if let Some(i) = &interceptor {
                 conf = conf.interceptor(i.clone());

@@ -320,9 +320,11 @@ impl Config {
     }
 
     pub fn dynamodb_client(&self, sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
-        let mut b = aws_sdk_dynamodb::config::Builder::from(sdk).interceptor(
-            crate::telemetry::BeforeTransmit(crate::telemetry::CountCalls),
-        );
+        let mut b = aws_sdk_dynamodb::config::Builder::from(sdk)
+            .interceptor(crate::telemetry::BeforeTransmit(
+                crate::telemetry::CountCalls,
+            ))
+            .interceptor(crate::retry::UnknownOutcomes);
         if let Some(url) = &self.dynamodb_endpoint {
             b = b.endpoint_url(url);
         }

@@ -190,7 +190,7 @@ fn reason_failed(reasons: &[CancelReason], i: usize) -> Option<&CancelReason> {
 /// Refusals that did nothing: a retry later is safe and the 429 is true ("no visible effect").
 /// Not `TransactionInProgressException`: an earlier attempt of the same token is still running
 /// and may land, so its outcome is unknown (`Unavailable`).
-const THROTTLING: [&str; 4] = [
+pub(crate) const THROTTLING: [&str; 4] = [
     "ProvisionedThroughputExceededException",
     "RequestLimitExceeded",
     "ThrottlingException",

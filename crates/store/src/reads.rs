@@ -100,7 +100,15 @@ impl ChatStore {
                 {
                     unknown = true;
                 }
-                _ => return Err(sdk_error("UpdateItem", err)),
+                // After an attempt without an answer, a refusal says nothing of that attempt:
+                // the outcome is still unknown (found by probing: a 429 after a landed read).
+                _ => {
+                    let e = sdk_error("UpdateItem", err);
+                    return Err(match e {
+                        ChatError::Throttled if unknown => ChatError::Unavailable,
+                        e => e,
+                    });
+                }
             }
         }
         // Out of time: after an attempt without an answer the read may have landed, so the

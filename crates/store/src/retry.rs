@@ -9,7 +9,86 @@
 
 use std::time::{Duration, Instant};
 
+use aws_sdk_dynamodb::config::interceptors::{
+    FinalizerInterceptorContextMut, FinalizerInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use chat_domain::retry::backoff;
+
+/// An SDK interceptor (on every DynamoDB client) that keeps a call's unknown outcome known: when
+/// an attempt got no answer, an unreadable one or DynamoDB's own 5xx (what it asked may have been
+/// done) and the SDK's later attempts were refused for throughput, the call fails as unanswered
+/// (`503`: retry to learn the outcome), not as throttled (`429`: "nothing happened, then or
+/// later", which the first attempt may have broken). Found by probing: a block, a ban, a report
+/// or an edit that landed was answered 429, and pushed.
+#[derive(Debug, Clone, Copy)]
+pub struct UnknownOutcomes;
+
+/// Put in the call's config bag by an attempt whose outcome is unknown.
+#[derive(Debug, Clone)]
+struct OutcomeUnknown;
+
+impl Storable for OutcomeUnknown {
+    type Storer = StoreReplace<Self>;
+}
+
+/// Whether an attempt's answer says "refused for throughput" (the `THROTTLING` codes), from the
+/// error type in its JSON body.
+fn refused_for_throughput(body: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(body);
+    crate::THROTTLING
+        .iter()
+        .any(|code| text.contains(&format!("#{code}\"")) || text.contains(&format!("\"{code}\"")))
+}
+
+impl Intercept for UnknownOutcomes {
+    fn name(&self) -> &'static str {
+        "UnknownOutcomes"
+    }
+
+    fn read_after_attempt(
+        &self,
+        ctx: &FinalizerInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let unknown = match ctx.response() {
+            Some(response) => response.status().is_server_error(),
+            None => matches!(ctx.output_or_error(), Some(Err(_))),
+        };
+        if unknown {
+            cfg.interceptor_state().store_put(OutcomeUnknown);
+        }
+        Ok(())
+    }
+
+    fn modify_before_completion(
+        &self,
+        ctx: &mut FinalizerInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg.load::<OutcomeUnknown>().is_none() {
+            return Ok(());
+        }
+        let throttled = ctx
+            .response()
+            .and_then(|r| r.body().bytes())
+            .is_some_and(refused_for_throughput);
+        if let (true, Some(outcome @ Err(_))) = (throttled, ctx.output_or_error_mut()) {
+            let unknown = "an earlier attempt got no answer, then the database refused the retries";
+            *outcome = Err(OrchestratorError::connector(ConnectorError::other(
+                unknown.into(),
+                None,
+            )));
+        }
+        Ok(())
+    }
+}
 
 /// How long a REST request may keep retrying, and how long one DynamoDB call attempt may take.
 /// Against AWS a request must answer well inside the functions' 10 s timeout; a local emulator

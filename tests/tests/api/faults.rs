@@ -33,6 +33,15 @@ fn faults(op: &str, pk: &str, kind: &str, count: u32) {
         "key": pk, "kind": kind, "count": count}));
 }
 
+/// `op` on partition `pk` applied with its answer lost, then refused `count` times with
+/// `refusal` (the SDK's retries of it).
+fn landed_unanswered_then(op: &str, pk: &str, refusal: &str, count: u32) {
+    server::dynamodb_faults(&json!([
+        {"op": op, "table": "ChatTable", "key": pk, "kind": "answerLost", "count": 1},
+        {"op": op, "table": "ChatTable", "key": pk, "kind": refusal, "count": count},
+    ]));
+}
+
 async fn seqs(t: &TestApp, c: &str, user: &str) -> Vec<u64> {
     let page = t
         .get(&format!("/conversations/{c}/messages?limit=100"), user)
@@ -86,6 +95,60 @@ async fn a_throttled_read_receipt_is_429_and_moves_nothing() {
     assert_eq!(mine, &json!(0), "nothing moved: {states:?}");
     let again = t.post(&read, &b, json!({"seq": 1})).await;
     assert_eq!((again.status, &again.body["advanced"]), (200, &json!(true)));
+}
+
+/// A write whose first attempt got no answer (it landed) and whose retries were throttled is
+/// `503`, not `429` "nothing happened" (found by probing: blocks, bans, edits that landed and
+/// were pushed were answered 429); its retry learns the outcome.
+#[tokio::test]
+async fn a_write_that_landed_unanswered_then_was_throttled_is_503_not_429() {
+    let Some((t, a, b, c)) = direct_if_layered().await else {
+        return;
+    };
+    assert_eq!(t.send(&c, &a, "one").await.status, 201);
+    let throttle = "ProvisionedThroughputExceededException";
+    landed_unanswered_then("UpdateItem", &format!("C#{c}"), throttle, 40);
+    let read = format!("/conversations/{c}/read");
+    let r = t.post(&read, &b, json!({"seq": 1})).await;
+    assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
+    let states = t.get(&format!("/conversations/{c}/reads"), &a).await;
+    let mine = &member_state(&states.body, &b)["lastReadSeq"];
+    assert_eq!(mine, &json!(1), "the first attempt landed: {states:?}");
+    server::clear_dynamodb_faults();
+    let again = t.post(&read, &b, json!({"seq": 1})).await;
+    assert_eq!((again.status, &again.body["lastReadSeq"]), (200, &json!(1)));
+}
+
+/// An edit whose transaction landed unanswered and whose retries were throttled is settled
+/// with its token: `200`, one change (found by probing: `429`, its change made and pushed).
+#[tokio::test]
+async fn an_edit_that_landed_unanswered_then_was_throttled_is_settled_not_429() {
+    if !layered() {
+        return;
+    }
+    let t = TestApp::new().await;
+    let owner = chat_tests::unique("o");
+    let member = format!("{owner}-m");
+    let g = t.group(&owner, std::slice::from_ref(&member)).await;
+    assert_eq!(t.send(&g, &owner, "one").await.status, 201);
+    landed_unanswered_then(
+        "TransactWriteItems",
+        &format!("H#{g}"),
+        "ThrottlingException",
+        2,
+    );
+    let r = t.edit(&g, 1, &owner, &new_uuid(), "edited").await;
+    assert_eq!(
+        (r.status, &r.body["body"]),
+        (200, &json!("edited")),
+        "{r:?}"
+    );
+    let changes = t.get(&format!("/conversations/{g}/changes"), &member).await;
+    assert_eq!(
+        changes.body["lastChange"],
+        json!(1),
+        "one change: {changes:?}"
+    );
 }
 
 #[tokio::test]

@@ -159,6 +159,23 @@ pub fn path_param(req: &Request, name: &str) -> Option<String> {
     params.get(name).and_then(percent_decode)
 }
 
+/// The raw query string is percent-encoded UTF-8 (`400` naming the parameter otherwise): the
+/// decoded parameters a handler reads turn `%FF` into U+FFFD, so a reaction or a cursor would be
+/// read as another (found by probing: `?reaction=%FF` was `200`, its path form `400`).
+fn query_encoding(req: &Request) -> Result<(), ChatError> {
+    let raw = req.uri().query().unwrap_or_default();
+    for pair in raw.split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if percent_decode(name).is_none() || percent_decode(value).is_none() {
+            let name = percent_decode(name).unwrap_or_else(|| name.to_owned());
+            return Err(ChatError::invalid(format!(
+                "query parameter `{name}` is not percent-encoded UTF-8"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Query-string parameters of a request.
 pub struct Query<'a>(&'a Request);
 
@@ -271,11 +288,6 @@ where
             let Ok(caller) = app.caller(&req) else {
                 return handler(app, req).await;
             };
-            // Every request's body is bounded (SPEC §8), a GET's or a DELETE's too, which their
-            // handlers never read (found by probing: a GET with 70 KB was answered 200).
-            if operation(&req).is_some() {
-                body(&req)?;
-            }
             // A suspended user's every request is refused (docs/api.md §30), by a read of the
             // suspension: before a write runs; a read's at the same time as its handler's (one
             // round trip, its answer dropped). A send under rate limits needs none: its limit's
@@ -291,8 +303,16 @@ where
             if check == Check::Before && store.is_suspended(&caller).await? {
                 return Err(ChatError::Suspended);
             }
-            // Then the caller's all-requests limit (§24) and the handler.
+            // Then bad input that concerns every route, the caller's all-requests limit (§24)
+            // and the handler. After the suspension: a suspended user's every request is 403
+            // (found by probing: an oversized body was 413).
             let served = async {
+                if operation(&req).is_some() {
+                    // Every request's body is bounded (SPEC §8), a GET's or a DELETE's too, which
+                    // their handlers never read (found by probing: a GET with 70 KB was 200).
+                    body(&req)?;
+                    query_encoding(&req)?;
+                }
                 if app.store.limits_requests() {
                     app.store.limit_request(&caller).await?;
                 }
@@ -474,6 +494,29 @@ mod tests {
             .headers()
             .get(header::CONTENT_ENCODING)
             .is_none());
+    }
+
+    #[test]
+    fn a_query_string_that_is_not_percent_encoded_utf8_is_refused_naming_its_parameter() {
+        let with = |query: &str| {
+            let mut req = Request::default();
+            *req.uri_mut() = format!("/inbox{query}").parse().unwrap();
+            req
+        };
+        for ok in ["", "?limit=5", "?reaction=%F0%9F%91%8D&x", "?a=%40&&b="] {
+            assert!(query_encoding(&with(ok)).is_ok(), "{ok}");
+        }
+        for (bad, names) in [
+            ("?reaction=%FF", "`reaction`"),
+            ("?limit=1&cursor=%C3", "`cursor`"),
+            ("?x=%G1", "`x`"),
+            ("?%FF=1", "`%FF`"),
+        ] {
+            match query_encoding(&with(bad)) {
+                Err(ChatError::InvalidRequest(m)) => assert!(m.contains(names), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 
     #[test]

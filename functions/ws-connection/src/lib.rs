@@ -105,10 +105,7 @@ impl WsConnection {
         event: &ApiGatewayWebsocketProxyRequest,
         connection: &str,
     ) -> Result<(), ChatError> {
-        let token = event
-            .query_string_parameters
-            .first("token")
-            .ok_or_else(|| ChatError::Unauthorized("missing ?token=".into()))?;
+        let token = handshake_token(event)?;
         let now = chat_domain::time::now();
         let user = self
             .verifier
@@ -266,12 +263,60 @@ impl EventHandler for WsConnection {
     }
 }
 
+/// The `?token=` of a handshake. Given twice, it names no one (as two `Authorization` headers
+/// on REST): API Gateway's single-value map keeps the last, a proxy might read the first.
+fn handshake_token(event: &ApiGatewayWebsocketProxyRequest) -> Result<&str, ChatError> {
+    let multi = event.multi_value_query_string_parameters.all("token");
+    let tokens = multi.or_else(|| event.query_string_parameters.all("token"));
+    match tokens.as_deref() {
+        Some([token]) => Ok(token),
+        Some([_, _, ..]) => Err(ChatError::Unauthorized(
+            "more than one ?token= in the connect URL".into(),
+        )),
+        _ => Err(ChatError::Unauthorized("missing ?token=".into())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Lambda hands the function either kind of event as JSON: an SQS batch (it has `Records`)
     /// is typing's expiry checks, anything else a WebSocket route's event.
+    /// One `?token=` names the caller; two name no one (found by probing: the last one was
+    /// taken, so `?token=garbage&token=<valid>` opened).
+    #[test]
+    fn one_handshake_token_names_the_caller_and_two_name_no_one() {
+        let event = |single: serde_json::Value, multi: serde_json::Value| {
+            let mut e = serde_json::json!({"requestContext": {"routeKey": "$connect",
+                "eventType": "CONNECT", "connectionId": "c1", "connectedAt": 1,
+                "requestTimeEpoch": 2, "requestTime": "06/Dec/2026:12:00:00 +0000",
+                "requestId": "r", "extendedRequestId": "r", "stage": "v1", "apiId": "a",
+                "domainName": "d", "identity": {"sourceIp": "203.0.113.1"}}});
+            e["queryStringParameters"] = single;
+            e["multiValueQueryStringParameters"] = multi;
+            serde_json::from_value::<ApiGatewayWebsocketProxyRequest>(e).unwrap()
+        };
+        let one = event(
+            serde_json::json!({"token": "t"}),
+            serde_json::json!({"token": ["t"]}),
+        );
+        assert_eq!(handshake_token(&one).unwrap(), "t");
+        let single_only = event(serde_json::json!({"token": "t"}), serde_json::Value::Null);
+        assert_eq!(handshake_token(&single_only).unwrap(), "t");
+        let two = event(
+            serde_json::json!({"token": "b"}),
+            serde_json::json!({"token": ["a", "b"]}),
+        );
+        let none = event(serde_json::Value::Null, serde_json::Value::Null);
+        for e in [two, none] {
+            assert!(matches!(
+                handshake_token(&e),
+                Err(ChatError::Unauthorized(_))
+            ));
+        }
+    }
+
     #[test]
     fn an_event_is_told_apart_by_its_records() {
         let sqs = serde_json::json!({"Records": [{"messageId": "m1", "eventSource": "aws:sqs",

@@ -418,6 +418,8 @@ async fn reactions_are_bounded() {
         "messages/1/reactions?cursor=%21%21",
         "messages/1/reactions?limit=0",
         "messages/1/reactions?reaction=",
+        // Not UTF-8: not read as U+FFFD, as in the path (found by probing: `200`).
+        "messages/1/reactions?reaction=%FF",
         "changes?afterChange=-1",
         "changes?limit=101",
     ] {

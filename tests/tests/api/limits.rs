@@ -459,6 +459,13 @@ async fn a_suspension_made_elsewhere_refuses_every_request_at_once() {
         t.react(&c, 1, &a, "👍", true).await,
         t.post("/presence", &a, json!({"userIds": [b.clone()]}))
             .await,
+        // Bad input too (found by probing: an oversized body was 413).
+        t.post(
+            &format!("/conversations/{c}/read"),
+            &a,
+            json!({"seq": 1, "pad": "x".repeat(70_000)}),
+        )
+        .await,
     ];
     for r in &writes {
         assert_eq!((r.status, r.code()), (403, "suspended"), "{r:?}");

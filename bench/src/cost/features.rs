@@ -185,9 +185,12 @@ impl Bench<'_> {
                 ..NotifySettings::default()
             },
         };
+        // Opened long ago: its job reads when the newest message was sent (priced), and never
+        // waits for it.
         let window = NotifyWindow {
             conversation_id: id,
             from_seq: seq,
+            opened_at_ms: 1,
         };
         let report = notifier
             .window_due(&window, "job-1", &Pusher::Sink(sink_url))

@@ -103,6 +103,16 @@ impl ChatStore {
         Ok(last_seq)
     }
 
+    /// When the conversation's newest message was sent, in unix ms (None: no such conversation
+    /// or no message). 1 strongly consistent GetItem.
+    pub async fn last_message_at_ms(&self, id: &ConversationId) -> Result<Option<u64>, ChatError> {
+        let item = self.conversation_fields(id, Some("lastMessageAt")).await?;
+        let at = item.as_ref().and_then(|i| get_s(i, "lastMessageAt"));
+        Ok(at
+            .and_then(chat_domain::time::parse_rfc3339)
+            .map(chat_domain::time::unix_millis))
+    }
+
     /// What the fanout reads of a conversation for each batch (None: no such conversation).
     /// 1 strongly consistent GetItem.
     pub async fn push_state(&self, id: &ConversationId) -> Result<Option<PushState>, ChatError> {

@@ -14,8 +14,8 @@ use super::notify::{NotifySettings, PlatformArns};
 use super::ChatStore;
 use chat_domain::error::ChatError;
 use chat_domain::notify::{
-    decide, notification, told_of, window_start, Newest, Notification, NotifyWindow, Platform,
-    WindowMessage,
+    decide, notification, told_of, window_start, window_waits_until, Newest, Notification,
+    NotifyWindow, Platform, WindowMessage,
 };
 use chat_domain::{ConversationId, ConversationType, UserId};
 
@@ -66,23 +66,64 @@ impl Notifier {
         let window = NotifyWindow {
             conversation_id: id.clone(),
             from_seq: seq,
+            opened_at_ms: now,
         };
-        let body = serde_json::to_string(&window).map_err(ChatError::internal)?;
+        if let Err(e) = self
+            .queue_job(queue, &window, self.settings.delay_seconds)
+            .await
+        {
+            let _ = self.store.close_notify_window(&window, "unqueued").await;
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Queues `window`'s job, delayed by `seconds`. SQS: 1 SendMessage.
+    async fn queue_job(
+        &self,
+        queue: &str,
+        window: &NotifyWindow,
+        seconds: u32,
+    ) -> Result<(), ChatError> {
+        let body = serde_json::to_string(window).map_err(ChatError::internal)?;
         let sent = self
             .sqs
             .send_message()
             .queue_url(queue)
             .message_body(body)
-            .delay_seconds(self.settings.delay_seconds as i32)
+            .delay_seconds(seconds as i32)
             .send()
             .await;
-        if let Err(e) = sent {
-            let _ = self.store.close_notify_window(&window, "unqueued").await;
-            return Err(ChatError::internal(format!(
+        sent.map(|_| ()).map_err(|e| {
+            ChatError::internal(format!(
                 "SendMessage: {}",
                 aws_sdk_sqs::error::DisplayErrorContext(&e)
-            )));
+            ))
+        })
+    }
+
+    /// Whether `window`'s job waits for its newest message's own delay (`window_waits_until`):
+    /// then its job is queued again for that moment, and the window stays open (its messages
+    /// meanwhile are the window's too). DynamoDB: 1 GetItem; SQS: 1 SendMessage when it waits.
+    async fn waits(&self, window: &NotifyWindow) -> Result<bool, ChatError> {
+        if window.opened_at_ms == 0 {
+            return Ok(false);
         }
+        let id = &window.conversation_id;
+        let Some(newest_at) = self.store.last_message_at_ms(id).await? else {
+            return Ok(false);
+        };
+        let now = chat_domain::time::unix_millis(chat_domain::time::now());
+        let delay_ms = u64::from(self.settings.delay_seconds) * 1000;
+        let Some(until) = window_waits_until(window.opened_at_ms, newest_at, now, delay_ms) else {
+            return Ok(false);
+        };
+        let Some(queue) = &self.settings.queue_url else {
+            return Ok(false);
+        };
+        // SQS delays in whole seconds: rounded up, so the message's delay is over by then.
+        let seconds = (until - now).div_ceil(1000).max(1) as u32;
+        self.queue_job(queue, window, seconds).await?;
         Ok(true)
     }
 
@@ -101,6 +142,12 @@ impl Notifier {
         pusher: &Pusher,
     ) -> Result<WindowReport, ChatError> {
         let mut report = WindowReport::default();
+        // Its newest message's own delay is not over: the window waits for it (found by
+        // probing: a message sent just before the window's end was notified at once, and its
+        // read within its delay cancelled nothing).
+        if self.waits(window).await? {
+            return Ok(report);
+        }
         let Some(covered) = self.store.close_notify_window(window, job).await? else {
             return Ok(report);
         };

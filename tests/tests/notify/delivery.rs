@@ -87,6 +87,44 @@ async fn a_read_within_the_delay_cancels_it_and_changes_are_never_notified() {
     assert!(n.sent_to(&tb).is_empty(), "changes: {:?}", n.sent_to(&tb));
 }
 
+/// A message late in a window is notified only once its own delay is over, so a read within
+/// that delay cancels it (found by probing: sent 0.1 s before its window's end, it was notified at
+/// once, and its read 0.7 s later cancelled nothing): the window waits for it.
+#[tokio::test]
+async fn a_message_late_in_a_window_waits_for_its_own_delay() {
+    let t = TestApp::new().await;
+    let n = start().await;
+    let (a, b, c) = t.new_direct().await;
+    let tb = device(&t, &b).await;
+    t.send(&c, &a, "one").await;
+    let opened = std::time::Instant::now();
+    t.index().await;
+    t.mark_read(&c, &b, 1).await;
+    // The second message half a second before the window's end; its read a second after it:
+    // past the window's end, within the second message's own delay.
+    let late = DELAY - Duration::from_millis(500);
+    tokio::time::sleep(late.saturating_sub(opened.elapsed())).await;
+    t.send(&c, &a, "two").await;
+    let second = std::time::Instant::now();
+    t.index().await;
+    tokio::time::sleep(Duration::from_secs(1).saturating_sub(second.elapsed())).await;
+    t.mark_read(&c, &b, 2).await;
+    tokio::time::sleep(DELAY + SLACK).await;
+    assert!(
+        n.sent_to(&tb).is_empty(),
+        "read within its own delay: {:?}",
+        n.sent_to(&tb)
+    );
+    // Not read: told of, once, after its own delay.
+    t.send(&c, &a, "three").await;
+    let third = std::time::Instant::now();
+    t.index().await;
+    let got = n.wait_for(&tb, 1, DELAY + SLACK).await;
+    assert!(third.elapsed() >= DELAY, "{:?}", third.elapsed());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["body"], json!("three"));
+}
+
 #[tokio::test]
 async fn a_window_coalesces_its_messages_into_one_notification_per_member() {
     let t = TestApp::new().await;

@@ -685,13 +685,11 @@ impl TestApp {
         let sdk = config.sdk_config().await;
         let calls = Arc::new(CallLog::default());
         let client = |function: Option<&str>| {
-            let mut conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
-                .endpoint_url(server::dynamodb_endpoint())
-                .interceptor(chat_store::telemetry::BeforeTransmit(
-                    chat_store::telemetry::CountCalls,
-                ))
-                .interceptor(chat_store::retry::UnknownOutcomes)
-                .interceptor(Counter(calls.clone()));
+            let mut conf = chat_store::config::dynamodb_interceptors(
+                aws_sdk_dynamodb::config::Builder::from(&sdk),
+            )
+            .endpoint_url(server::dynamodb_endpoint())
+            .interceptor(Counter(calls.clone()));
             if let Some(i) = &interceptor {
                 conf = conf.interceptor(i.clone());
             }

@@ -320,11 +320,7 @@ impl Config {
     }
 
     pub fn dynamodb_client(&self, sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
-        let mut b = aws_sdk_dynamodb::config::Builder::from(sdk)
-            .interceptor(crate::telemetry::BeforeTransmit(
-                crate::telemetry::CountCalls,
-            ))
-            .interceptor(crate::retry::UnknownOutcomes);
+        let mut b = dynamodb_interceptors(aws_sdk_dynamodb::config::Builder::from(sdk));
         if let Some(url) = &self.dynamodb_endpoint {
             b = b.endpoint_url(url);
         }
@@ -468,6 +464,19 @@ pub async fn init() -> Result<(Config, SdkConfig), Box<dyn std::error::Error + S
     config.init_telemetry();
     let sdk = config.sdk_config().await;
     Ok((config, sdk))
+}
+
+/// The interceptors every DynamoDB client of the product carries (the tests' clients too, so
+/// that they see what production sees): the call counter of the request log, and the rule that
+/// an attempt whose answer was lost never ends as "throttled" ([`crate::retry::UnknownOutcomes`]).
+pub fn dynamodb_interceptors(
+    builder: aws_sdk_dynamodb::config::Builder,
+) -> aws_sdk_dynamodb::config::Builder {
+    builder
+        .interceptor(crate::telemetry::BeforeTransmit(
+            crate::telemetry::CountCalls,
+        ))
+        .interceptor(crate::retry::UnknownOutcomes)
 }
 
 #[cfg(test)]

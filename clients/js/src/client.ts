@@ -27,6 +27,7 @@ import type {
   MembersEvent,
   Message,
   MessageChange,
+  MessageNewEvent,
   Presence,
   ReactionsResult,
   ReactorsOptions,
@@ -161,26 +162,26 @@ const INBOX_RECHECK_MS = 2000;
 export class ChatClient {
   /** The REST API's base URL, as given (no trailing slash). */
   readonly apiUrl: string;
-  private readonly wsUrl: string;
-  private readonly tokenSource: TokenSource;
-  private readonly WS: WebSocketConstructor | undefined;
+  readonly #wsUrl: string;
+  readonly #tokenSource: TokenSource;
+  readonly #WS: WebSocketConstructor | undefined;
   /** The fetch this client calls with (its option, else the global one). */
   readonly fetch: typeof globalThis.fetch;
-  private readonly requestTimeoutMs: number;
-  private readonly retry: { maxAttempts: number; maxElapsedMs: number; baseDelayMs: number };
-  private readonly readDebounceMs: number;
+  readonly #requestTimeoutMs: number;
+  readonly #retry: { maxAttempts: number; maxElapsedMs: number; baseDelayMs: number };
+  readonly #readDebounceMs: number;
   readonly #reconnectBase: number;
   readonly #reconnectMax: number;
-  private readonly reconnectResetMs: number;
-  private readonly gapFillDelayMs: number;
-  private readonly lightFetch: "all" | "watched";
+  readonly #reconnectResetMs: number;
+  readonly #gapFillDelayMs: number;
+  readonly #lightFetch: "all" | "watched";
   /** Conversations on screen (`watch`), and those whose pushes came in the light form. */
-  private readonly watched = new Set<string>();
+  readonly #watched = new Set<string>();
   private readonly light = new Set<string>();
-  private readonly catchUpMaxPages: number;
-  private readonly keepAliveMs: number;
+  readonly #catchUpMaxPages: number;
+  readonly #keepAliveMs: number;
 
-  private readonly listeners = new Map<ChatEventName, Set<Listener<never>>>();
+  readonly #listeners = new Map<ChatEventName, Set<Listener<never>>>();
   private state: ChatState = initialState();
 
   // Read marks: the highest seq waiting per conversation, its window timer, the watermark the server
@@ -194,18 +195,18 @@ export class ChatClient {
   readonly #starting = new Map<string, ServerEvent[]>();
 
   // Live connection.
-  private wanted = false;
-  private ws: WebSocketLike | null = null;
-  private connection: ConnectionState = "closed";
+  #wanted = false;
+  #ws: WebSocketLike | null = null;
+  #connection: ConnectionState = "closed";
   private attempt = 0;
   /** Bumped by every openSocket and close: an attempt that awaited a token while another began is void. */
-  private generation = 0;
+  #generation = 0;
   #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
   #keepAliveTimer: ReturnType<typeof setInterval> | undefined;
   /** The inbox's second look (INBOX_RECHECK_MS), or the retry of an inbox walk that failed. */
-  private recheckTimer: ReturnType<typeof setTimeout> | undefined;
+  #recheckTimer: ReturnType<typeof setTimeout> | undefined;
   /** Starts the reconnect backoff over once the connection has stayed open for `reconnectResetMs`. */
-  private stableTimer: ReturnType<typeof setTimeout> | undefined;
+  #stableTimer: ReturnType<typeof setTimeout> | undefined;
   /** Live events held back while the current socket's catch-up runs. */
   private held: ServerEvent[] | null = null;
   /**
@@ -215,36 +216,36 @@ export class ChatClient {
    */
   private hello: HelloFrame | null = null;
   /** The last react/unreact call per reaction path: the next one waits for it. */
-  private readonly reacting = new Map<string, Promise<unknown>>();
+  readonly #reacting = new Map<string, Promise<unknown>>();
   readonly #fillTimers = new Map<string, ReturnType<typeof setTimeout>>();
-  private readonly filling = new Map<string, Promise<void>>();
+  readonly #filling = new Map<string, Promise<void>>();
   /** Per conversation whose last fill failed: failures in a row, and the earliest time to try again. */
   readonly #fillFailures = new Map<string, { count: number; retryAt: number }>();
-  private waiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
+  #waiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
   /** Typing per conversation: this client's last `start`; who else types, and the timer clearing it. */
-  private readonly typers = new Map<string, Typer>();
+  readonly #typers = new Map<string, Typer>();
 
   constructor(options: ChatClientOptions) {
     this.apiUrl = options.apiUrl.replace(/\/+$/, "");
-    this.wsUrl = options.wsUrl;
-    this.tokenSource = options.token;
-    this.WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    this.#wsUrl = options.wsUrl;
+    this.#tokenSource = options.token;
+    this.#WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     // Bound: browsers throw "Illegal invocation" for a detached fetch.
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
-    this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
-    this.retry = {
+    this.#requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
+    this.#retry = {
       maxAttempts: options.sendRetry?.maxAttempts ?? 6,
       maxElapsedMs: options.sendRetry?.maxElapsedMs ?? 30_000,
       baseDelayMs: options.sendRetry?.baseDelayMs ?? 250,
     };
-    this.readDebounceMs = options.readDebounceMs ?? 1000;
+    this.#readDebounceMs = options.readDebounceMs ?? 1000;
     this.#reconnectBase = options.reconnect?.baseDelayMs ?? 500;
     this.#reconnectMax = options.reconnect?.maxDelayMs ?? 30_000;
-    this.reconnectResetMs = options.reconnect?.resetAfterMs ?? 30_000;
-    this.gapFillDelayMs = options.gapFillDelayMs ?? 100;
-    this.lightFetch = options.lightFetch ?? "all";
-    this.catchUpMaxPages = options.catchUpMaxPages ?? 50;
-    this.keepAliveMs = options.keepAliveMs ?? 300_000;
+    this.#reconnectResetMs = options.reconnect?.resetAfterMs ?? 30_000;
+    this.#gapFillDelayMs = options.gapFillDelayMs ?? 100;
+    this.#lightFetch = options.lightFetch ?? "all";
+    this.#catchUpMaxPages = options.catchUpMaxPages ?? 50;
+    this.#keepAliveMs = options.keepAliveMs ?? 300_000;
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -253,31 +254,31 @@ export class ChatClient {
 
   /** `POST /conversations {"type":"direct"}`: the one direct conversation with `peerId`, created if needed. */
   async openDirect(peerId: string): Promise<Conversation> {
-    return this.seen(await this.call<Conversation>("POST", "/conversations", { type: "direct", peerId }));
+    return this.#seen(await this.#call<Conversation>("POST", "/conversations", { type: "direct", peerId }));
   }
 
   /** `POST /conversations {"type":"group"}`; the caller is its owner and a member. */
   async createGroup(input: CreateGroupInput): Promise<Conversation> {
     const body: Record<string, unknown> = { type: "group", title: input.title, memberIds: input.memberIds };
     if (input.clientRequestId !== undefined) body.clientRequestId = input.clientRequestId;
-    return this.seen(await this.call<Conversation>("POST", "/conversations", body));
+    return this.#seen(await this.#call<Conversation>("POST", "/conversations", body));
   }
 
   /** `GET /conversations/{id}`. */
   async getConversation(conversationId: string): Promise<Conversation> {
-    return this.seen(await this.call<Conversation>("GET", conversationPath(conversationId)));
+    return this.#seen(await this.#call<Conversation>("GET", conversationPath(conversationId)));
   }
 
   /** `POST /conversations/{id}/members` (groups; any member may add). */
   async addMembers(conversationId: string, userIds: string[]): Promise<Conversation> {
-    return this.seen(
-      await this.call<Conversation>("POST", `${conversationPath(conversationId)}/members`, { userIds }),
+    return this.#seen(
+      await this.#call<Conversation>("POST", `${conversationPath(conversationId)}/members`, { userIds }),
     );
   }
 
   /** `DELETE /conversations/{id}/members/{userId}` (yourself, or anyone if you own the group). */
   async removeMember(conversationId: string, userId: string): Promise<void> {
-    await this.call("DELETE", `${conversationPath(conversationId)}/members/${encodeURIComponent(userId)}`);
+    await this.#call("DELETE", `${conversationPath(conversationId)}/members/${encodeURIComponent(userId)}`);
   }
 
   /**
@@ -301,7 +302,7 @@ export class ChatClient {
     if (options.attachments?.length) request.attachments = options.attachments;
     let message: Message;
     try {
-      message = await this.withRetries(() => this.call<Message>("POST", path, request));
+      message = await this.#withRetries(() => this.#call<Message>("POST", path, request));
     } catch (e) {
       throw new SendError(conversationId, clientMsgId, e);
     }
@@ -319,7 +320,7 @@ export class ChatClient {
    */
   edit(conversationId: string, seq: number, body: string, options: { clientChangeId?: string } = {}): Promise<Message> {
     return this.change(conversationId, seq, options, (clientChangeId) =>
-      this.call("PATCH", messagePath(conversationId, seq), { clientChangeId, body }),
+      this.#call("PATCH", messagePath(conversationId, seq), { clientChangeId, body }),
     );
   }
 
@@ -329,7 +330,7 @@ export class ChatClient {
    */
   delete(conversationId: string, seq: number, options: { clientChangeId?: string } = {}): Promise<Message> {
     return this.change(conversationId, seq, options, (clientChangeId) =>
-      this.call("DELETE", messagePath(conversationId, seq) + query({ clientChangeId })),
+      this.#call("DELETE", messagePath(conversationId, seq) + query({ clientChangeId })),
     );
   }
 
@@ -341,7 +342,7 @@ export class ChatClient {
   ): Promise<Message> {
     const clientChangeId = options.clientChangeId ?? randomUUID();
     try {
-      return await this.withRetries(() => request(clientChangeId));
+      return await this.#withRetries(() => request(clientChangeId));
     } catch (e) {
       throw new ChangeError(conversationId, seq, clientChangeId, e);
     }
@@ -364,17 +365,17 @@ export class ChatClient {
 
   private reaction(method: string, conversationId: string, seq: number, reaction: string): Promise<ReactionsResult> {
     const path = `${messagePath(conversationId, seq)}/reactions/${encodeURIComponent(reaction)}`;
-    const run = (this.reacting.get(path) ?? Promise.resolve())
+    const run = (this.#reacting.get(path) ?? Promise.resolve())
       .catch(() => {})
-      .then(() => this.withRetries(() => this.call<ReactionsResult>(method, path)));
-    this.reacting.set(path, run);
-    void run.finally(() => this.reacting.get(path) === run && this.reacting.delete(path)).catch(() => {});
+      .then(() => this.#withRetries(() => this.#call<ReactionsResult>(method, path)));
+    this.#reacting.set(path, run);
+    void run.finally(() => this.#reacting.get(path) === run && this.#reacting.delete(path)).catch(() => {});
     return run;
   }
 
   /** `GET /conversations/{id}/messages/{seq}/reactions`: who reacted (optionally with one `reaction`), paged. */
   reactions(conversationId: string, seq: number, options: ReactorsOptions = {}): Promise<ReactorsPage> {
-    return this.call(
+    return this.#call(
       "GET",
       `${messagePath(conversationId, seq)}/reactions${query({
         reaction: options.reaction,
@@ -389,31 +390,31 @@ export class ChatClient {
    * `history`, the changes it returns count as held by the app: live delivery goes on after them.
    */
   async changes(conversationId: string, options: ChangesOptions = {}): Promise<ChangesPage> {
-    const page = await this.call<ChangesPage>(
+    const page = await this.#call<ChangesPage>(
       "GET",
       `${conversationPath(conversationId)}/changes${query({ afterChange: options.afterChange, limit: options.limit })}`,
     );
     const newest = page.changes.at(-1)?.changeSeq;
-    this.apply(observeChanges(this.state, conversationId, page.lastChange, newest), conversationId);
+    this.#apply(observeChanges(this.state, conversationId, page.lastChange, newest), conversationId);
     return page;
   }
 
   /** A conversation the app asked for: live delivery of it starts after its `lastSeq` (if not known yet). */
-  private seen(c: Conversation): Conversation {
-    this.summary(c.conversationId, c.lastSeq, c.lastChange);
+  #seen(c: Conversation): Conversation {
+    this.#summary(c.conversationId, c.lastSeq, c.lastChange);
     return c;
   }
 
   /** A conversation summary's news: messages after `lastSeq`, changes after `lastChange` (when the server sent it). */
-  private summary(conversationId: string, lastSeq: number, lastChange: number | undefined, through?: number): void {
+  #summary(conversationId: string, lastSeq: number, lastChange: number | undefined, through?: number): void {
     // Changes first: a start (`through`) would otherwise start them at the first.
-    if (lastChange !== undefined) this.apply(observeChanges(this.state, conversationId, lastChange), conversationId);
-    this.apply(observe(this.state, conversationId, lastSeq, through), conversationId);
+    if (lastChange !== undefined) this.#apply(observeChanges(this.state, conversationId, lastChange), conversationId);
+    this.#apply(observe(this.state, conversationId, lastSeq, through), conversationId);
   }
 
   /** `GET /conversations/{id}/messages`: the newest page, or `beforeSeq` / `afterSeq` pages. */
   async history(conversationId: string, options: HistoryOptions = {}): Promise<HistoryPage> {
-    const page = await this.call<HistoryPage>(
+    const page = await this.#call<HistoryPage>(
       "GET",
       `${conversationPath(conversationId)}/messages${query({
         beforeSeq: options.beforeSeq,
@@ -423,24 +424,24 @@ export class ChatClient {
     );
     // The app now holds these messages: live delivery goes on after the newest of them.
     const newest = page.messages.length > 0 ? page.messages[page.messages.length - 1]!.seq : undefined;
-    this.apply(observe(this.state, conversationId, page.lastSeq, newest), conversationId);
+    this.#apply(observe(this.state, conversationId, page.lastSeq, newest), conversationId);
     return page;
   }
 
   /** `GET /conversations/{id}/reads` (readStates): every member's watermark ("read" / "read by N"). */
   async readStates(conversationId: string): Promise<ReadStates> {
-    const r = await this.call<ReadStates>("GET", `${conversationPath(conversationId)}/reads`);
-    this.take(observeReads(this.state, r));
+    const r = await this.#call<ReadStates>("GET", `${conversationPath(conversationId)}/reads`);
+    this.#take(observeReads(this.state, r));
     return r;
   }
 
   /** `GET /inbox`: conversations by latest activity, with unread counts. */
   async inbox(options: InboxOptions = {}): Promise<InboxPage> {
-    const page = await this.call<InboxPage>(
+    const page = await this.#call<InboxPage>(
       "GET",
       `/inbox${query({ limit: options.limit, cursor: options.cursor ?? undefined })}`,
     );
-    for (const c of page.conversations) this.summary(c.conversationId, c.lastSeq, c.lastChange);
+    for (const c of page.conversations) this.#summary(c.conversationId, c.lastSeq, c.lastChange);
     return page;
   }
 
@@ -451,7 +452,7 @@ export class ChatClient {
    */
   markRead(conversationId: string, seq: number): void {
     if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError(`markRead: seq must be an integer ≥ 0, got ${seq}`);
-    this.#queueRead(conversationId, seq, this.readDebounceMs);
+    this.#queueRead(conversationId, seq, this.#readDebounceMs);
   }
 
   #queueRead(conversationId: string, seq: number, windowMs: number): void {
@@ -460,7 +461,7 @@ export class ChatClient {
     if (!this.#readTimers.has(conversationId)) {
       this.#readTimers.set(
         conversationId,
-        setTimeout(() => void this.#sendRead(conversationId).catch((e) => this.emit("error", e)), windowMs),
+        setTimeout(() => void this.#sendRead(conversationId).catch((e) => this.#emit("error", e)), windowMs),
       );
     }
   }
@@ -481,16 +482,16 @@ export class ChatClient {
     if (seq === undefined) return Promise.resolve();
     const request = (async () => {
       try {
-        const r = await this.call<ReadResult>("POST", `${conversationPath(conversationId)}/read`, { seq });
+        const r = await this.#call<ReadResult>("POST", `${conversationPath(conversationId)}/read`, { seq });
         this.#readAttempts.delete(conversationId);
         this.#confirmedReads.set(conversationId, Math.max(r.lastReadSeq, this.#confirmedReads.get(conversationId) ?? -1));
       } catch (e) {
         // A later window retries a retryable failure (with the highest seq by then), a few times;
         // not before the server's Retry-After (plus jitter).
         const attempts = (this.#readAttempts.get(conversationId) ?? 0) + 1;
-        if (e instanceof ChatApiError && e.retryable && attempts < this.retry.maxAttempts) {
+        if (e instanceof ChatApiError && e.retryable && attempts < this.#retry.maxAttempts) {
           this.#readAttempts.set(conversationId, attempts);
-          this.#queueRead(conversationId, seq, Math.max(this.readDebounceMs, retryDelay(e, 1, 0, 0)));
+          this.#queueRead(conversationId, seq, Math.max(this.#readDebounceMs, retryDelay(e, 1, 0, 0)));
         } else {
           this.#readAttempts.delete(conversationId);
         }
@@ -524,9 +525,9 @@ export class ChatClient {
     this.#sendTyping(conversationId, "stop");
   }
 
-  private typer(conversationId: string): Typer {
-    let t = this.typers.get(conversationId);
-    if (!t) this.typers.set(conversationId, (t = {}));
+  #typer(conversationId: string): Typer {
+    let t = this.#typers.get(conversationId);
+    if (!t) this.#typers.set(conversationId, (t = {}));
     return t;
   }
 
@@ -536,40 +537,40 @@ export class ChatClient {
    * `stop` (the user sent a message and types the next) goes out when it would count.
    */
   #sendTyping(conversationId: string, state: "start" | "stop"): void {
-    const t = this.typer(conversationId);
+    const t = this.#typer(conversationId);
     const start = state === "start";
     const wait = (t.at ?? 0) + TYPING_REFRESH_MS - Date.now();
     clearTimeout(t.later);
     if (start && wait > 0) {
       if (!t.on) t.later = setTimeout(() => this.#sendTyping(conversationId, state), wait);
-    } else if ((start || t.on) && this.ws?.readyState === OPEN) {
-      this.ws.send(JSON.stringify({ action: "typing", conversationId, state }));
+    } else if ((start || t.on) && this.#ws?.readyState === OPEN) {
+      this.#ws.send(JSON.stringify({ action: "typing", conversationId, state }));
       if ((t.on = start)) t.at = Date.now();
     }
   }
 
   /** A typing set from the server, or its expiry: a set not sent again within 6 s is cleared. */
-  private onTyping(event: TypingEvent): void {
-    const t = this.typer(event.conversationId);
+  #onTyping(event: TypingEvent): void {
+    const t = this.#typer(event.conversationId);
     clearTimeout(t.expiry);
-    if (event.count) t.expiry = setTimeout(() => this.onTyping({ ...event, typing: [], count: 0 }), TYPING_EXPIRY_MS);
-    this.emit("typing", event);
+    if (event.count) t.expiry = setTimeout(() => this.#onTyping({ ...event, typing: [], count: 0 }), TYPING_EXPIRY_MS);
+    this.#emit("typing", event);
   }
 
   /** Listens to an event; returns a function that stops listening. */
   on<K extends ChatEventName>(event: K, fn: Listener<K>): () => void {
-    let set = this.listeners.get(event);
-    if (!set) this.listeners.set(event, (set = new Set()));
+    let set = this.#listeners.get(event);
+    if (!set) this.#listeners.set(event, (set = new Set()));
     set.add(fn as Listener<never>);
     return () => this.off(event, fn);
   }
 
   off<K extends ChatEventName>(event: K, fn: Listener<K>): void {
-    this.listeners.get(event)?.delete(fn as Listener<never>);
+    this.#listeners.get(event)?.delete(fn as Listener<never>);
   }
 
-  private emit<K extends ChatEventName>(event: K, payload: ChatEvents[K]): void {
-    for (const fn of [...(this.listeners.get(event) ?? [])]) {
+  #emit<K extends ChatEventName>(event: K, payload: ChatEvents[K]): void {
+    for (const fn of [...(this.#listeners.get(event) ?? [])]) {
       try {
         (fn as Listener<K>)(payload);
       } catch (e) {
@@ -588,7 +589,7 @@ export class ChatClient {
 
   /** The connection's state, as last announced by a "connection" event. */
   get connectionState(): ConnectionState {
-    return this.connection;
+    return this.#connection;
   }
 
   /**
@@ -598,72 +599,72 @@ export class ChatClient {
    * reported as a `SyncError` "error" event and retried with backoff while everything else goes on.
    */
   connect(): Promise<void> {
-    if (!this.WS) throw new Error("ChatClient: no WebSocket; pass options.WebSocket (Node: `ws`)");
-    if (this.connection === "open" && this.wanted) return Promise.resolve();
-    const ready = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    if (!this.#WS) throw new Error("ChatClient: no WebSocket; pass options.WebSocket (Node: `ws`)");
+    if (this.#connection === "open" && this.#wanted) return Promise.resolve();
+    const ready = new Promise<void>((resolve, reject) => this.#waiters.push({ resolve, reject }));
     // Callers that do not await this must not get an unhandled rejection for a close() before open.
     ready.catch(() => {});
-    if (!this.wanted) {
-      this.wanted = true;
+    if (!this.#wanted) {
+      this.#wanted = true;
       this.attempt = 0;
-      void this.openSocket();
+      void this.#openSocket();
     }
     return ready;
   }
 
   /** Closes the live connection and stops reconnecting. Pending read marks stay pending (see flushReads). */
   close(): void {
-    this.wanted = false;
-    this.generation += 1;
+    this.#wanted = false;
+    this.#generation += 1;
     clearTimeout(this.#reconnectTimer);
     for (const t of this.#fillTimers.values()) clearTimeout(t);
     this.#fillTimers.clear();
     this.#fillFailures.clear();
-    const ws = this.ws;
+    const ws = this.#ws;
     this.#dropSocket();
     if (ws) ws.close(1000, "client closed");
-    const waiters = this.waiters;
-    this.waiters = [];
+    const waiters = this.#waiters;
+    this.#waiters = [];
     for (const w of waiters) w.reject(new Error("ChatClient closed before the connection opened"));
   }
 
   #setConnection(state: ConnectionState): void {
-    if (this.connection === state) return;
-    this.connection = state;
-    this.emit("connection", state);
+    if (this.#connection === state) return;
+    this.#connection = state;
+    this.#emit("connection", state);
   }
 
-  private async openSocket(): Promise<void> {
-    if (!this.wanted || this.ws) return;
-    const generation = ++this.generation;
+  async #openSocket(): Promise<void> {
+    if (!this.#wanted || this.#ws) return;
+    const generation = ++this.#generation;
     this.#setConnection("connecting");
     let ws: WebSocketLike;
     try {
-      const url = new URL(this.wsUrl);
+      const url = new URL(this.#wsUrl);
       url.searchParams.set("token", await this.token());
-      if (!this.wanted || this.ws || generation !== this.generation) return;
-      ws = new this.WS!(url.toString());
+      if (!this.#wanted || this.#ws || generation !== this.#generation) return;
+      ws = new this.#WS!(url.toString());
     } catch (e) {
-      this.emit("error", toError(e));
+      this.#emit("error", toError(e));
       this.#scheduleReconnect();
       return;
     }
-    this.ws = ws;
+    this.#ws = ws;
     ws.onopen = () => {
-      if (this.ws === ws) void this.onSocketOpen(ws);
+      if (this.#ws === ws) void this.#onSocketOpen(ws);
     };
     ws.onmessage = (ev) => {
-      if (this.ws === ws) this.onFrame(ev.data);
+      if (this.#ws === ws) this.#onFrame(ev.data);
     };
     ws.onclose = () => {
-      if (this.ws === ws) this.#onSocketClosed();
+      if (this.#ws === ws) this.#onSocketClosed();
     };
     ws.onerror = () => {
       // A close event follows; the browser tells nothing more (not even the handshake's status).
     };
   }
 
-  private async onSocketOpen(ws: WebSocketLike): Promise<void> {
+  async #onSocketOpen(ws: WebSocketLike): Promise<void> {
     // Which socket this is: until its answer, requests name none (and their pushes come here too).
     ws.send('{"action":"hello"}');
     // Hold live events until the catch-up has fetched what was missed, so nothing newer is
@@ -675,11 +676,11 @@ export class ChatClient {
     // pushes held back by the state until its gap is filled; a failed inbox walk is retried below.
     let inboxFailure: unknown;
     try {
-      await this.#walkInbox(this.catchUpMaxPages);
+      await this.#walkInbox(this.#catchUpMaxPages);
     } catch (e) {
       inboxFailure = e;
     }
-    const due = [...this.state.conversations.keys()].filter((id) => this.missing(id));
+    const due = [...this.state.conversations.keys()].filter((id) => this.#missing(id));
     const workers = Array.from({ length: Math.min(CATCH_UP_PARALLEL, due.length) }, async () => {
       for (let id = due.shift(); id !== undefined; id = due.shift()) await this.fill(id);
     });
@@ -687,39 +688,39 @@ export class ChatClient {
     // Receipts pushed while the socket was down are gone: the read states of the conversations on
     // screen whose watermarks the app holds are read again (each one that moved comes out as a
     // `read` event). Best effort: a failure leaves them as they were, for the next receipt.
-    const shown = [...this.watched].filter((id) => this.state.conversations.get(id)?.reads.size);
+    const shown = [...this.#watched].filter((id) => this.state.conversations.get(id)?.reads.size);
     await Promise.all(shown.map((id) => this.readStates(id).catch(() => {})));
 
     if (this.held === held) this.held = null;
     for (const event of held) this.#handleEvent(event);
     // Gaps that REST answers revealed while fills were held back, and retries of failed fills.
     for (const id of this.state.conversations.keys()) this.#scheduleFill(id);
-    if (this.ws !== ws) return; // closed meanwhile; that close already scheduled the reconnect
+    if (this.#ws !== ws) return; // closed meanwhile; that close already scheduled the reconnect
     if (inboxFailure === undefined) this.#scheduleRecheck(ws, INBOX_RECHECK_MS, 1);
     else this.#inboxFailed(ws, inboxFailure, 1);
     this.#startKeepAlive(ws);
     // The reconnect backoff starts over only once this connection has proved stable: one that opens
     // and drops again at once keeps backing off instead of reconnecting twice a second.
-    clearTimeout(this.stableTimer);
-    this.stableTimer = setTimeout(() => {
-      if (this.ws === ws) this.attempt = 0;
-    }, this.reconnectResetMs);
+    clearTimeout(this.#stableTimer);
+    this.#stableTimer = setTimeout(() => {
+      if (this.#ws === ws) this.attempt = 0;
+    }, this.#reconnectResetMs);
     this.#setConnection("open");
-    const waiters = this.waiters;
-    this.waiters = [];
+    const waiters = this.#waiters;
+    this.#waiters = [];
     for (const w of waiters) w.resolve();
   }
 
   #onSocketClosed(): void {
     this.#dropSocket();
-    if (this.wanted) this.#scheduleReconnect();
+    if (this.#wanted) this.#scheduleReconnect();
   }
 
   /** Forgets the socket and everything that was its own (closed, or being closed by `close`). */
   #dropSocket(): void {
-    clearTimeout(this.recheckTimer);
-    clearTimeout(this.stableTimer);
-    this.ws = null;
+    clearTimeout(this.#recheckTimer);
+    clearTimeout(this.#stableTimer);
+    this.#ws = null;
     this.held = null;
     this.hello = null;
     this.#stopKeepAlive();
@@ -727,20 +728,20 @@ export class ChatClient {
   }
 
   #scheduleReconnect(): void {
-    if (!this.wanted) return;
+    if (!this.#wanted) return;
     clearTimeout(this.#reconnectTimer);
     // Jittered exponential backoff: after an outage, clients spread their reconnects out.
     const delay = retryDelay(undefined, ++this.attempt, this.#reconnectBase, this.#reconnectMax);
-    this.#reconnectTimer = setTimeout(() => void this.openSocket(), delay);
+    this.#reconnectTimer = setTimeout(() => void this.#openSocket(), delay);
   }
 
   #startKeepAlive(ws: WebSocketLike): void {
     this.#stopKeepAlive();
-    if (this.keepAliveMs <= 0) return;
+    if (this.#keepAliveMs <= 0) return;
     this.#keepAliveTimer = setInterval(() => {
       // The server ignores client frames (it routes them to `$default`); any frame resets the idle clock.
       if (ws.readyState === OPEN) ws.send('{"type":"ping"}');
-    }, this.keepAliveMs);
+    }, this.#keepAliveMs);
   }
 
   #stopKeepAlive(): void {
@@ -748,7 +749,7 @@ export class ChatClient {
     this.#keepAliveTimer = undefined;
   }
 
-  private onFrame(data: unknown): void {
+  #onFrame(data: unknown): void {
     let event: ServerEvent;
     try {
       event = JSON.parse(typeof data === "string" ? data : String(data)) as ServerEvent;
@@ -757,8 +758,10 @@ export class ChatClient {
     }
     // A user's, not a conversation's: no order to keep, nothing to hold back.
     const type = (event as { type?: string } | null)?.type;
-    if (type === "presence") return this.emit("presence", event as unknown as PresenceEvent);
+    if (type === "presence") return this.#emit("presence", event as unknown as PresenceEvent);
     if (type === "hello") return void (this.hello = event as unknown as HelloFrame);
+    // The server refused a frame of ours (a malformed `typing`, docs/api.md §15.2): tell the app.
+    if (type === "error") return this.#emit("error", frameError(event));
     if (typeof event !== "object" || event === null || typeof event.conversationId !== "string") return;
     if (this.held) this.held.push(event);
     else this.#handleEvent(event);
@@ -769,13 +772,13 @@ export class ChatClient {
    * they come, and what came while it was not watched is fetched now.
    */
   watch(conversationId: string): void {
-    this.watched.add(conversationId);
+    this.#watched.add(conversationId);
     this.#scheduleFill(conversationId);
   }
 
   /** The conversation left the screen: with `lightFetch: "watched"`, its light payloads wait again. */
   unwatch(conversationId: string): void {
-    this.watched.delete(conversationId);
+    this.#watched.delete(conversationId);
   }
 
   #handleEvent(event: ServerEvent): void {
@@ -784,54 +787,74 @@ export class ChatClient {
       this.light.add(event.conversationId);
     }
     if (event.type === "typing") {
-      this.onTyping(event);
+      this.#onTyping(event);
     } else if (event.type === "member.added" || event.type === "member.removed") {
-      if (Array.isArray(event.userIds)) this.emit("members", event);
+      if (Array.isArray(event.userIds)) this.#emit("members", event);
     } else {
       const id = event.conversationId;
       const held = this.#starting.get(id);
       if (held) return void held.push(event);
-      // First sight through a light push: a burst before it may have come as this one push
-      // (docs/api.md §15.3), so the conversation starts where the user's reading does.
-      if (event.type === "message.new" && !messageOf(event) && !this.state.conversations.has(id)) {
+      // First sight through a message push: a burst before it may have come as this one light push
+      // (docs/api.md §15.3), and an earlier push may be lost or still on its way, so the
+      // conversation starts where the user's reading does. A first message has nothing before it.
+      const first = event.type === "message.new" && !(messageOf(event) !== null && event.seq === 1);
+      if (first && !this.state.conversations.has(id)) {
         this.#starting.set(id, [event]);
         return void this.#start(id);
       }
-      this.apply(reduce(this.state, event), id);
+      this.#apply(reduce(this.state, event), id);
     }
   }
 
   /**
-   * A conversation first seen through a light push starts at the user's `lastReadSeq` (its inbox
-   * entry: it has just moved to the top), so every unread message comes; its events wait meanwhile.
-   * Without the entry, it starts at the push, as any first sight.
+   * A conversation first seen through a message push starts at the user's `lastReadSeq`, so every
+   * unread message comes (a full push's own message too, even one the user sent from another
+   * device); its events wait meanwhile. The watermark comes from the inbox entry (it has just moved
+   * to the top) or, while the index trails, from the conversation's read states. Without either,
+   * it starts at the push, as any first sight.
    */
   async #start(id: string): Promise<void> {
-    const e = await this.call<InboxPage>("GET", "/inbox?limit=100").then(
+    const push = this.#starting.get(id)![0] as MessageNewEvent;
+    const entry = await this.#call<InboxPage>("GET", "/inbox?limit=100").then(
       (p) => p.conversations.find((c) => c.conversationId === id),
       () => undefined,
     );
-    if (e && !this.state.conversations.has(id)) this.summary(id, e.lastSeq, e.lastChange, e.lastReadSeq);
-    for (const held of this.#starting.get(id)!) this.apply(reduce(this.state, held), id);
+    const read =
+      entry ??
+      (await this.#call<ReadStates>("GET", `${conversationPath(id)}/reads`).then(
+        (r) => ({ lastSeq: r.lastSeq, lastChange: undefined, lastReadSeq: this.#own(r) }),
+        () => undefined,
+      ));
+    if (read?.lastReadSeq !== undefined && !this.state.conversations.has(id)) {
+      const through = messageOf(push) ? Math.min(read.lastReadSeq, push.seq - 1) : read.lastReadSeq;
+      this.#summary(id, read.lastSeq, read.lastChange, through);
+    }
+    for (const held of this.#starting.get(id)!) this.#apply(reduce(this.state, held), id);
     this.#starting.delete(id);
   }
 
+  /** The caller's own watermark among a conversation's read states (known once the socket said hello). */
+  #own(r: ReadStates): number | undefined {
+    const me = this.hello?.userId;
+    return me === undefined ? undefined : r.members.find((m) => m.userId === me)?.lastReadSeq;
+  }
+
   /** Takes a step's state and announces what it delivered; then looks for a gap in that conversation. */
-  private apply(step: Step, conversationId: string): void {
-    this.take(step);
+  #apply(step: Step, conversationId: string): void {
+    this.#take(step);
     this.#scheduleFill(conversationId);
   }
 
   /** Takes a step's state and announces what it delivered: messages, then the changes they freed. */
-  private take(step: Step): void {
+  #take(step: Step): void {
     this.state = step.state;
-    for (const m of step.messages) this.emit("message", m);
-    for (const c of step.changes) this.emit("change", c);
-    for (const r of step.reads) this.emit("read", r);
+    for (const m of step.messages) this.#emit("message", m);
+    for (const c of step.changes) this.#emit("change", c);
+    for (const r of step.reads) this.#emit("read", r);
   }
 
   /** Whether messages or changes of a conversation are known to exist that the app does not hold yet. */
-  private missing(conversationId: string): boolean {
+  #missing(conversationId: string): boolean {
     return missingAfter(this.state, conversationId) !== null || missingChangesAfter(this.state, conversationId) !== null;
   }
 
@@ -840,18 +863,18 @@ export class ChatClient {
    * retry time. Not while a catch-up holds events back (it fills everything at its end).
    */
   #scheduleFill(conversationId: string): void {
-    if (!this.wanted || this.held || this.#fillTimers.has(conversationId) || !this.missing(conversationId)) return;
+    if (!this.#wanted || this.held || this.#fillTimers.has(conversationId) || !this.#missing(conversationId)) return;
     // Light news of a conversation nobody looks at waits for `watch` (or the next catch-up).
-    if (this.lightFetch === "watched" && this.light.has(conversationId) && !this.watched.has(conversationId)) return;
+    if (this.#lightFetch === "watched" && this.light.has(conversationId) && !this.#watched.has(conversationId)) return;
     const retryAt = this.#fillFailures.get(conversationId)?.retryAt ?? 0;
     this.#fillTimers.set(
       conversationId,
       setTimeout(
         () => {
           this.#fillTimers.delete(conversationId);
-          if (this.wanted) void this.fill(conversationId);
+          if (this.#wanted) void this.fill(conversationId);
         },
-        Math.max(this.gapFillDelayMs, retryAt - Date.now()),
+        Math.max(this.#gapFillDelayMs, retryAt - Date.now()),
       ),
     );
   }
@@ -865,22 +888,22 @@ export class ChatClient {
    * each and in order when the gap is filled.
    */
   private fill(conversationId: string): Promise<void> {
-    const running = this.filling.get(conversationId);
+    const running = this.#filling.get(conversationId);
     if (running) return running;
     const run = (async () => {
       try {
         const path = conversationPath(conversationId);
         // Messages first: a change is delivered only after its message.
         const at = () => `seq ${missingAfter(this.state, conversationId)}, change ${missingChangesAfter(this.state, conversationId)}`;
-        for (let stalls = 0, before = at(); this.missing(conversationId); ) {
+        for (let stalls = 0, before = at(); this.#missing(conversationId); ) {
           const after = missingAfter(this.state, conversationId);
           if (after !== null) {
-            const page = await this.call<HistoryPage>("GET", `${path}/messages${query({ afterSeq: after, limit: HISTORY_PAGE })}`);
-            this.take(applyPage(this.state, { conversationId, messages: page.messages, lastSeq: page.lastSeq }));
+            const page = await this.#call<HistoryPage>("GET", `${path}/messages${query({ afterSeq: after, limit: HISTORY_PAGE })}`);
+            this.#take(applyPage(this.state, { conversationId, messages: page.messages, lastSeq: page.lastSeq }));
           } else {
             const afterChange = missingChangesAfter(this.state, conversationId)!;
-            const page = await this.call<ChangesPage>("GET", `${path}/changes${query({ afterChange, limit: HISTORY_PAGE })}`);
-            this.take(applyChanges(this.state, { conversationId, changes: page.changes, lastChange: page.lastChange }));
+            const page = await this.#call<ChangesPage>("GET", `${path}/changes${query({ afterChange, limit: HISTORY_PAGE })}`);
+            this.#take(applyChanges(this.state, { conversationId, changes: page.changes, lastChange: page.lastChange }));
           }
           const now = at();
           if (now !== before) {
@@ -896,20 +919,20 @@ export class ChatClient {
         }
       } catch (e) {
         if (!(e instanceof ChatApiError && e.status === 404)) {
-          if (!this.wanted) return; // closed meanwhile: the next connect's catch-up starts afresh
+          if (!this.#wanted) return; // closed meanwhile: the next connect's catch-up starts afresh
           const count = (this.#fillFailures.get(conversationId)?.count ?? 0) + 1;
           const delay = retryDelay(e, count, this.#reconnectBase, this.#reconnectMax);
           this.#fillFailures.set(conversationId, { count, retryAt: Date.now() + delay });
-          return this.emit("error", new SyncError(conversationId, e, count, delay));
+          return this.#emit("error", new SyncError(conversationId, e, count, delay));
         }
         // Removed from the conversation (or it is gone): nothing more to deliver; stop tracking it.
         this.state = forget(this.state, conversationId);
       }
       this.#fillFailures.delete(conversationId);
     })();
-    this.filling.set(conversationId, run);
+    this.#filling.set(conversationId, run);
     void run.then(() => {
-      this.filling.delete(conversationId);
+      this.#filling.delete(conversationId);
       // A retry after a failure; or a gap that opened in the moment after the last check.
       this.#scheduleFill(conversationId);
     });
@@ -925,14 +948,26 @@ export class ChatClient {
     const remaining = new Set(
       [...this.state.conversations].filter(([, c]) => c.delivered !== null || c.changed !== null).map(([id]) => id),
     );
+    // Conversations new to this client (one it was added to, or that got messages, while it was
+    // away) that rank above one it holds have news: they start where the user's reading is, so
+    // every unread message comes. Those below every held one are old; the app lists them itself.
+    let news: InboxPage["conversations"] = [];
     let cursor: string | null = null;
     for (let n = 0; remaining.size > 0 && n < pages && (n === 0 || cursor); n++) {
-      const page: InboxPage = await this.call<InboxPage>(
+      const page: InboxPage = await this.#call<InboxPage>(
         "GET",
         `/inbox${query({ limit: INBOX_PAGE, cursor: cursor ?? undefined })}`,
       );
       for (const c of page.conversations) {
-        if (remaining.delete(c.conversationId)) this.summary(c.conversationId, c.lastSeq, c.lastChange);
+        if (remaining.delete(c.conversationId)) {
+          this.#summary(c.conversationId, c.lastSeq, c.lastChange);
+          for (const e of news) {
+            if (!this.state.conversations.has(e.conversationId)) this.#summary(e.conversationId, e.lastSeq, e.lastChange, e.lastReadSeq);
+          }
+          news = [];
+        } else if (c.unreadCount > 0 && !this.state.conversations.has(c.conversationId)) {
+          news.push(c);
+        }
       }
       cursor = page.nextCursor;
     }
@@ -943,16 +978,16 @@ export class ChatClient {
    * (see INBOX_RECHECK_MS), more is the retry of a failed catch-up's walk.
    */
   #scheduleRecheck(ws: WebSocketLike, delay: number, pages: number, failures = 0): void {
-    clearTimeout(this.recheckTimer);
-    this.recheckTimer = setTimeout(() => {
-      if (this.ws !== ws) return;
+    clearTimeout(this.#recheckTimer);
+    this.#recheckTimer = setTimeout(() => {
+      if (this.#ws !== ws) return;
       this.#walkInbox(pages).then(
         () => {
           if (failures > 0) this.#scheduleRecheck(ws, INBOX_RECHECK_MS, 1);
         },
         (e) => {
           if (failures > 0) this.#inboxFailed(ws, e, failures + 1);
-          else this.emit("error", toError(e)); // only the second look: the catch-up's walk went through
+          else this.#emit("error", toError(e)); // only the second look: the catch-up's walk went through
         },
       );
     }, delay);
@@ -961,8 +996,8 @@ export class ChatClient {
   /** The catch-up's inbox walk failed (`failures` times in a row): report it, retry it with backoff. */
   #inboxFailed(ws: WebSocketLike, e: unknown, failures: number): void {
     const delay = retryDelay(e, failures, this.#reconnectBase, this.#reconnectMax);
-    this.emit("error", new SyncError(null, e, failures, delay));
-    this.#scheduleRecheck(ws, delay, this.catchUpMaxPages, failures);
+    this.#emit("error", new SyncError(null, e, failures, delay));
+    this.#scheduleRecheck(ws, delay, this.#catchUpMaxPages, failures);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -971,7 +1006,7 @@ export class ChatClient {
 
   /** The bearer token for the next request (the option's value, or what its function gives now). */
   async token(): Promise<string> {
-    return typeof this.tokenSource === "function" ? await this.tokenSource() : this.tokenSource;
+    return typeof this.#tokenSource === "function" ? await this.#tokenSource() : this.#tokenSource;
   }
 
   /**
@@ -979,14 +1014,14 @@ export class ChatClient {
    * JSON in and out, failures as ChatApiError; not retried.
    */
   request<T>(method: string, path: string, body?: unknown): Promise<T> {
-    return this.call(method, path, body);
+    return this.#call(method, path, body);
   }
 
   /**
    * One request; any answer but 2xx, and no answer at all, becomes a ChatApiError. It names the open
    * socket (`X-Connection-Id`), whose push of what it changes is then skipped.
    */
-  private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  async #call<T>(method: string, path: string, body?: unknown): Promise<T> {
     const headers: Record<string, string> = {
       Authorization: `Bearer ${await this.token()}`,
       Accept: "application/json",
@@ -994,7 +1029,7 @@ export class ChatClient {
     if (this.hello) headers["X-Connection-Id"] = this.hello.connectionId;
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), this.requestTimeoutMs);
+    const timer = setTimeout(() => abort.abort(), this.#requestTimeoutMs);
     let status: number;
     let text: string;
     let retryAfter: string | null;
@@ -1013,7 +1048,7 @@ export class ChatClient {
       throw new ChatApiError(
         0,
         timedOut ? "timeout" : "network_error",
-        timedOut ? `${method} ${path}: no answer within ${this.requestTimeoutMs} ms` : `${method} ${path}: ${toError(e).message}`,
+        timedOut ? `${method} ${path}: no answer within ${this.#requestTimeoutMs} ms` : `${method} ${path}: ${toError(e).message}`,
       );
     } finally {
       clearTimeout(timer);
@@ -1022,9 +1057,9 @@ export class ChatClient {
     throw ChatApiError.fromResponse(status, text, retryAfter);
   }
 
-  private async withRetries<T>(request: () => Promise<T>): Promise<T> {
+  async #withRetries<T>(request: () => Promise<T>): Promise<T> {
     const start = Date.now();
-    let deadline = start + this.retry.maxElapsedMs;
+    let deadline = start + this.#retry.maxElapsedMs;
     for (let attempt = 1; ; attempt++) {
       try {
         return await request();
@@ -1033,9 +1068,9 @@ export class ChatClient {
         // are waited out, however many, for 2 minutes (the last one's wait may end after them).
         const limited =
           e instanceof ChatApiError && e.limited && (e.retryAfterMs ?? 0) <= LIMITED_WAIT_MAX_MS && Date.now() - start < LIMITED_WAIT_MAX_MS;
-        if (!(e instanceof ChatApiError) || !e.retryable || (attempt >= this.retry.maxAttempts && !limited)) throw e;
+        if (!(e instanceof ChatApiError) || !e.retryable || (attempt >= this.#retry.maxAttempts && !limited)) throw e;
         // Jittered exponential backoff, and not before the server's Retry-After plus jitter.
-        const delay = retryDelay(e, attempt, this.retry.baseDelayMs, 5000);
+        const delay = retryDelay(e, attempt, this.#retry.baseDelayMs, 5000);
         if (limited) deadline = Math.max(deadline, Date.now() + delay);
         if (Date.now() + delay > deadline) throw e;
         await sleep(delay);
@@ -1064,6 +1099,13 @@ function query(params: Record<string, string | number | undefined>): string {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** A server `error` frame (docs/api.md §15.2): a frame of ours refused as a request would be, 400. */
+function frameError(event: unknown): ChatApiError {
+  const e = (event as { error?: { code?: unknown; message?: unknown } }).error;
+  const code = typeof e?.code === "string" ? e.code : "invalid_request";
+  return new ChatApiError(400, code, typeof e?.message === "string" ? e.message : "a frame was refused");
 }
 
 function toError(e: unknown): Error {

@@ -691,6 +691,56 @@ describe("live delivery", () => {
     assert.deepEqual(messages.at(-1), next);
   });
 
+  it("starts a conversation first seen through a full push at the user's lastReadSeq: a first push lost or overtaken still comes", async () => {
+    for (const order of [[2, 3, 1], [3, 2]]) {
+      const { server, client, messages } = setup({ gapFillDelayMs: 30 });
+      const id = server.createConversation(["alice", "bob"]);
+      await client.connect();
+      const ms = [1, 2, 3].map(() => server.addMessage(id, "bob"));
+      for (const seq of order) server.push("alice", { type: "message.new", ...ms[seq - 1]! });
+      await until("three messages", () => messages.length === 3);
+      await sleep(50);
+      assert.deepEqual(messages, ms, `pushed ${order}: from the first unread, each once`);
+      client.close();
+    }
+  });
+
+  it("a conversation first seen through a push of the user's own message (another device) delivers that message", async () => {
+    const { server, client, messages } = setup({ gapFillDelayMs: 30 });
+    const id = server.createConversation(["alice", "bob"]);
+    await client.connect();
+    server.addMessage(id, "bob");
+    const own = server.addMessage(id, "alice"); // sending marks it read: lastReadSeq 2
+    server.push("alice", { type: "message.new", ...own });
+    await until("the own message", () => messages.length === 1);
+    await sleep(50);
+    assert.deepEqual(messages, [own], "not the read one before it");
+  });
+
+  it("while the inbox trails, a first sight through a push starts at the watermark of the read states", async () => {
+    const { server, client, messages } = setup({ gapFillDelayMs: 30 });
+    const id = server.createConversation(["alice", "bob"]);
+    await client.connect();
+    server.push("alice", { type: "hello", connectionId: "c-1", userId: "alice" });
+    const ms = [1, 2].map(() => server.addMessage(id, "bob"));
+    const empty = { conversations: [], nextCursor: null };
+    server.failNext({ match: (r) => r.path === "/inbox", respond: { status: 200, body: empty } });
+    server.push("alice", { type: "message.new", ...ms[1]! });
+    await until("two messages", () => messages.length === 2);
+    assert.deepEqual(messages, ms);
+    assert.ok(server.requests.some((r) => r.path === `/conversations/${id}/reads`));
+  });
+
+  it("passes a server error frame on as an error event", async () => {
+    const { server, client, errors } = setup();
+    await client.connect();
+    const refusal = { code: "invalid_request", message: "field `state` must be start or stop" };
+    server.push("alice", { type: "error", error: refusal });
+    await until("the error", () => errors.length === 1);
+    assert.ok(errors[0] instanceof ChatApiError);
+    assert.deepEqual([errors[0].status, errors[0].code, errors[0].message], [400, refusal.code, refusal.message]);
+  });
+
   it("with lightFetch watched, fetches light payloads only for a watched conversation, a burst in one request", async () => {
     const { server, client, messages } = setup({ gapFillDelayMs: 30, lightFetch: "watched" });
     const id = server.createConversation(["alice", "bob"]);
@@ -851,6 +901,27 @@ describe("live delivery", () => {
     assert.equal(messages.length, 0, "the catch-up saw the stale inbox");
     await until("the message, after the re-check", () => messages.length === 1, 4000);
     assert.equal(messages[0]!.seq, 1);
+  });
+
+  it("catches up on a conversation that is new to it and ranks above one it holds: every unread message comes", async () => {
+    const { server, client, messages } = setup();
+    const old = server.createConversation(["alice", "dave"]);
+    server.addMessage(old, "dave"); // unread, never listed by the app: below every held one
+    const id = server.createConversation(["alice", "bob"]);
+    await client.getConversation(id);
+    server.addMessage(id, "bob");
+    await client.connect();
+    await until("the held conversation's message", () => messages.length === 1);
+    server.openSockets()[0]!.drop();
+    server.refuseConnections = true;
+    await until("a failed reconnect", () => server.sockets.length >= 2);
+    const group = server.createConversation(["carol", "alice"]); // added while away
+    const news = [1, 2].map(() => server.addMessage(group, "carol"));
+    server.refuseConnections = false;
+    await until("the new group's messages", () => messages.length === 3);
+    await sleep(50);
+    assert.deepEqual(messages.slice(1), news);
+    assert.equal(server.historyRequests(old).length, 0, "an old conversation below the held ones waits for the app");
   });
 
   it("forgets a conversation it was removed from instead of failing the catch-up", async () => {

@@ -6,6 +6,18 @@ import { ChatApiError } from "./index.js";
 import type { CreatedAttachment } from "./types.js";
 
 /**
+ * `POST /conversations/{id}/attachments` (createAttachment, docs/api.md §34) alone: the attachment
+ * id and the presigned request for an app that sends the bytes itself (a native uploader, a
+ * background transfer). `uploadAttachment` does both.
+ */
+export const createAttachment = (
+  client: ChatClient,
+  conversationId: string,
+  input: { fileName: string; contentType: string; size: number },
+): Promise<CreatedAttachment> =>
+  client.request("POST", `/conversations/${encodeURIComponent(conversationId)}/attachments`, input);
+
+/**
  * `POST /conversations/{id}/attachments`, then the bytes straight to S3 with the presigned request
  * it answers (never through the API). Resolves with the attachment id. `onProgress(sent, total)`
  * reports the upload (in browsers as it goes; elsewhere once done). S3's refusal becomes a
@@ -20,7 +32,7 @@ export async function uploadAttachment(
   const data = file instanceof Blob ? file : new Blob([file as BlobPart]);
   const size = data.size;
   const create = () =>
-    client.request<CreatedAttachment>("POST", `/conversations/${encodeURIComponent(conversationId)}/attachments`, {
+    createAttachment(client, conversationId, {
       fileName: options.fileName ?? (file as File).name ?? "file",
       // None known: "" (a 415: octet streams are not on the allowlist either).
       contentType: options.contentType || data.type,

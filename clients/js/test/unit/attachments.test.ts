@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { getAttachment, uploadAttachment } from "../../src/attachments.js";
+import { createAttachment, getAttachment, uploadAttachment } from "../../src/attachments.js";
 import { ChatApiError, ChatClient } from "../../src/index.js";
 import type { Attachment, AttachmentScan } from "../../src/index.js";
 
@@ -50,6 +50,17 @@ describe("attachments", () => {
     const m = await client.send("c", "", { attachments: [id] });
     assert.deepEqual((seen[2]!.body as { attachments: string[] }).attachments, ["att-1"]);
     assert.equal(m.attachments?.[0]?.attachmentId, "att-1");
+    client.close();
+  });
+
+  it("createAttachment alone answers the id and the presigned request, sending no bytes", async () => {
+    const { client, seen } = stub();
+    const created = await createAttachment(client, "c", { fileName: "a.png", contentType: "image/png", size: 3 });
+    assert.equal(created.attachmentId, "att-1");
+    assert.equal(created.upload.method, "PUT");
+    assert.ok(created.upload.url.startsWith("http://s3.test/"));
+    assert.deepEqual(seen.map((r) => [r.method, r.url]), [["POST", "http://api.test/conversations/c/attachments"]]);
+    assert.deepEqual(seen[0]!.body, { fileName: "a.png", contentType: "image/png", size: 3 });
     client.close();
   });
 

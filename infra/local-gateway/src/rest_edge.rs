@@ -14,6 +14,8 @@
 //!   finds that channel full waits for room while holding the lock every instance needs to take
 //!   its next request: from then on no request to any function is ever answered. Measured: 240
 //!   concurrent `GET /inbox` wedged a fresh stack for good; with this limit, 1,000 do not.
+//!   A request keeps its slot until watch answers it, after its own deadline too (what it left in
+//!   watch's queue is still there), or for `ABANDONED_FOR` deadlines at most.
 //! * an answer within the request's time, as API Gateway's integration timeout bounds it: a
 //!   request the functions have not answered `deadline` after it was read (an instance that watch
 //!   stopped mid-request, to reload or otherwise, never answers it) gets `503 unavailable`.
@@ -41,6 +43,9 @@ const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 /// The answer to an unknown path or method.
 const NOT_FOUND: &str = "no such route";
+
+/// How many deadlines a request watch never answers holds its route's slot.
+const ABANDONED_FOR: u32 = 3;
 
 #[derive(Clone)]
 pub(crate) struct RestEdge {
@@ -116,16 +121,36 @@ impl RestEdge {
             return error(StatusCode::NOT_FOUND, "not_found", NOT_FOUND);
         }
         let slots = self.slots(&parts.method, parts.uri.path());
-        // Whatever holds an instance gives it up by its own deadline, which comes before that of
-        // any request waiting for it: so a request always reaches a function in its time.
-        let answered = async {
-            let _slot = slots.acquire().await;
-            self.attempts(&parts, path, &body).await
-        };
-        match tokio::time::timeout(self.deadline, answered).await {
-            Ok(answer) => answer,
-            Err(_) => {
-                tracing::warn!(path, "the functions did not answer within the deadline");
+        let (path, logged) = (path.to_owned(), path.to_owned());
+        let (answer_to, answer) = tokio::sync::oneshot::channel();
+        let edge = self.clone();
+        // A slot is held until watch answers, after the client's deadline too: an invocation
+        // whose client was answered 503 still sits in watch's queue until an instance runs it,
+        // and released slots let that queue fill past 100 (found by probing: 240 sends at once
+        // to a hot group, many past their deadline, wedged the stack for good). An invocation
+        // watch never answers (an instance stopped mid-request by a reload) gives up its slot
+        // after `ABANDONED_FOR` deadlines.
+        tokio::spawn(async move {
+            let Ok(_slot) = slots.acquire_owned().await else {
+                return;
+            };
+            if answer_to.is_closed() {
+                return; // its deadline passed while it waited here: it never reaches watch
+            }
+            let settled = edge.deadline * ABANDONED_FOR;
+            if let Ok(answered) =
+                tokio::time::timeout(settled, edge.attempts(&parts, &path, &body)).await
+            {
+                let _ = answer_to.send(answered);
+            }
+        });
+        match tokio::time::timeout(self.deadline, answer).await {
+            Ok(Ok(answer)) => answer,
+            _ => {
+                tracing::warn!(
+                    path = logged,
+                    "the functions did not answer within the deadline"
+                );
                 unavailable()
             }
         }
@@ -631,7 +656,54 @@ mod tests {
             let body = answer.into_body().collect().await.unwrap().to_bytes();
             assert!(String::from_utf8_lossy(&body).contains(r#""code":"unavailable""#));
         }
-        assert_eq!(calls.load(Ordering::SeqCst), 2, "the second reached it too");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "the first still holds the route's only slot: the second never reached watch"
+        );
+        // Past `ABANDONED_FOR` deadlines, the slot of the invocation never answered is free.
+        tokio::time::sleep(deadline * ABANDONED_FOR).await;
+        let started = std::time::Instant::now();
+        let third = send().await.unwrap();
+        assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(started.elapsed() >= deadline);
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "the third reached it");
+    }
+
+    /// A request answered 503 at its deadline keeps its slot until the functions answer it, so
+    /// that what reaches watch never outgrows what the slots allow.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_past_its_deadline_holds_its_slot_until_the_functions_answer() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (n, m) = (now.clone(), most.clone());
+        let upstream = move |_req, _| {
+            let (n, m) = (n.clone(), m.clone());
+            async move {
+                m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                n.fetch_sub(1, Ordering::SeqCst);
+                response(StatusCode::OK, "{}")
+            }
+        };
+        let deadline = Duration::from_millis(100);
+        let (edge_url, client, _trigger) = edge_before(upstream, 2, deadline).await;
+        let calls = (0..12).map(|i| {
+            let req = Request::get(format!("{edge_url}/conversations/c-{i}/messages"))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            client.request(req)
+        });
+        let answers = futures::future::join_all(calls).await;
+        assert!(answers.iter().all(|a| a
+            .as_ref()
+            .is_ok_and(|r| r.status() == StatusCode::SERVICE_UNAVAILABLE)));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let most = most.load(Ordering::SeqCst);
+        assert_eq!(
+            most, 2,
+            "{most} requests of one route reached the functions at once"
+        );
     }
 
     #[test]

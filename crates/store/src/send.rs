@@ -569,9 +569,18 @@ impl ChatStore {
     /// The queued send: queues, then waits for its message to be committed, by another request
     /// or by this one. Every way out without the message withdraws this request's queued send
     /// first (`withdraw`): a `429` must mean that nothing happens later either. DynamoDB: 1
+    /// strongly consistent GetItem (its key: a retry of a committed send is answered from it), 1
     /// PutItem, then `await_commit`'s calls (+ `withdraw`'s when it ends without its message).
     async fn send_queued(&self, send: &SendRequest<'_>) -> Result<(Message, bool), ChatError> {
         let deadline = self.deadline();
+        // A retry of a send already committed (a client that timed out resends it): its queued
+        // send is gone, so the put below would queue it again, and the commit that takes it would
+        // be cancelled for its key (found by probing: every send of a hot group sent three times
+        // at once cost 20 times the writes of the sends alone, and requests starved).
+        // (An archived key is found at commit, as for any queued send: `archived_in`.)
+        if let Some(key) = self.live_key(send).await? {
+            return self.replay(StoredKey::Live(key), send).await;
+        }
         self.claim_for_queue(send).await?;
         let enqueued = match self.enqueue(send, deadline).await? {
             Enqueued::Queued(mine) => mine,
@@ -739,7 +748,15 @@ impl ChatStore {
         )?;
         use aws_sdk_dynamodb::operation::put_item::PutItemError;
         let mut retry = self.retry();
+        let mut in_a_commit = false;
         while retry.next().await {
+            // Its replay's queued send was in a commit: once that one landed, its key answers
+            // (a put now would queue a send already stored).
+            if in_a_commit {
+                if let Some(key) = self.stored_key(send).await? {
+                    return Ok(Enqueued::Stored(key));
+                }
+            }
             let put = self
                 .db
                 .put_item()
@@ -776,7 +793,7 @@ impl ChatStore {
                 // A replay of this send is being committed right now (its queued send is in the
                 // transaction): a moment later it is either committed (its key answers) or
                 // queued again.
-                Some(PutItemError::TransactionConflictException(_)) => {}
+                Some(PutItemError::TransactionConflictException(_)) => in_a_commit = true,
                 // The partition's throughput ran out (after the SDK's own retries): nothing was
                 // written; again after a backoff, within the deadline.
                 _ if super::throttled(&err) => {}
@@ -949,13 +966,21 @@ impl ChatStore {
     /// after the other: the archiver puts the archived key before it deletes the `X#`, so a key
     /// missing from both reads never existed. DynamoDB: 1 or 2 strongly consistent GetItem.
     async fn stored_key(&self, send: &SendRequest<'_>) -> Result<Option<StoredKey>, ChatError> {
-        let key = keys::send_key(send.id, &send.request.client_msg_key);
-        if let Some(item) = self.item_fields(key, None).await? {
-            let live = SendKeyItem::from_stored(item, send.caller)?;
+        if let Some(live) = self.live_key(send).await? {
             return Ok(Some(StoredKey::Live(live)));
         }
         let archived = self.archived_key(send.id, &send.request.client_msg_key);
         Ok(archived.await?.map(StoredKey::Archived))
+    }
+
+    /// The send's key in the conversation, if its message is stored there. DynamoDB: 1 strongly
+    /// consistent GetItem.
+    async fn live_key(&self, send: &SendRequest<'_>) -> Result<Option<SendKeyItem>, ChatError> {
+        let key = keys::send_key(send.id, &send.request.client_msg_key);
+        match self.item_fields(key, None).await? {
+            Some(item) => Ok(Some(SendKeyItem::from_stored(item, send.caller)?)),
+            None => Ok(None),
+        }
     }
 
     /// The archived key of `client_msg_key`, if its message is archived. DynamoDB: 1 strongly

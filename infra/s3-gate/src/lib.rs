@@ -11,7 +11,8 @@
 //! - CORS for browsers (a preflight `OPTIONS` is answered here, as a bucket's CORS rule would);
 //! - moto's 500 to a `DeleteObjectTagging` of a missing object becomes S3's 404 `NoSuchKey`;
 //! - the stand-in of the attachments bucket's policy (template.yaml): a read of an object tagged
-//!   `chat-deleted=1` (a deleted attachment's tombstone) is refused 403 `AccessDenied`;
+//!   `chat-deleted=1` (a deleted attachment's tombstone) is refused 403 `AccessDenied`, and so is
+//!   a presigned read of a missing key (its signer may not list the bucket);
 //! - after a presigned `PUT` stored an object, the S3 event (`ObjectCreated:Put`, S3's event JSON)
 //!   is POSTed to `notify` when set: the local stand-in of the bucket's event notification;
 //! - with `scan` set, the stand-in of GuardDuty Malware Protection for S3: each object a presigned
@@ -236,6 +237,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, hyp
             StatusCode::NOT_FOUND,
             "NoSuchKey",
             "The specified key does not exist.",
+        ));
+    }
+    // The functions' roles may not list the attachments bucket (template.yaml), so S3 answers a
+    // presigned read of a missing key (a deleted attachment's thumbnail) 403, not 404.
+    if presigned && object_read && status == StatusCode::NOT_FOUND {
+        return Ok(refuse(
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "Access Denied",
         ));
     }
     if presigned && parts.method == Method::PUT && status.is_success() {

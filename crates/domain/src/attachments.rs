@@ -95,6 +95,16 @@ impl AttachmentPolicy {
     }
 }
 
+/// Whether a browser that opens a file of `content_type` runs it as a page (SVG and other XML,
+/// HTML), scripts included: its download URLs make the browser save it instead, so that a file
+/// a member sent never runs in the bucket's origin. An `<img>` still shows an SVG (without its
+/// scripts).
+pub fn opens_as_a_page(content_type: &str) -> bool {
+    let t = content_type.to_ascii_lowercase();
+    let sub = t.split_once('/').map_or("", |(_, sub)| sub);
+    sub == "xml" || sub == "html" || sub.ends_with("+xml")
+}
+
 /// A `createAttachment` request, checked against the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateAttachment {
@@ -379,6 +389,29 @@ pub fn parse_object_key(key: &str) -> Option<(ConversationId, String)> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn files_a_browser_runs_as_pages_are_known() {
+        for t in [
+            "image/svg+xml",
+            "IMAGE/SVG+XML",
+            "text/xml",
+            "application/xhtml+xml",
+            "text/html",
+        ] {
+            assert!(opens_as_a_page(t), "{t}");
+        }
+        for t in [
+            "image/png",
+            "application/pdf",
+            "text/plain",
+            "video/mp4",
+            "application/zip",
+        ] {
+            assert!(!opens_as_a_page(t), "{t}");
+        }
+    }
+
     use super::*;
 
     fn parse(body: &str) -> Result<CreateAttachment, ChatError> {

@@ -238,7 +238,10 @@ impl ChatStore {
             a.policy
                 .may_serve(attachment_id, Some(tagged.unwrap_or(Scan::Pending)))?;
         }
-        Ok(self.sign_get(a, id, &r.attachment_id).await?.0)
+        Ok(self
+            .sign_get(a, id, &r.attachment_id, &r.content_type)
+            .await?
+            .0)
     }
 
     /// Whether an upload's object is in the bucket. S3: 1 HeadObject.
@@ -281,28 +284,37 @@ impl ChatStore {
             .map(|t| Scan::of_guardduty(t.value())))
     }
 
+    /// The download URL of an attachment of `content_type`: one a browser would run as a page
+    /// is saved instead (`opens_as_a_page`: S3 answers it with `Content-Disposition:
+    /// attachment`, signed into the URL).
     async fn sign_get(
         &self,
         a: &Attachments,
         id: &ConversationId,
         attachment_id: &str,
+        content_type: &str,
     ) -> Result<(String, String), ChatError> {
-        self.sign_get_key(a, object_key(id, attachment_id)).await
+        let saved = chat_domain::attachments::opens_as_a_page(content_type);
+        self.sign_get_key(a, object_key(id, attachment_id), saved)
+            .await
     }
 
     async fn sign_get_key(
         &self,
         a: &Attachments,
         key: String,
+        saved: bool,
     ) -> Result<(String, String), ChatError> {
         let (config, expires_at) = presign_config(DOWNLOAD_TTL)?;
-        let presigned =
-            a.s3.get_object()
-                .bucket(&a.bucket)
-                .key(key)
-                .presigned(config)
-                .await
-                .map_err(|e| ChatError::internal(format!("presign GET: {e}")))?;
+        let get = a.s3.get_object().bucket(&a.bucket).key(key);
+        let get = match saved {
+            true => get.response_content_disposition("attachment"),
+            false => get,
+        };
+        let presigned = get
+            .presigned(config)
+            .await
+            .map_err(|e| ChatError::internal(format!("presign GET: {e}")))?;
         Ok((presigned.uri().to_owned(), expires_at))
     }
 
@@ -334,13 +346,15 @@ impl ChatStore {
             if a.policy.may_serve(&att.attachment_id, att.scan).is_err() {
                 continue;
             }
-            let (url, expires) = self.sign_get(a, id, &att.attachment_id).await?;
+            let (url, expires) = self
+                .sign_get(a, id, &att.attachment_id, &att.content_type)
+                .await?;
             att.url = Some(url);
             att.url_expires_at = Some(expires);
             // Dimensions are recorded only with a thumbnail written (`record_thumbnail`).
             if att.width.is_some() {
                 let key = thumbnail_key(id, &att.attachment_id);
-                att.thumbnail_url = Some(self.sign_get_key(a, key).await?.0);
+                att.thumbnail_url = Some(self.sign_get_key(a, key, false).await?.0);
             }
         }
         Ok(())

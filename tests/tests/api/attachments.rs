@@ -999,3 +999,43 @@ async fn an_upload_is_stored_and_served_as_sent() {
     );
     assert_eq!(body, packed, "the bytes as sent");
 }
+
+/// An SVG (or other file a browser runs as a page, scripts included) is saved, not opened, from
+/// its download URL (found by probing: an SVG with a script was served inline from the bucket's
+/// origin); a PNG still opens in place.
+#[tokio::test]
+async fn a_file_a_browser_would_run_as_a_page_is_downloaded_as_a_file() {
+    let t = TestApp::new().await;
+    let (a, b, c) = t.new_direct().await;
+    let svg = br#"<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>"#;
+    let created = create(&t, &c, &a, "image/svg+xml", svg.len()).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(
+        upload_with(&created.body["upload"], svg.to_vec(), &[]).await,
+        200
+    );
+    let svg_id = created.body["attachmentId"].as_str().unwrap().to_owned();
+    let png_id = uploaded(&t, &c, &a, b"\x89PNG not really").await;
+    let sent = send_with(&t, &c, &a, &new_uuid(), &[&svg_id, &png_id]).await;
+    assert_eq!(sent.status, 201, "{sent:?}");
+    let disposition = |headers: &std::collections::HashMap<String, String>| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-disposition"))
+            .map(|(_, v)| v.clone())
+    };
+    let history = t.get(&format!("/conversations/{c}/messages"), &b).await;
+    let shown = &history.body["messages"][0]["attachments"];
+    let (status, headers, body) =
+        raw_http("GET", shown[0]["url"].as_str().unwrap(), &[], vec![]).await;
+    assert_eq!((status, body.as_slice()), (200, &svg[..]));
+    assert_eq!(
+        disposition(&headers).as_deref(),
+        Some("attachment"),
+        "{headers:?}"
+    );
+    let (status, headers, _) =
+        raw_http("GET", shown[1]["url"].as_str().unwrap(), &[], vec![]).await;
+    assert_eq!(status, 200);
+    assert_eq!(disposition(&headers), None, "{headers:?}");
+}

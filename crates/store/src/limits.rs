@@ -27,7 +27,7 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use super::attrs::{get_n, n, Item};
 use super::{sdk_error, ChatStore};
 use chat_domain::error::ChatError;
-use chat_domain::rate::{Bucket, Take, REPLAY_LOOKUPS};
+use chat_domain::rate::{Bucket, Take, Unsampled, REPLAY_LOOKUPS};
 use chat_domain::UserId;
 
 /// The limits an operator sets (template parameters, `CHAT_*_RATE`; README "Configuration").
@@ -265,7 +265,8 @@ impl ChatStore {
     }
 
     /// The all-requests limit, at the request edge: `RateLimited` when over it. DynamoDB: none
-    /// for `sample − 1` requests in `sample` (and none when known to be over); else as
+    /// for `sample − 1` requests in `sample` while this instance's view is not near the limit
+    /// (and none when known to be over); else as
     /// `limit_send`, debiting this request and those this instance admitted since its last
     /// debit (`Bucket::debit`).
     pub async fn limit_request(&self, user: &UserId) -> Result<(), ChatError> {
@@ -277,17 +278,22 @@ impl ChatStore {
             .as_u128()
             .is_multiple_of(u128::from(sample));
         // Not drawn: decided here, without a write, by the bucket as this instance last saw it
-        // (full, when it has not seen it yet).
+        // (full, when it has not seen it yet), unless that view is near the limit.
         if !drawn {
             let now = now_us();
             let tat = limiter.seen(user, Kind::Request).unwrap_or(now);
             let owed = limiter.owed(user);
-            let bucket = limiter.limits.requests;
-            if let Some(retry_after) = bucket.refuses_unsampled(tat, owed, now, sample) {
-                return Err(ChatError::RateLimited { retry_after });
+            match limiter.limits.requests.unsampled(tat, owed, now, sample) {
+                Unsampled::Admit => {
+                    limiter.owe(user, 1);
+                    return Ok(());
+                }
+                Unsampled::Refuse { retry_after } => {
+                    return Err(ChatError::RateLimited { retry_after })
+                }
+                // Near the limit: the stored bucket decides, as for a drawn request.
+                Unsampled::Draw => {}
             }
-            limiter.owe(user, 1);
-            return Ok(());
         }
         let owed = limiter.take_owed(user);
         let (verdict, charged) = self.take(user, Kind::Request, owed).await;

@@ -485,30 +485,56 @@ mod tests {
         }
     }
 
-    /// 200 requests of one route at once, in front of an upstream that takes 20 ms each: at most
-    /// `per_route` reach it together, and every request is answered.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn at_most_per_route_requests_of_a_route_reach_the_functions_at_once() {
+    /// An upstream's answer in the making.
+    type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Response<Body>> + Send>>;
+
+    /// An upstream that answers each request after `takes`, and the most requests it held at
+    /// once.
+    fn counting_upstream(
+        takes: Duration,
+    ) -> (
+        impl Fn(Request<Incoming>, std::net::SocketAddr) -> Answer + Clone + Send + Sync + 'static,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let (n, m) = (now.clone(), most.clone());
+        let m = most.clone();
         let upstream = move |_req, _| {
-            let (n, m) = (n.clone(), m.clone());
-            async move {
+            let (n, m) = (now.clone(), m.clone());
+            Box::pin(async move {
                 m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(takes).await;
                 n.fetch_sub(1, Ordering::SeqCst);
                 response(StatusCode::OK, "{}")
-            }
+            })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = Response<Body>> + Send>>
         };
-        let (edge_url, client, _trigger) = edge_before(upstream, 8, Duration::from_secs(22)).await;
-        let calls = (0..200).map(|i| {
+        (upstream, most)
+    }
+
+    /// `n` GETs of one route at once through the edge at `edge_url`.
+    async fn burst(
+        client: &TestClient,
+        edge_url: &str,
+        n: usize,
+    ) -> Vec<Result<Response<Incoming>, hyper_util::client::legacy::Error>> {
+        let calls = (0..n).map(|i| {
             let req = Request::get(format!("{edge_url}/conversations/c-{i}/messages"))
                 .body(Full::new(Bytes::new()))
                 .unwrap();
             client.request(req)
         });
-        let answers = futures::future::join_all(calls).await;
+        futures::future::join_all(calls).await
+    }
+
+    /// 200 requests of one route at once, in front of an upstream that takes 20 ms each: at most
+    /// `per_route` reach it together, and every request is answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn at_most_per_route_requests_of_a_route_reach_the_functions_at_once() {
+        use std::sync::atomic::Ordering;
+        let (upstream, most) = counting_upstream(Duration::from_millis(20));
+        let (edge_url, client, _trigger) = edge_before(upstream, 8, Duration::from_secs(22)).await;
+        let answers = burst(&client, &edge_url, 200).await;
         assert!(answers
             .iter()
             .all(|a| a.as_ref().is_ok_and(|r| r.status() == StatusCode::OK)));
@@ -674,27 +700,11 @@ mod tests {
     /// that what reaches watch never outgrows what the slots allow.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_past_its_deadline_holds_its_slot_until_the_functions_answer() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let (n, m) = (now.clone(), most.clone());
-        let upstream = move |_req, _| {
-            let (n, m) = (n.clone(), m.clone());
-            async move {
-                m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                n.fetch_sub(1, Ordering::SeqCst);
-                response(StatusCode::OK, "{}")
-            }
-        };
+        use std::sync::atomic::Ordering;
+        let (upstream, most) = counting_upstream(Duration::from_millis(300));
         let deadline = Duration::from_millis(100);
         let (edge_url, client, _trigger) = edge_before(upstream, 2, deadline).await;
-        let calls = (0..12).map(|i| {
-            let req = Request::get(format!("{edge_url}/conversations/c-{i}/messages"))
-                .body(Full::new(Bytes::new()))
-                .unwrap();
-            client.request(req)
-        });
-        let answers = futures::future::join_all(calls).await;
+        let answers = burst(&client, &edge_url, 12).await;
         assert!(answers.iter().all(|a| a
             .as_ref()
             .is_ok_and(|r| r.status() == StatusCode::SERVICE_UNAVAILABLE)));

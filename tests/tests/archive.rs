@@ -1159,10 +1159,55 @@ async fn a_conversation_that_always_fails_is_parked_and_the_others_are_archived(
     assert_eq!(archived_through(&items(&t, &bad).await), 1);
 }
 
+/// Found by probing: a conversation listed after the archiver's walk went past its bucket (the
+/// indexer far behind its stream) stayed in the table for good; the cursor moves back only
+/// for an indexer instance's first listing. A late listing goes on the late list too, and the
+/// next run archives it.
+#[tokio::test]
+async fn a_conversation_listed_after_the_walk_passed_its_bucket_is_archived() {
+    let t = TestApp::with_archive(ArchiveSettings {
+        age: Duration::from_secs(3),
+        ..settings()
+    })
+    .await;
+    let (a, _, early) = t.new_direct().await;
+    // This indexer instance lists once, so its cursor-back is spent (as in a long-lived one).
+    assert_eq!(t.send(&early, &a, "listed on time").await.status, 201);
+    t.index().await;
+    let late = t.direct(&a, &unique("late")).await;
+    assert_eq!(t.send(&late, &a, "listed late").await.status, 201);
+    // Its bucket due, not listed yet: the walk goes past it.
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let archiver = t.archiver();
+    let run = || async {
+        let until = Deadline::after(Duration::from_secs(30));
+        archiver
+            .archive_due(chat_domain::time::now(), until)
+            .await
+            .unwrap()
+    };
+    run().await;
+    assert_eq!(archived_through(&items(&t, &late).await), 0);
+    t.index().await;
+    let on_late_list = || async {
+        t.partition("R#late")
+            .await
+            .iter()
+            .any(|i| i["sk"].as_s().is_ok_and(|s| s.ends_with(&late)))
+    };
+    assert!(on_late_list().await, "a late listing is on the late list");
+
+    let report = run().await;
+    assert!(report.late >= 1, "{report:?}");
+    assert_eq!(archived_through(&items(&t, &late).await), 1);
+    assert!(message_seqs_in_table(&items(&t, &late).await).is_empty());
+    assert!(!on_late_list().await, "worked, it leaves the late list");
+}
+
 /// Issue 28 item 10: a new stack's first archiver run does not search the buckets before the
 /// first listed one (it used to walk 24 buckets × every shard): with nothing listed, a run reads
-/// only the cursor and the parked list; the first entry listed sets the cursor to its bucket,
-/// and the run works from there. On a table of its own, so no other test's cursor is there.
+/// only the cursor, the late list and the parked list; the first entry listed sets the cursor
+/// to its bucket, and the run works from there. On a table of its own, so no other test's cursor is there.
 #[tokio::test]
 async fn a_first_archiver_run_starts_at_the_first_listed_bucket() {
     use aws_sdk_dynamodb::types::{
@@ -1203,14 +1248,14 @@ async fn a_first_archiver_run_starts_at_the_first_listed_bucket() {
     t.calls.take();
     assert_eq!(run().await.buckets, 0);
     let calls = t.calls.take();
-    assert!(calls.len() <= 2, "a run with nothing listed: {calls:?}");
+    assert!(calls.len() <= 3, "a run with nothing listed: {calls:?}");
 
     let now = settings
         .bucket_of(&chat_domain::time::now_rfc3339())
         .unwrap();
     let (_, _, conversation) = t.new_direct().await;
     store
-        .list_for_archiving(&[(id(&conversation), now - 10)])
+        .list_for_archiving(&[(id(&conversation), now - 2)])
         .await
         .unwrap();
     let cursor =
@@ -1223,13 +1268,15 @@ async fn a_first_archiver_run_starts_at_the_first_listed_bucket() {
             .unwrap()
             .item
             .unwrap();
-    assert_eq!(cursor["next"], AttributeValue::N((now - 10).to_string()));
+    assert_eq!(cursor["next"], AttributeValue::N((now - 2).to_string()));
+    // Listed on time (not late), due after the age.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
     t.calls.take();
     let report = run().await;
     assert_eq!(report.conversations, 1, "{report:?}");
     let queries = t.calls.take().iter().filter(|c| *c == "Query").count() as u64;
     assert!(
-        queries <= (report.buckets + 1) * 4 + 1,
+        queries <= (report.buckets + 1) * 4 + 2,
         "{queries} Queries for {report:?}"
     );
 }

@@ -83,6 +83,19 @@ impl ArchiveSettings {
             .map(|s| s / self.bucket_seconds.max(1))
     }
 
+    /// Whether a listing of `bucket`, made at `now_s` (unix seconds), may come after the
+    /// archiver's walk went past that bucket: the walk works a bucket once its end is older than
+    /// the age, so only a listing that lags its bucket's start by the age or more, less one
+    /// bucket for the two clocks, can (an indexer that falls that far behind its stream). Such
+    /// a listing is also put on the late list (`list_for_archiving`).
+    pub fn is_late(&self, bucket: u64, now_s: u64) -> bool {
+        let width = self.bucket_seconds.max(1);
+        bucket
+            .saturating_mul(width)
+            .saturating_add(self.age.as_secs())
+            <= now_s
+    }
+
     fn shard_of(&self, id: &ConversationId) -> u64 {
         // Ids are `d-`/`g-` + 32 hex digits of a hash or a random UUID: evenly spread.
         u64::from_str_radix(&id.as_str()[2..6], 16).unwrap_or(0) % self.shards.max(1)
@@ -141,6 +154,8 @@ pub struct RunReport {
     pub parked: u64,
     /// Parked conversations this run archived at last (and took off the parked list).
     pub unparked: u64,
+    /// Late listings this run worked (`R#late`: listed after the walk may have passed them).
+    pub late: u64,
 }
 
 const CURSOR_PK: &str = "R#cursor";
@@ -154,6 +169,13 @@ const IN_FLIGHT: usize = 8;
 pub const ARCHIVE_ATTEMPTS: u64 = 3;
 /// The parked list: `pk = R#parked, sk = <conversationId>`, retried once per run.
 const PARKED_PK: &str = "R#parked";
+/// The late list: `pk = R#late, sk = <bucket, 20 digits>#<conversationId>`, listings the walk
+/// may have passed already (`ArchiveSettings::is_late`), worked by every run once due.
+const LATE_PK: &str = "R#late";
+
+fn late_sk(bucket: u64, id: &ConversationId) -> String {
+    format!("{bucket:020}#{id}")
+}
 
 /// What became of an archiver's advance of `archivedThrough`.
 enum Advance {
@@ -190,6 +212,9 @@ impl ChatStore {
     /// Writes work-list entries `pk = R#<bucket>#<shard>, sk = <conversationId>` (~70 bytes:
     /// 1 write unit each), BatchWriteItem of 25. Idempotent. First, for a bucket below any this
     /// instance listed before, `cursor_at_most` (1 UpdateItem: once per instance in practice).
+    /// Then, for entries that are late (`ArchiveSettings::is_late`, by the clock after they were
+    /// written: the walk may have passed their bucket before they landed), the same on the late
+    /// list (`R#late`), which every archiver run works: none while the indexer keeps up.
     pub async fn list_for_archiving(
         &self,
         entries: &[(ConversationId, u64)],
@@ -203,21 +228,37 @@ impl ChatStore {
             }
         }
         let mut requests = Vec::with_capacity(entries.len());
+        let mut listed = Vec::with_capacity(entries.len());
         let mut seen = std::collections::HashSet::new();
         for (id, bucket) in entries {
             if seen.insert((id.clone(), *bucket)) {
                 let pk = work_list_pk(*bucket, settings.shard_of(id));
                 requests.push(put_request(keys::key(pk, id.as_str()))?);
+                listed.push((id, *bucket));
             }
         }
         let count = requests.len();
         self.batch_write(requests).await?;
+        let now_s = u64::try_from(chat_domain::time::now().unix_timestamp()).unwrap_or(0);
+        let late = listed
+            .into_iter()
+            .filter(|(_, bucket)| settings.is_late(*bucket, now_s))
+            .map(|(id, bucket)| put_request(keys::key(LATE_PK.to_owned(), late_sk(bucket, id))))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !late.is_empty() {
+            tracing::warn!(
+                late = late.len(),
+                "listed for the archiver late: also on the late list"
+            );
+            telemetry::count("ArchiveLateListings", late.len() as u64);
+            self.batch_write(late).await?;
+        }
         Ok(count)
     }
 
     /// Makes the archiver's cursor start at `bucket` at the latest, so that its first run walks
-    /// from the first bucket that holds an entry, not a guess (and an entry listed late, behind
-    /// the cursor, is still worked). 1 UpdateItem (conditional: never moves the cursor forward).
+    /// from the first bucket that holds an entry, not a guess (an entry listed late, behind the
+    /// cursor, is on the late list instead). 1 UpdateItem (conditional: never moves the cursor forward).
     async fn cursor_at_most(&self, bucket: u64) -> Result<(), ChatError> {
         let r = self
             .db
@@ -324,12 +365,16 @@ impl ChatStore {
             report.lag_seconds = 0;
         }
         if !until.passed() {
+            self.work_late(&cutoff, last_due, &mut report).await?;
+        }
+        if !until.passed() {
             self.retry_parked(&cutoff, &mut report).await?;
         }
         telemetry::count("ArchivedMessages", report.archived.messages);
         telemetry::count("ArchivedChunks", report.archived.chunks);
         telemetry::count("ArchiveFailures", report.failed);
         telemetry::count("ArchiveParked", report.parked);
+        telemetry::count("ArchiveLateWorked", report.late);
         telemetry::metric("ArchiveLagSeconds", report.lag_seconds as f64, "Seconds");
         Ok(report)
     }
@@ -407,6 +452,53 @@ impl ChatStore {
             .await
             .map_err(|e| sdk_error("PutItem", e))?;
         Ok(())
+    }
+
+    /// The late list's due entries (bucket at most `last_due`), each archived like a work-list
+    /// entry (`archive_conversation`; the walk may have passed its bucket before it was
+    /// listed), then deleted with its work-list entry; one that fails stays for the next run.
+    /// 1 Query of `R#late` (1 read unit while it is empty), and 1 BatchWriteItem of the deletes.
+    async fn work_late(
+        &self,
+        cutoff: &str,
+        last_due: u64,
+        report: &mut RunReport,
+    ) -> Result<(), ChatError> {
+        let mut due = Vec::new();
+        let query = PartitionQuery {
+            pk: LATE_PK.to_owned(),
+            range: Some(("0".to_owned(), format!("{last_due:020}$"))),
+            ..Default::default()
+        };
+        self.query_each(query, |item| {
+            let parsed = get_s(&item, keys::SK).and_then(|sk| {
+                let (bucket, id) = sk.split_once('#')?;
+                Some((bucket.parse::<u64>().ok()?, ConversationId::parse(id)?))
+            });
+            due.extend(parsed);
+            Ok(true)
+        })
+        .await?;
+        let mut done = Vec::new();
+        for (bucket, id) in due {
+            match self.archive_conversation(&id, cutoff, None).await {
+                Ok(a) => {
+                    report.archived += a;
+                    report.late += 1;
+                    done.push(delete_request(keys::key(
+                        LATE_PK.to_owned(),
+                        late_sk(bucket, &id),
+                    ))?);
+                    let pk = work_list_pk(bucket, self.archive_settings.shard_of(&id));
+                    done.push(delete_request(keys::key(pk, id.as_str()))?);
+                }
+                Err(e) => {
+                    report.failed += 1;
+                    tracing::warn!(conversation = %id, error = ?e, "archiving a late listing failed; kept for the next run")
+                }
+            }
+        }
+        self.batch_write(done).await
     }
 
     /// The parked conversations, tried once more each run (after the due buckets): one that
@@ -938,6 +1030,29 @@ mod tests {
             c["lastMessageAt"] = at.into();
         }
         serde_json::from_value(c).unwrap()
+    }
+
+    /// A listing is late once the walk may have worked its bucket: the bucket's end older than
+    /// the age by the archiver's clock, allowing one bucket for the indexer's clock.
+    #[test]
+    fn a_listing_is_late_only_once_its_bucket_may_have_been_walked() {
+        let settings = ArchiveSettings {
+            age: Duration::from_secs(30),
+            bucket_seconds: 5,
+            ..ArchiveSettings::AWS
+        };
+        let bucket = 1_000;
+        let start = bucket * 5;
+        // The walk works it from start + 5 + 30 on; the listing is late from one bucket before.
+        assert!(!settings.is_late(bucket, start));
+        assert!(!settings.is_late(bucket, start + 29));
+        assert!(settings.is_late(bucket, start + 30));
+        assert!(settings.is_late(bucket, start + 35));
+        assert!(settings.is_late(bucket, start + 10_000));
+        let aws = ArchiveSettings::AWS;
+        let hour = 500_000;
+        assert!(!aws.is_late(hour, hour * 3_600 + 89 * 86_400));
+        assert!(aws.is_late(hour, hour * 3_600 + 90 * 86_400));
     }
 
     #[test]

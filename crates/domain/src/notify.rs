@@ -225,11 +225,37 @@ pub fn decide(last_read_seq: u64, last_seq: u64, from_seq: u64, muted: bool) -> 
     Some(last_seq - last_read_seq.max(from_seq.saturating_sub(1)))
 }
 
-/// The first seq a window's job may tell of: its opening message's, or, when the job of the
-/// window before counted messages up to `covered` (a message that reached the indexer just after
-/// that job closed its window opens the next one, yet was counted), the one after those.
+/// The first seq a window's job may tell of: the one after what the job of the window before
+/// counted (`covered`; 0: no window before, then the window's opening message). It is after
+/// `from_seq` when a message that reached the indexer just after that job closed its window
+/// opened this one, yet was counted; before it when that job left its newest messages, younger
+/// than the delay, to the next window (`matured_through`), and a later message opened it.
 pub fn window_start(from_seq: u64, covered: u64) -> u64 {
-    from_seq.max(covered.saturating_add(1))
+    if covered == 0 {
+        from_seq
+    } else {
+        covered + 1
+    }
+}
+
+/// The last of a window's messages whose own delay is over at `now_ms` (`created_ms`: each
+/// message's seq and time, in seq order; message times never go back): a window's check tells
+/// of those only, and leaves the younger ones to a window of their own, so that a read within a
+/// message's delay always cancels its notification (found by probing: a window at its cap of
+/// twice the delay told of messages 0.05 s old that were read a second later). `from_seq - 1`
+/// when none is.
+pub fn matured_through(
+    created_ms: &[(u64, u64)],
+    from_seq: u64,
+    now_ms: u64,
+    delay_ms: u64,
+) -> u64 {
+    created_ms
+        .iter()
+        .take_while(|(_, at)| at.saturating_add(delay_ms) <= now_ms)
+        .map(|(seq, _)| *seq)
+        .last()
+        .unwrap_or(from_seq.saturating_sub(1))
 }
 
 /// One message of a window, as the notifier weighs it.
@@ -579,9 +605,26 @@ mod tests {
     }
 
     #[test]
+    fn a_check_tells_of_the_messages_whose_delay_is_over() {
+        let delay = 2_000;
+        let window = [(5, 10_000), (6, 10_500), (7, 11_900), (8, 12_000)];
+        assert_eq!(matured_through(&window, 5, 9_000, delay), 4, "none yet");
+        assert_eq!(matured_through(&window, 5, 12_000, delay), 5);
+        assert_eq!(matured_through(&window, 5, 13_899, delay), 6);
+        assert_eq!(matured_through(&window, 5, 13_900, delay), 7);
+        assert_eq!(matured_through(&window, 5, 14_000, delay), 8, "all");
+        assert_eq!(matured_through(&[], 5, 14_000, delay), 4);
+    }
+
+    #[test]
     fn a_window_starts_after_what_the_one_before_counted() {
         assert_eq!(window_start(5, 0), 5, "no window before");
         assert_eq!(window_start(5, 4), 5, "the one before ended below");
+        assert_eq!(
+            window_start(5, 2),
+            3,
+            "the one before left 3 and 4, younger, to this one"
+        );
         assert_eq!(window_start(5, 6), 7, "the one before counted 5 and 6");
         // Nothing left: the conversation's last seq (6) is below the start.
         assert_eq!(decide(0, 6, window_start(5, 6), false), None);

@@ -8,14 +8,14 @@ use aws_sdk_sns::types::MessageAttributeValue;
 use futures::stream::{self, StreamExt};
 use serde_json::json;
 
-use super::items::DeviceItem;
+use super::items::{ConversationItem, DeviceItem, MemberItem};
 use super::keys;
 use super::notify::{NotifySettings, PlatformArns};
 use super::ChatStore;
 use chat_domain::error::ChatError;
 use chat_domain::notify::{
-    decide, notification, told_of, window_start, window_waits_until, Newest, Notification,
-    NotifyWindow, Platform, WindowMessage,
+    decide, matured_through, notification, told_of, window_start, window_waits_until, Newest,
+    Notification, NotifyWindow, Platform, WindowMessage,
 };
 use chat_domain::{ConversationId, ConversationType, UserId};
 
@@ -127,11 +127,51 @@ impl Notifier {
         Ok(true)
     }
 
+    /// Messages from `from_seq` on, younger than the delay when their window was checked, get
+    /// a window of their own, opened now and checked a delay after the first of them (`first_at`)
+    /// — unless a message that reached the indexer after the close opened one already, which
+    /// starts after what the closed window covered (`window_start`), so covers them too.
+    /// DynamoDB: 1 UpdateItem; SQS: 1 SendMessage when it opened the window.
+    async fn carry_over(
+        &self,
+        id: &ConversationId,
+        from_seq: u64,
+        first_at_ms: u64,
+        now_ms: u64,
+    ) -> Result<(), ChatError> {
+        let Some(queue) = &self.settings.queue_url else {
+            return Ok(());
+        };
+        let delay_ms = u64::from(self.settings.delay_seconds) * 1000;
+        let stale = now_ms + delay_ms + 15 * 60 * 1000;
+        if !self
+            .store
+            .open_notify_window(id, from_seq, now_ms, stale)
+            .await?
+        {
+            return Ok(());
+        }
+        let window = NotifyWindow {
+            conversation_id: id.clone(),
+            from_seq,
+            opened_at_ms: first_at_ms.min(now_ms),
+        };
+        let due = first_at_ms.saturating_add(delay_ms);
+        let seconds = due.saturating_sub(now_ms).div_ceil(1000).max(1) as u32;
+        if let Err(e) = self.queue_job(queue, &window, seconds).await {
+            let _ = self.store.close_notify_window(&window, "unqueued").await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// A window's delay is over: its job `job` (the queue message's id) closes it, then notifies each member for whom its messages are
     /// still unread and who has not muted the conversation, once, on each of its devices.
     /// A member is told of the window's messages it has not read, not deleted since and not
     /// from someone it blocks (`told_of`), with the newest of them as the preview; none that an
-    /// earlier window's job counted (`window_start`). DynamoDB: 1 UpdateItem (the close),
+    /// earlier window's job counted (`window_start`); only messages whose own delay is over
+    /// (`matured_through`): younger ones are carried over to a window of their own
+    /// (`carry_over`). DynamoDB: 1 UpdateItem (the close),
     /// `load_conversation`, 1 UpdateItem (what it covers), 1 Query of the window's messages, in a group 1
     /// BatchGetItem of block keys per 100 (member, sender) pairs, and per member notified 1
     /// Query of its devices and the badge's reads (`badge`).
@@ -141,7 +181,7 @@ impl Notifier {
         job: &str,
         pusher: &Pusher,
     ) -> Result<WindowReport, ChatError> {
-        let mut report = WindowReport::default();
+        let report = WindowReport::default();
         // Its newest message's own delay is not over: the window waits for it (found by
         // probing: a message sent just before the window's end was notified at once, and its
         // read within its delay cancelled nothing).
@@ -164,13 +204,68 @@ impl Notifier {
         if conversation.last_message.is_none() || conversation.last_seq < from_seq {
             return Ok(report);
         }
+        let id = &conversation.conversation_id;
+        // Only messages whose own delay is over are told of (a window at its cap, or a message
+        // that arrived while this check runs); the younger ones go to a window of their own.
+        let now_ms = chat_domain::time::unix_millis(chat_domain::time::now());
+        let delay_ms = u64::from(self.settings.delay_seconds) * 1000;
+        let at_ms =
+            |t: &str| chat_domain::time::parse_rfc3339(t).map(chat_domain::time::unix_millis);
+        // A job without its opening time (queued before that field) never waits: nor does it
+        // hold messages back.
+        let all_matured = window.opened_at_ms == 0
+            || conversation
+                .last_message_at
+                .as_deref()
+                .and_then(at_ms)
+                .is_some_and(|t| t.saturating_add(delay_ms) <= now_ms);
+        let mut messages = None;
+        let mut through = conversation.last_seq;
+        let mut carry = None;
+        if !all_matured {
+            let read = self
+                .store
+                .messages_between(id, from_seq, conversation.last_seq)
+                .await?;
+            let created: Vec<(u64, u64)> = read
+                .iter()
+                .map(|m| (m.seq, at_ms(&m.created_at).unwrap_or(u64::MAX)))
+                .collect();
+            through = matured_through(&created, from_seq, now_ms, delay_ms);
+            let next_at = created.iter().find(|(seq, _)| *seq > through).map(|c| c.1);
+            carry = Some((through + 1, next_at.unwrap_or(now_ms)));
+            messages = Some(read);
+        }
+        let report = if through < from_seq {
+            report
+        } else {
+            self.tell(&conversation, &members, from_seq, through, messages, pusher)
+                .await?
+        };
+        // After the telling: a job that fails before it is delivered again and tells (its
+        // close recognises it), which it could not once another window is open.
+        if let Some((next, first_at)) = carry {
+            self.carry_over(id, next, first_at, now_ms).await?;
+        }
+        Ok(report)
+    }
+
+    /// `window_due`'s notifications of the window's messages `from_seq..=through`, each member's
+    /// once on each of its devices.
+    async fn tell(
+        &self,
+        conversation: &ConversationItem,
+        members: &[MemberItem],
+        from_seq: u64,
+        through: u64,
+        messages: Option<Vec<chat_domain::model::Message>>,
+        pusher: &Pusher,
+    ) -> Result<WindowReport, ChatError> {
+        let mut report = WindowReport::default();
+        let id = &conversation.conversation_id;
         // Before anyone is told: the next window starts after what this one counts. Best
         // effort: without it the next window may tell of a message twice, never of none.
-        if let Err(e) = self
-            .store
-            .cover_notify_window(&window.conversation_id, conversation.last_seq)
-            .await
-        {
+        if let Err(e) = self.store.cover_notify_window(id, through).await {
             tracing::warn!(error = ?e, "notification window's coverage not recorded");
         }
         let now = chat_domain::time::now_rfc3339();
@@ -178,18 +273,18 @@ impl Notifier {
             .iter()
             .filter(|m| {
                 let muted = m.notifications.as_ref().is_some_and(|n| n.is_muted(&now));
-                decide(m.last_read_seq, conversation.last_seq, from_seq, muted).is_some()
+                decide(m.last_read_seq, through, from_seq, muted).is_some()
             })
             .map(|m| (m.member_id.clone(), m.last_read_seq))
             .collect();
         if due.is_empty() {
             return Ok(report);
         }
-        let id = &conversation.conversation_id;
-        let messages = self
-            .store
-            .messages_between(id, from_seq, conversation.last_seq)
-            .await?;
+        let mut messages = match messages {
+            Some(read) => read,
+            None => self.store.messages_between(id, from_seq, through).await?,
+        };
+        messages.retain(|m| m.seq >= from_seq && m.seq <= through);
         // In a group, a member is not told of messages from those it blocks (docs/api.md §28):
         // 1 BatchGetItem of block keys per 100 (member, sender) pairs.
         let blocked = match conversation.kind {
@@ -220,7 +315,7 @@ impl Notifier {
         // Members at once: a big group's window is done within a second of its delay.
         let done: Vec<Result<WindowReport, ChatError>> = stream::iter(due)
             .map(|(member, seq, count)| {
-                let conversation = &conversation;
+                let conversation = &*conversation;
                 async move {
                     let Some(newest) = messages.iter().find(|m| m.seq == seq) else {
                         return Ok(WindowReport::default());

@@ -125,6 +125,60 @@ async fn a_message_late_in_a_window_waits_for_its_own_delay() {
     assert_eq!(got[0]["body"], json!("three"));
 }
 
+/// A window at its cap (twice the delay) tells only of the messages whose own delay is over; a
+/// younger one gets a window of its own, so a read within its delay cancels it, and unread it is
+/// told of after its delay (found by probing: a steady stream's capped window told of messages
+/// 0.05 s old, read a second later).
+#[tokio::test]
+async fn a_window_at_its_cap_leaves_its_young_messages_to_their_own_window() {
+    let t = TestApp::new().await;
+    let n = start().await;
+    for read_young in [true, false] {
+        // The window must open at a known moment: a try whose indexing took long is made again.
+        let (a, b, c, opened) = loop {
+            let (a, b, c) = t.new_direct().await;
+            t.send(&c, &a, "one").await;
+            let before = std::time::Instant::now();
+            t.index().await;
+            if before.elapsed() < Duration::from_millis(400) {
+                break (a, b, c, before);
+            }
+        };
+        let tb = device(&t, &b).await;
+        let at = |ms: u64| opened + Duration::from_millis(ms);
+        // "two" just before the window's job: it waits for two's delay, up to its cap (2 × 2 s).
+        tokio::time::sleep_until(at(1_500).into()).await;
+        t.send(&c, &a, "two").await;
+        // "three" just before the cap: the check at the cap finds it younger than the delay.
+        tokio::time::sleep_until(at(3_100).into()).await;
+        t.send(&c, &a, "three").await;
+        let third = std::time::Instant::now();
+        let first = n.wait_for(&tb, 1, DELAY * 2 + SLACK).await;
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0]["body"], json!("2 new messages: two"), "{first:?}");
+        assert_eq!(first[0]["data"]["seq"], json!(2));
+        if read_young {
+            tokio::time::sleep_until((third + Duration::from_millis(1_200)).into()).await;
+            t.mark_read(&c, &b, 3).await;
+            tokio::time::sleep(DELAY + SLACK).await;
+            assert_eq!(
+                n.sent_to(&tb).len(),
+                1,
+                "read within its delay: {:?}",
+                n.sent_to(&tb)
+            );
+        } else {
+            let got = n.wait_for(&tb, 2, DELAY + SLACK).await;
+            assert_eq!(got.len(), 2, "{got:?}");
+            assert!(third.elapsed() >= DELAY, "{:?}", third.elapsed());
+            let young = got.iter().find(|g| g["data"]["seq"] == json!(3)).unwrap();
+            assert_eq!(young["body"], json!("three"), "{got:?}");
+            tokio::time::sleep(SLACK).await;
+            assert_eq!(n.sent_to(&tb).len(), 2, "once each");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_window_coalesces_its_messages_into_one_notification_per_member() {
     let t = TestApp::new().await;

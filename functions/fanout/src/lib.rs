@@ -105,6 +105,8 @@ pub struct Fanout {
     /// GetItem per batch instead of a Query of 1,000 items.
     members: Arc<Mutex<HashMap<ConversationId, MemberList>>>,
     stats: Arc<FanoutStats>,
+    /// Typing's publisher, for members who leave while typing (`member.removed`).
+    typing: ws_connection::Typing,
 }
 
 /// What happened to one connection's frames.
@@ -246,10 +248,16 @@ impl Fanout {
                     .build(),
             )
             .build();
+        let management = aws_sdk_apigatewaymanagement::Client::from_conf(conf);
         Fanout {
+            typing: ws_connection::Typing::new(
+                chat.clone(),
+                connections.clone(),
+                Some(management.clone()),
+            ),
             chat,
             connections,
-            management: aws_sdk_apigatewaymanagement::Client::from_conf(conf),
+            management,
             redeliveries: Arc::default(),
             members: Arc::default(),
             stats: Arc::default(),
@@ -272,9 +280,11 @@ impl Fanout {
             .collect();
         let mut failures = BatchFailures::default();
         let events = self.events_to_push(records, &ids, started, &mut failures);
+        let departures = departures(&events);
         let groups = group_by_conversation(events);
         let conversations = groups.len();
         let outcomes = self.deliver_all(groups, &ids).await;
+        self.stop_typing_of(departures).await;
         let read_and_push_failures = report_undelivered(&outcomes, &mut failures);
         if let Some(earliest) = failures.earliest() {
             // Lambda delivers the records from `earliest` on again: remember whom they reached.
@@ -288,6 +298,16 @@ impl Fanout {
             started,
         );
         batch_response(records, failures.earliest())
+    }
+
+    /// Members who left (`member.removed`) stop typing there at once, the others told
+    /// (`Typing::left`). Best effort: a typist left in the set expires within 6 s anyway.
+    async fn stop_typing_of(&self, departures: Vec<(ConversationId, UserId)>) {
+        for (id, user) in departures {
+            if let Err(e) = self.typing.left(&id, &user).await {
+                tracing::warn!(conversation = %id, error = %e, "a departed member's typing not stopped");
+            }
+        }
     }
 
     /// The events of the records this instance has not already got through to everyone, each
@@ -732,6 +752,25 @@ impl EventHandler for Fanout {
     fn handle(&self, event: KinesisEvent) -> impl Future<Output = KinesisEventResponse> + Send {
         Fanout::handle(self, event)
     }
+}
+
+/// The (conversation, user) of every member who left in `events`.
+fn departures(events: &[(Event, usize)]) -> Vec<(ConversationId, UserId)> {
+    events
+        .iter()
+        .filter_map(|(e, _)| match e {
+            Event::MemberRemoved {
+                conversation_id,
+                user_ids,
+            } => Some(
+                user_ids
+                    .iter()
+                    .map(|u| (conversation_id.clone(), u.clone())),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 /// Whether a member list read by a Query may be kept under its version: only when the version

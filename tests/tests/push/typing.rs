@@ -283,6 +283,37 @@ async fn a_removed_member_is_not_shown_typing() {
     .await
 }
 
+/// A typist who leaves the group (removed, banned) is dropped from the others' set at once, not
+/// when its start expires (found by probing: the others were told 4.5 s later, at the expiry).
+#[tokio::test]
+async fn a_typist_removed_or_banned_is_dropped_from_the_set_at_once() {
+    bounded(60, async {
+        let t = TestApp::new().await;
+        let (conv, users, mut c) = group_online(&t, 4).await;
+        for (typist, how) in [(1, "remove"), (2, "ban")] {
+            c[typist].send_text(&typing(&conv, "start")).await;
+            until_typing(&mut c[3], &conv, &[&users[typist]]).await;
+            let left = match how {
+                "remove" => t.remove_member(&conv, &users[0], &users[typist]).await,
+                _ => {
+                    let path = format!("/conversations/{conv}/bans/{}", users[typist]);
+                    t.call("POST", &path, Some(&users[0]), None).await
+                }
+            };
+            assert!(left.status < 300, "{how}: {left:?}");
+            // Well before the start's expiry (6 s): the frame after the removal itself.
+            let e = next_typing(&mut c[3], &conv, Duration::from_secs(4)).await;
+            let e = e.unwrap_or_else(|| panic!("{how}: no frame without the typist"));
+            assert_eq!(
+                (&e["typing"], &e["count"]),
+                (&json!([]), &json!(0)),
+                "{how}: {e}"
+            );
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn bad_frames_are_answered_or_dropped_and_nobody_is_disconnected() {
     bounded(60, async {

@@ -53,25 +53,44 @@ impl Notifier {
     /// SendMessage when it opened the window. A failed SendMessage closes the window again (the
     /// stream batch is retried).
     pub async fn message_arrived(&self, id: &ConversationId, seq: u64) -> Result<bool, ChatError> {
+        let now = chat_domain::time::unix_millis(chat_domain::time::now());
+        self.open_window(id, seq, now, now).await
+    }
+
+    /// Opens the conversation's window from `from_seq`, its first message sent at
+    /// `first_at_ms`, if none is open, and queues its job for that message's delay: true when it
+    /// opened one. DynamoDB: 1 UpdateItem; SQS: 1 SendMessage when it opened the window. A
+    /// failed SendMessage closes the window again (the caller's batch is retried).
+    async fn open_window(
+        &self,
+        id: &ConversationId,
+        from_seq: u64,
+        first_at_ms: u64,
+        now_ms: u64,
+    ) -> Result<bool, ChatError> {
         let Some(queue) = &self.settings.queue_url else {
             return Ok(false);
         };
-        let now = chat_domain::time::unix_millis(chat_domain::time::now());
+        let delay_ms = u64::from(self.settings.delay_seconds) * 1000;
         // A window whose job was never queued (a crash between the two calls) is stale after
         // the delay plus SQS's longest redelivery of a few minutes.
-        let stale = now + u64::from(self.settings.delay_seconds) * 1000 + 15 * 60 * 1000;
-        if !self.store.open_notify_window(id, seq, now, stale).await? {
+        let stale = now_ms + delay_ms + 15 * 60 * 1000;
+        if !self
+            .store
+            .open_notify_window(id, from_seq, now_ms, stale)
+            .await?
+        {
             return Ok(false);
         }
         let window = NotifyWindow {
             conversation_id: id.clone(),
-            from_seq: seq,
-            opened_at_ms: now,
+            from_seq,
+            opened_at_ms: first_at_ms.min(now_ms),
         };
-        if let Err(e) = self
-            .queue_job(queue, &window, self.settings.delay_seconds)
-            .await
-        {
+        // SQS delays in whole seconds: rounded up, so the message's delay is over by then.
+        let due = first_at_ms.saturating_add(delay_ms);
+        let seconds = due.saturating_sub(now_ms).div_ceil(1000) as u32;
+        if let Err(e) = self.queue_job(queue, &window, seconds).await {
             let _ = self.store.close_notify_window(&window, "unqueued").await;
             return Err(e);
         }
@@ -127,51 +146,13 @@ impl Notifier {
         Ok(true)
     }
 
-    /// Messages from `from_seq` on, younger than the delay when their window was checked, get
-    /// a window of their own, opened now and checked a delay after the first of them (`first_at`)
-    /// — unless a message that reached the indexer after the close opened one already, which
-    /// starts after what the closed window covered (`window_start`), so covers them too.
-    /// DynamoDB: 1 UpdateItem; SQS: 1 SendMessage when it opened the window.
-    async fn carry_over(
-        &self,
-        id: &ConversationId,
-        from_seq: u64,
-        first_at_ms: u64,
-        now_ms: u64,
-    ) -> Result<(), ChatError> {
-        let Some(queue) = &self.settings.queue_url else {
-            return Ok(());
-        };
-        let delay_ms = u64::from(self.settings.delay_seconds) * 1000;
-        let stale = now_ms + delay_ms + 15 * 60 * 1000;
-        if !self
-            .store
-            .open_notify_window(id, from_seq, now_ms, stale)
-            .await?
-        {
-            return Ok(());
-        }
-        let window = NotifyWindow {
-            conversation_id: id.clone(),
-            from_seq,
-            opened_at_ms: first_at_ms.min(now_ms),
-        };
-        let due = first_at_ms.saturating_add(delay_ms);
-        let seconds = due.saturating_sub(now_ms).div_ceil(1000).max(1) as u32;
-        if let Err(e) = self.queue_job(queue, &window, seconds).await {
-            let _ = self.store.close_notify_window(&window, "unqueued").await;
-            return Err(e);
-        }
-        Ok(())
-    }
-
     /// A window's delay is over: its job `job` (the queue message's id) closes it, then notifies each member for whom its messages are
     /// still unread and who has not muted the conversation, once, on each of its devices.
     /// A member is told of the window's messages it has not read, not deleted since and not
     /// from someone it blocks (`told_of`), with the newest of them as the preview; none that an
     /// earlier window's job counted (`window_start`); only messages whose own delay is over
     /// (`matured_through`): younger ones are carried over to a window of their own
-    /// (`carry_over`). DynamoDB: 1 UpdateItem (the close),
+    /// (`open_window`). DynamoDB: 1 UpdateItem (the close),
     /// `load_conversation`, 1 UpdateItem (what it covers), 1 Query of the window's messages, in a group 1
     /// BatchGetItem of block keys per 100 (member, sender) pairs, and per member notified 1
     /// Query of its devices and the badge's reads (`badge`).
@@ -244,8 +225,10 @@ impl Notifier {
         };
         // After the telling: a job that fails before it is delivered again and tells (its
         // close recognises it), which it could not once another window is open.
+        // A message that reached the indexer after the close may have opened the next window
+        // already; it starts after what this one covered (`window_start`), so covers them too.
         if let Some((next, first_at)) = carry {
-            self.carry_over(id, next, first_at, now_ms).await?;
+            self.open_window(id, next, first_at, now_ms).await?;
         }
         Ok(report)
     }
